@@ -1,0 +1,1 @@
+"""Decoders: zero-shot (greedy/sampled) and reward-guided decoding, all batched over prompts."""

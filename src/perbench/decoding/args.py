@@ -1,0 +1,72 @@
+"""ARGS reward-guided decoding (Khanov et al., ICLR 2024), batched over prompts.
+
+At each step take the policy's top-k next tokens v and score them
+``log π(v | x, y_<t) + w · r_u(x, y_<t ⊕ v)``; greedy takes the argmax, sampling draws from
+softmax(score / τ). Log-probabilities (not raw logits) so scores are comparable across steps.
+
+The RM must be a :class:`~perbench.rewards.base.FeatureRM` whose backbone shares the policy's tokenizer.
+Its k candidate rewards come from one tree forward on the RM's KV cache (:meth:`CachedLM.expand`).
+When the RM backbone *is* the policy, that same forward also advances the policy: one k-token forward
+per step, no second model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from perbench.decoding.base import Decoder, GenRequest, Generation, decode_loop, row_generators, sample_rows
+from perbench.decoding.stepper import CachedLM
+from perbench.models.chat import encode_prompt
+from perbench.models.loader import LoadedLM
+from perbench.rewards.base import FeatureRM, RewardModel
+
+
+class ARGS(Decoder):
+    name: ClassVar[str] = "args"
+    uses_rm: ClassVar[bool] = True
+
+    def __init__(self, k: int = 10, w: float = 1.0, sample: bool = False, temperature: float = 0.7,
+                 **params: Any) -> None:
+        p: dict[str, Any] = {"k": k, "w": w}
+        if sample:
+            p.update(sample=True, temperature=temperature)
+        super().__init__(**p, **params)
+        self.k, self.w, self.sample, self.temperature = k, w, sample, temperature
+
+    def generate(
+        self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | None, *, max_new_tokens: int
+    ) -> list[Generation]:
+        if not isinstance(rm, FeatureRM) or rm.extractor is None:
+            raise TypeError(f"ARGS needs a fitted frozen-feature reward model, got {type(rm).__name__}")
+        rm_lm = rm.extractor.lm
+        if rm_lm.tokenizer.get_vocab() != policy.tokenizer.get_vocab():
+            raise ValueError(f"ARGS needs the RM backbone ({rm_lm.name}) to share the policy's tokenizer")
+        shared = rm_lm.model is policy.model
+        users = [r.user_id for r in requests]
+        gens = row_generators(requests, policy.policy.device) if self.sample else []
+        rm_state: CachedLM | None = None
+        if not shared:
+            rm_state = CachedLM(rm_lm, [encode_prompt(rm_lm.tokenizer, r.prompt) for r in requests])
+            rm_state.prefill()
+
+        def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+            lp = state.logprobs(hidden)
+            top_lp, cands = lp.topk(self.k, dim=-1)  # (B, k)
+            scorer = state if shared else rm_state
+            assert scorer is not None
+            hc = scorer.expand(cands)  # (B, k, d)
+            B, k, d = hc.shape
+            with torch.inference_mode():
+                r = rm.reward_from_features([u for u in users for _ in range(k)], hc.reshape(B * k, d).float())
+            score = top_lp + self.w * r.view(B, k).to(top_lp.device)
+            idx = sample_rows(score, self.temperature, gens) if self.sample else score.argmax(-1)
+            tokens = cands.gather(1, idx[:, None])[:, 0]
+            scorer.commit(idx)
+            if shared:
+                return tokens, hc[torch.arange(B), idx]
+            return tokens, None
+
+        return decode_loop(policy, requests, max_new_tokens, choose)

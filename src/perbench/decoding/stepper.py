@@ -1,0 +1,93 @@
+"""Batched, KV-cached stepping of one causal LM, with a *tree* step for scoring k candidates at once.
+
+State: a left-padded batch of prompts, a ``DynamicCache``, the 2-D padding mask and each row's next
+position. ``step(tokens)`` appends one token per row. ``expand(cands)`` feeds k candidate tokens per row
+in **one** row of the forward: every candidate sits at the same position and attends to the prefix and
+itself only (a custom 4-D mask), so k candidates cost one k-token forward and no cache copies.
+``commit(idx)`` then keeps only the chosen candidate's keys/values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from perbench.models.loader import LoadedLM
+
+
+class CachedLM:
+    def __init__(self, lm: LoadedLM, prompt_ids: Sequence[Sequence[int]]) -> None:
+        from transformers import DynamicCache
+
+        self.lm = lm
+        self.decoder = lm.model.get_decoder()
+        self.head = lm.model.get_output_embeddings()
+        self.device = lm.policy.device
+        self.dtype = lm.policy.torch_dtype()
+        pad = int(lm.tokenizer.pad_token_id)
+        B, L = len(prompt_ids), max(len(p) for p in prompt_ids)
+        ids = torch.full((B, L), pad, dtype=torch.long)
+        mask = torch.zeros((B, L), dtype=torch.long)
+        for i, p in enumerate(prompt_ids):
+            ids[i, L - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+            mask[i, L - len(p) :] = 1
+        self.prompt = ids.to(self.device)
+        self.mask = mask.to(self.device)
+        self.next_pos = self.mask.sum(1)  # (B,) position of the next token
+        self.cache: Any = DynamicCache(config=lm.model.config)
+        self._pending: int = 0  # candidate entries in the cache awaiting commit
+
+    @torch.inference_mode()
+    def prefill(self) -> torch.Tensor:
+        """-> (B, d) last hidden state of each prompt."""
+        pos = (self.mask.cumsum(1) - 1).clamp(min=0)
+        out = self.decoder(input_ids=self.prompt, attention_mask=self.mask, position_ids=pos, cache=self.cache,
+                           use_cache=True)
+        return out.last_hidden_state[:, -1]  # type: ignore[no-any-return]
+
+    @torch.inference_mode()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append one token per row -> (B, d) hidden state at that token."""
+        assert self._pending == 0, "commit() the expanded candidates first"
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)
+        out = self.decoder(input_ids=tokens.view(-1, 1).to(self.device), attention_mask=self.mask,
+                           position_ids=self.next_pos[:, None], cache=self.cache, use_cache=True)
+        self.next_pos = self.next_pos + 1
+        return out.last_hidden_state[:, -1]  # type: ignore[no-any-return]
+
+    @torch.inference_mode()
+    def expand(self, cands: torch.Tensor) -> torch.Tensor:
+        """Feed k candidates per row side by side -> (B, k, d) hidden state at each candidate."""
+        B, k = cands.shape
+        L = self.mask.shape[1]
+        neg = torch.finfo(self.dtype).min
+        prefix = torch.where(self.mask.bool(), 0.0, neg).to(self.dtype)[:, None, None, :].expand(B, 1, k, L)
+        eye = torch.full((k, k), neg, dtype=self.dtype, device=self.device).fill_diagonal_(0.0)
+        mask4 = torch.cat([prefix, eye.expand(B, 1, k, k)], dim=-1)
+        pos = self.next_pos[:, None].expand(B, k)
+        out = self.decoder(input_ids=cands.to(self.device), attention_mask=mask4, position_ids=pos,
+                           cache=self.cache, use_cache=True)
+        self._pending = k
+        return out.last_hidden_state  # type: ignore[no-any-return]
+
+    @torch.inference_mode()
+    def commit(self, idx: torch.Tensor) -> None:
+        """Keep only candidate ``idx[b]`` of each row in the cache."""
+        k = self._pending
+        L = self.mask.shape[1]
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)  # (B, H, L + k, D)
+                B, H, _, D = t.shape
+                sel = (L + idx.to(t.device)).view(B, 1, 1, 1).expand(B, H, 1, D)
+                setattr(layer, name, torch.cat([t[:, :, :L], t.gather(2, sel)], dim=2))
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)
+        self.next_pos = self.next_pos + 1
+        self._pending = 0
+
+    def logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(…, d) hidden -> (…, V) next-token log-probabilities (fp32)."""
+        with torch.inference_mode():
+            return torch.log_softmax(self.head(hidden).float(), dim=-1)

@@ -1,0 +1,56 @@
+"""Device and dtype policy, in one place: cuda -> bf16, mps -> fp16... cpu -> fp32; every choice overridable."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+_DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+           "fp16": "float16", "float16": "float16"}
+
+
+@dataclass(frozen=True)
+class DevicePolicy:
+    device: str
+    dtype: str  # "float32" | "bfloat16" | "float16"
+
+    def torch_dtype(self) -> torch.dtype:
+        import torch
+
+        return getattr(torch, self.dtype)  # type: ignore[no-any-return]
+
+
+def resolve_device(device: str | None = None, dtype: str | None = None) -> DevicePolicy:
+    """Pick device and dtype. ``auto`` (default): cuda if available -> bf16, else cpu -> fp32.
+
+    fp32 on CPU is deliberate: multi-token forwards in bf16 are several times slower on CPUs without
+    native bf16 matmul. ``PERBENCH_DEVICE`` / ``PERBENCH_DTYPE`` override the defaults.
+    """
+    import torch
+
+    device = device or os.environ.get("PERBENCH_DEVICE") or "auto"
+    dtype = dtype or os.environ.get("PERBENCH_DTYPE") or "auto"
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} requested but CUDA is not available")
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(set(_DTYPES))}")
+    return DevicePolicy(device=device, dtype=_DTYPES[dtype])
+
+
+def set_threads() -> None:
+    """Use every core the process may use (CI runners often report more cores than they grant)."""
+    import torch
+
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        n = os.cpu_count() or 1
+    torch.set_num_threads(max(1, n))

@@ -1,0 +1,1 @@
+"""Metrics: upstream (RM accuracy, policy accuracy) and downstream (rubric satisfaction, ROUGE, BERTScore)."""

@@ -1,0 +1,65 @@
+"""Text similarity against a reference: ROUGE via ``rouge-score`` (LaMP's official numbers), BERTScore via
+``bert-score`` pointed at a local encoder (the bundled all-MiniLM-L6-v2 by default)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+
+@lru_cache(maxsize=1)
+def _rouge_scorer() -> Any:
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+
+
+def rouge(predictions: Sequence[str], references: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per-item ROUGE-1 / ROUGE-L F1 (stemmed), as ``rouge-score`` computes them."""
+    if len(predictions) != len(references):
+        raise ValueError(f"rouge: {len(predictions)} predictions vs {len(references)} references")
+    scorer = _rouge_scorer()
+    r1, rl = [], []
+    for p, r in zip(predictions, references, strict=True):
+        s = scorer.score(r, p)  # rouge-score takes (target, prediction)
+        r1.append(s["rouge1"].fmeasure)
+        rl.append(s["rougeL"].fmeasure)
+    return {"rouge1": np.asarray(r1, dtype=np.float64), "rougeL": np.asarray(rl, dtype=np.float64)}
+
+
+BERTSCORE_DEFAULT = {"model": "minilm", "num_layers": 6, "idf": False, "rescale_with_baseline": False}
+
+
+def bertscore(
+    predictions: Sequence[str], references: Sequence[str], *, model: str = "minilm", num_layers: int = 6,
+    batch_size: int = 64, device: str | None = None,
+) -> np.ndarray:
+    """Per-item BERTScore F1. ``model`` is a local folder, a hub id, or ``minilm`` (bundled)."""
+    import bert_score
+
+    from perbench.device import resolve_device
+    from perbench.models.encoder import encoder_path
+
+    if len(predictions) != len(references):
+        raise ValueError(f"bertscore: {len(predictions)} predictions vs {len(references)} references")
+    if not predictions:
+        return np.zeros(0)
+    _, _, f1 = bert_score.score(
+        list(predictions), list(references), model_type=encoder_path(model), num_layers=num_layers,
+        batch_size=batch_size, device=resolve_device(device, "float32").device, verbose=False,
+    )
+    return f1.numpy().astype(np.float64)  # type: ignore[no-any-return]
+
+
+def bertscore_settings(model: str = "minilm", num_layers: int = 6) -> dict[str, Any]:
+    """What to record next to a BERTScore number (bert-score has no baseline for MiniLM: no rescaling)."""
+    import bert_score
+
+    from perbench.models.encoder import encoder_path
+
+    return {"package": "bert-score", "version": bert_score.__version__, "model": model,
+            "model_path": encoder_path(model), "num_layers": num_layers, "idf": False,
+            "rescale_with_baseline": False}

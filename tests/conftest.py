@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("PERBENCH_QUIET", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_lm():  # type: ignore[no-untyped-def]
+    from perbench.models.loader import load_lm
+
+    return load_lm("tiny-random:0", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_b():  # type: ignore[no-untyped-def]
+    from perbench.models.loader import load_lm
+
+    return load_lm("tiny-random:1", device="cpu")
+
+
+@pytest.fixture
+def store(tmp_path):  # type: ignore[no-untyped-def]
+    from perbench.cache import Store
+
+    return Store(tmp_path / "features.sqlite")
+
+
+def random_linear_rm(extractor, seed: int = 0, scale: float = 1.0):  # type: ignore[no-untyped-def]
+    """A GlobalBT with a random direction (no training) bound to ``extractor``."""
+    from perbench.rewards.global_bt import GlobalBT
+
+    rm = GlobalBT()
+    rng = np.random.default_rng(seed)
+    d = extractor.dim
+    rm.load_state({"w": (scale * rng.standard_normal(d)).astype(np.float32),
+                   "mu": np.zeros(d, np.float32), "sd": np.ones(d, np.float32)})
+    rm.bind(extractor)
+    return rm
