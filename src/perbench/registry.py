@@ -95,10 +95,72 @@ benchmarks.register(
     "perbench.data.loaders:load_benchmark_file",
     help="any JSON/JSONL/CSV/Parquet file or HF dataset with a field mapping",
 )
+benchmarks.register(
+    "prb", "perbench.data.benchmarks.prb:load_prb",
+    help="Personalized RewardBench (one user per row; rubric/narrative never reach a pair)",
+    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct",
+              "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "pref_lamp", "perbench.data.benchmarks.pref_lamp:load_pref_lamp",
+    help="Pref-LaMP built from LaMP-5 files: real title vs mined hard-negative title",
+    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct",
+              "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "prism", "perbench.data.benchmarks.prism:load_prism",
+    help="PRISM survey + conversations, LoRe's per-turn pairs and split",
+    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct",
+              "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "tldr", "perbench.data.benchmarks.tldr:load_tldr",
+    help="Personalized TL;DR from summarize_from_feedback (protocol 'pal' or 'lore')",
+    defaults={"rm_backbone": "HuggingFaceTB/SmolLM2-135M-Instruct",
+              "policy": "HuggingFaceTB/SmolLM2-135M-Instruct", "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "persona", "perbench.data.benchmarks.persona:load_persona",
+    help="persona-style rows (persona = user id and rubric; history pairs = train)",
+    defaults={"rm_backbone": "smollm2", "policy": "smollm2", "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "domain_styles", "perbench.data.benchmarks.persona:load_domain_styles",
+    help="domain-style rows: each style is a user; user-agnostic scorers get exactly 0.5",
+    defaults={"rm_backbone": "smollm2", "policy": "smollm2", "k": 10, "w": 1.0},
+)
 
 reward_models.register("global_bt", "perbench.rewards.global_bt:GlobalBT", help="Bradley-Terry linear head on frozen features")
 reward_models.register("length", "perbench.rewards.baselines:LengthRM", help="baseline: longer is better")
 reward_models.register("random", "perbench.rewards.baselines:RandomRM", help="baseline: seeded random scores")
+reward_models.register("global_bt_v2", "perbench.rewards.global_bt_v2:GlobalBTv2",
+                       help="global BT with the backbone LoRA-fine-tuned (our reading of Global RM-v2)")
+reward_models.register("mpu", "perbench.rewards.mpu:MPU",
+                       help="one BT head per user; unseen users: head fit on their shots (our reading)")
+reward_models.register("mpu_avg", "perbench.rewards.mpu:MPUAvg",
+                       help="one BT head per user; unseen users: average of seen heads (our interpretation)")
+reward_models.register("lore", "perbench.rewards.lore:LoRe", help="LoRe low-rank reward basis, joint Adam")
+reward_models.register("lore_reg", "perbench.rewards.lore:LoReReg",
+                       help="LoRe, alternating steps + cosine pull to the global RM + unused-column drop")
+reward_models.register("lore_alt", "perbench.rewards.lore:LoReAlt",
+                       help="LoRe, alternating block minimisation")
+reward_models.register("pal_a", "perbench.rewards.pal:PALA", help="PAL ideal-point form, K prototypes")
+reward_models.register("pal_b", "perbench.rewards.pal:PALB", help="PAL cosine form, K prototypes")
+reward_models.register("vpl", "perbench.rewards.vpl:VPL",
+                       help="variational preference learning (set encoder)")
+reward_models.register("pref", "perbench.rewards.pref:PReF",
+                       help="PReF reward factorisation (SVD init, logistic user vectors, active selection)")
+reward_models.register("pdpo", "perbench.rewards.pdpo:PDPO",
+                       help="personalized DPO with user soft tokens (LoRA)")
+reward_models.register("genarm", "perbench.rewards.genarm:GenARM",
+                       help="GenARM autoregressive RM (LoRA), user text in the system prompt")
+reward_models.register("icl_judge", "perbench.rewards.icl_judge:ICLJudge",
+                       help="pairwise LLM judge with the user's rubric/profile in context")
+reward_models.register("hub_rm", "perbench.rewards.hub_rm:HubRM", help="any one-logit sequence-classifier RM")
+reward_models.register("dpo_implicit", "perbench.rewards.hub_rm:DPOImplicit",
+                       help="DPO implicit reward log pi - log pi_ref (sum / mean / ref_free)")
+reward_models.register("factorized_ranker", "perbench.rewards.factorized_ranker:FactorizedRanker",
+                       help="small MLP on the policy's hidden states with per-user embeddings")
 
 decoders.register("zero_shot", "perbench.decoding.greedy:ZeroShot", help="the policy alone (greedy or sampled)")
 decoders.register("args", "perbench.decoding.args:ARGS", help="ARGS reward-guided decoding (top-k, weight w)")

@@ -88,7 +88,7 @@ def decode_loop(
     tokens or None); when it returns a hidden state it has already advanced the cache itself (ARGS with a
     shared backbone), otherwise the loop appends the tokens with one ``step``."""
     state = CachedLM(policy, [encode_prompt(policy.tokenizer, r.prompt) for r in requests])
-    eos = torch.tensor(policy.eos_ids, device=state.device)
+    eos = torch.tensor(policy.eos_ids, dtype=torch.long, device=state.device)
     hidden = state.prefill()
     B = len(requests)
     out = torch.full((B, max_new_tokens), -1, dtype=torch.long)

@@ -52,7 +52,7 @@ class CachedLM:
         """Append one token per row -> (B, d) hidden state at that token."""
         assert self._pending == 0, "commit() the expanded candidates first"
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)
-        out = self.decoder(input_ids=tokens.view(-1, 1).to(self.device), attention_mask=self.mask,
+        out = self.decoder(input_ids=tokens.view(-1, 1).to(self.device), attention_mask=self._mask4(1),
                            position_ids=self.next_pos[:, None], cache=self.cache, use_cache=True)
         self.next_pos = self.next_pos + 1
         return out.last_hidden_state[:, -1]  # type: ignore[no-any-return]
@@ -61,16 +61,21 @@ class CachedLM:
     def expand(self, cands: torch.Tensor) -> torch.Tensor:
         """Feed k candidates per row side by side -> (B, k, d) hidden state at each candidate."""
         B, k = cands.shape
-        L = self.mask.shape[1]
         neg = torch.finfo(self.dtype).min
-        prefix = torch.where(self.mask.bool(), 0.0, neg).to(self.dtype)[:, None, None, :].expand(B, 1, k, L)
         eye = torch.full((k, k), neg, dtype=self.dtype, device=self.device).fill_diagonal_(0.0)
-        mask4 = torch.cat([prefix, eye.expand(B, 1, k, k)], dim=-1)
+        mask4 = torch.cat([self._mask4(k), eye.expand(B, 1, k, k)], dim=-1)
         pos = self.next_pos[:, None].expand(B, k)
         out = self.decoder(input_ids=cands.to(self.device), attention_mask=mask4, position_ids=pos,
                            cache=self.cache, use_cache=True)
         self._pending = k
         return out.last_hidden_state  # type: ignore[no-any-return]
+
+    def _mask4(self, q: int) -> torch.Tensor:
+        """The padding mask as an additive 4-D float mask (B, 1, q, L): built once per step by us, which is
+        much cheaper on CPU than letting the model re-derive a causal mask from the 2-D one."""
+        neg = torch.finfo(self.dtype).min
+        B, L = self.mask.shape
+        return torch.where(self.mask.bool(), 0.0, neg).to(self.dtype)[:, None, None, :].expand(B, 1, q, L)
 
     @torch.inference_mode()
     def commit(self, idx: torch.Tensor) -> None:
@@ -82,7 +87,8 @@ class CachedLM:
                 t = getattr(layer, name)  # (B, H, L + k, D)
                 B, H, _, D = t.shape
                 sel = (L + idx.to(t.device)).view(B, 1, 1, 1).expand(B, H, 1, D)
-                setattr(layer, name, torch.cat([t[:, :, :L], t.gather(2, sel)], dim=2))
+                t[:, :, L : L + 1] = t.gather(2, sel)  # chosen candidate -> slot L, then drop the rest (a view)
+                setattr(layer, name, t[:, :, : L + 1])
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)
         self.next_pos = self.next_pos + 1
         self._pending = 0

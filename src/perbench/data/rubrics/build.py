@@ -1,0 +1,149 @@
+"""Build the candidate pool of the rubric benchmark (``perbench build rubrics``), deterministically from a seed.
+
+For every prompt:
+
+1. the bundled policy writes a few *base* responses, each steered by a style instruction that is not part
+   of the benchmark prompt (so a reward model never sees it);
+2. *edited* candidates are derived from the bases by the checkers' post-editing transforms: a greedy set
+   cover picks full pole assignments so that every user's rubric is met by at least one candidate,
+   and most candidates violate some other users' rubrics (the rejected side of their pairs);
+3. every candidate is annotated by every checker.
+
+The pool is one JSON line per candidate: ``{prompt_id, cand_id, source, text, annotations}``.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from perbench.data.records import AspectPole
+from perbench.data.rubrics.aspects import ASPECTS, annotate, satisfies_all, to_pole
+from perbench.data.rubrics.prompts import RUBRIC_PROMPTS
+from perbench.data.rubrics.users import RUBRIC_USERS
+from perbench.io import atomic_write_jsonl
+
+POOL_PATH = Path(__file__).with_name("pool.jsonl")
+
+STYLES = {
+    "brief": "Answer in two or three short sentences.",
+    "list": "Answer with a detailed bulleted list of steps or tips.",
+    "casual": "Answer casually and warmly, like texting a friend, and address the reader as 'you'.",
+    "formal": "Answer formally in two detailed paragraphs and include a concrete example.",
+}
+#: edit order: structure first, length last (length edits keep the other verdicts where they can)
+EDIT_ORDER = (
+    "format",
+    "opening",
+    "example",
+    "person",
+    "numbers",
+    "register",
+    "emphasis",
+    "closing",
+    "length",
+)
+
+
+def cover_assignments(rng: random.Random, n_edits: int) -> list[dict[str, str]]:
+    """Greedy set cover of the users' rubrics by full pole assignments (seeded tie-breaks)."""
+    rubrics = [dict((ap.aspect, ap.pole) for ap in u.rubric) for u in RUBRIC_USERS]
+    uncovered = list(range(len(rubrics)))
+    rng.shuffle(uncovered)
+    out: list[dict[str, str]] = []
+    while len(out) < n_edits:
+        if not uncovered:  # everyone covered: add random assignments for more variety of negatives
+            uncovered = list(range(len(rubrics)))
+            rng.shuffle(uncovered)
+        assignment: dict[str, str] = {}
+        for i in list(uncovered):
+            r = rubrics[i]
+            if all(assignment.get(a, p) == p for a, p in r.items()):
+                assignment.update(r)
+                uncovered.remove(i)
+        for a in ASPECTS:  # fill the rest at random, so candidates differ on every aspect
+            assignment.setdefault(a, rng.choice(ASPECTS[a].poles))
+        out.append(assignment)
+    return out
+
+
+def apply_assignment(text: str, assignment: dict[str, str], rng: random.Random) -> str:
+    for _ in range(2):  # a second pass repairs verdicts a later edit disturbed
+        for aspect in EDIT_ORDER:
+            if aspect in assignment and ASPECTS[aspect].check(text) != assignment[aspect]:
+                try:
+                    text = to_pole(text, aspect, assignment[aspect], rng)
+                except ValueError:
+                    continue
+    return text
+
+
+def build_pool(
+    out: Path | None = None,
+    seed: int = 0,
+    policy: str = "smollm2",
+    limit: int | None = None,
+    max_new_tokens: int = 200,
+    n_edits: int = 8,
+    batch_size: int = 8,
+) -> Path:
+    from perbench.decoding.base import GenRequest, batched
+    from perbench.decoding.greedy import ZeroShot
+    from perbench.device import set_threads
+    from perbench.models.loader import load_lm
+    from perbench.progress import progress
+
+    set_threads()
+    out = out or POOL_PATH
+    lm = load_lm(policy)
+    prompts = RUBRIC_PROMPTS[:limit] if limit else RUBRIC_PROMPTS
+    reqs = [
+        GenRequest(f"{instr}\n\n{p.text}", f"{p.prompt_id}:{style}", seed=seed * 7919 + i)
+        for i, (p, (style, instr)) in enumerate((p, s) for p in prompts for s in STYLES.items())
+    ]
+    decoder = ZeroShot(sample=True, temperature=0.7, top_p=0.9)
+    bases: dict[str, str] = {}
+    bar = progress(total=len(reqs), desc="pool: base responses", unit="gen")
+    for batch in batched(reqs, batch_size):
+        for r, g in zip(batch, decoder.generate(lm, batch, None, max_new_tokens=max_new_tokens), strict=True):
+            bases[r.user_id] = g.text or "I am not sure."
+        bar.update(len(batch))
+    bar.close()
+    rows: list[dict[str, Any]] = []
+    for p in prompts:
+        rng = random.Random(f"{seed}:{p.prompt_id}")
+        cands = [(f"base-{s}", bases[f"{p.prompt_id}:{s}"]) for s in STYLES]
+        for j, assignment in enumerate(cover_assignments(rng, n_edits)):
+            src_name, src_text = cands[j % len(STYLES)]
+            cands.append((f"edit{j}<-{src_name}", apply_assignment(src_text, assignment, rng)))
+        seen: set[str] = set()
+        for ci, (source, text) in enumerate(cands):
+            if text in seen:
+                continue
+            seen.add(text)
+            rows.append(
+                {
+                    "prompt_id": p.prompt_id,
+                    "cand_id": f"{p.prompt_id}-c{ci:02d}",
+                    "source": source,
+                    "text": text,
+                    "annotations": annotate(text),
+                }
+            )
+    atomic_write_jsonl(out, rows)
+    return out
+
+
+def coverage(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Share of (user, prompt) with at least one satisfying candidate."""
+    by_prompt: dict[str, list[str]] = {}
+    for r in rows:
+        by_prompt.setdefault(r["prompt_id"], []).append(r["text"])
+    hit = total = 0
+    for texts in by_prompt.values():
+        for u in RUBRIC_USERS:
+            rubric: tuple[AspectPole, ...] = u.rubric
+            total += 1
+            hit += any(satisfies_all(t, rubric) for t in texts)
+    return {"covered": hit / max(total, 1), "pairs": float(total)}

@@ -1,0 +1,142 @@
+"""Everyday questions for the rubrics benchmark: 64 prompts over 8 topics, split 48 train / 16 test.
+
+Each question is self-contained, needs no current facts, and can be answered well in 40-200 words, so
+every rubric (short or long, listed or not, ...) can be met. Within each topic of eight questions the
+4th and 8th are test prompts, which spreads the test split evenly over the topics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class RubricPrompt:
+    prompt_id: str
+    text: str
+    split: Literal["train", "test"]
+
+
+_TOPICS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "cooking",
+        (
+            "How do I keep rice from turning sticky when I cook it on the stove?",
+            "What is a simple way to make a weeknight pasta sauce from pantry staples?",
+            "How can I tell when a steak is cooked to medium without cutting it open?",
+            "What should I do if I have added too much salt to a pot of soup?",
+            "How do I store fresh herbs so they stay usable for longer?",
+            "What is the difference between baking soda and baking powder in recipes?",
+            "How can I make scrambled eggs that stay soft and creamy?",
+            "What are some good habits for preparing work lunches ahead of time for the week?",
+        ),
+    ),
+    (
+        "travel",
+        (
+            "How should I pack a carry-on bag for a week-long trip?",
+            "What can I do to feel less jet-lagged after a long flight?",
+            "How do I choose a good neighborhood to stay in when visiting a new city?",
+            "What should I keep in mind when taking a long train ride with a young child?",
+            "How can I avoid losing my passport or wallet while traveling?",
+            "What is a sensible way to plan a road trip with a group of friends?",
+            "How do I stay reasonably comfortable on an overnight bus ride?",
+            "What are good ways to spend less on food while traveling?",
+        ),
+    ),
+    (
+        "money",
+        (
+            "How do I start a monthly budget if I have never made one before?",
+            "What is an emergency fund, and how much should I try to keep in it?",
+            "How can I cut down on impulse purchases when shopping online?",
+            "Should I pay off my smallest debts first or the ones with the highest interest rate?",
+            "How can roommates split shared household costs fairly?",
+            "What are simple ways to lower my grocery bill?",
+            "How can I manage my spending when my freelance income changes from month to month?",
+            "What should I check before signing up for a new subscription service?",
+        ),
+    ),
+    (
+        "health habits",
+        (
+            "How can I get into the habit of drinking more water during the day?",
+            "What can I do to fall asleep more easily at night?",
+            "How do I start running if I have not exercised in years?",
+            "What can I do to reduce eye strain from long hours at a screen?",
+            "How can I make healthier snack choices during the workday?",
+            "What is a good way to stretch after sitting at a desk for a long time?",
+            "How do I stick to a consistent morning routine?",
+            "How can I use short breaks during the day to feel less stressed?",
+        ),
+    ),
+    (
+        "home",
+        (
+            "How do I get rid of a musty smell in a closet?",
+            "What is the best way to clean a greasy stovetop?",
+            "How can I keep my houseplants alive while I am away for a week?",
+            "How should I prepare a small garden bed for planting in spring?",
+            "How do I organize a cluttered kitchen drawer?",
+            "How can I make a small apartment feel more spacious?",
+            "What is a simple way to clear a slow-draining bathroom sink?",
+            "How often should I wash my bed sheets and towels?",
+        ),
+    ),
+    (
+        "tech help",
+        (
+            "How do I create a strong password that I can still remember?",
+            "What should I check when my laptop suddenly becomes very slow?",
+            "How can I back up the photos on my phone?",
+            "How do I improve a weak Wi-Fi signal at home?",
+            "What is two-factor authentication, and should I turn it on?",
+            "How can I cut down on distracting notifications on my phone?",
+            "How do I recognize a phishing email?",
+            "What should I do before selling or giving away an old phone?",
+        ),
+    ),
+    (
+        "learning and work",
+        (
+            "How can I learn vocabulary in a new language more effectively?",
+            "What is a good way to prepare for a job interview?",
+            "How do I stay focused when studying at home?",
+            "How should I write a polite email asking a colleague for help?",
+            "How can I give feedback to a coworker without sounding harsh?",
+            "What is a practical way to plan out a week of tasks?",
+            "How do I get more comfortable speaking up in meetings?",
+            "How can I take better notes during lectures or talks?",
+        ),
+    ),
+    (
+        "relationships and hobbies",
+        (
+            "How do I keep in touch with friends who live far away?",
+            "What is a kind way to say no to a favor I do not have time for?",
+            "How can I start learning the guitar as an adult?",
+            "What are good ways to meet new people after moving to a new town?",
+            "How can I apologize to a friend after an argument?",
+            "How do I get started with sketching if I feel I cannot draw?",
+            "What is a relaxing hobby I could take up on weekends?",
+            "How can I plan a low-cost birthday celebration for a friend?",
+        ),
+    ),
+)
+
+
+def _build() -> tuple[tuple[RubricPrompt, ...], dict[str, str]]:
+    prompts: list[RubricPrompt] = []
+    topics: dict[str, str] = {}
+    for topic, questions in _TOPICS:
+        for i, question in enumerate(questions):
+            prompt_id = f"p{len(prompts) + 1:02d}"
+            prompts.append(RubricPrompt(prompt_id, question, "test" if i % 4 == 3 else "train"))
+            topics[prompt_id] = topic
+    return tuple(prompts), topics
+
+
+RUBRIC_PROMPTS: tuple[RubricPrompt, ...]
+PROMPT_TOPICS: dict[str, str]  # prompt_id -> topic
+RUBRIC_PROMPTS, PROMPT_TOPICS = _build()

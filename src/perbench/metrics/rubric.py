@@ -1,0 +1,14 @@
+"""Rubric satisfaction of generated text: exact, from the checkers, for users with checkable rubrics."""
+
+from __future__ import annotations
+
+from perbench.data.records import User
+
+
+def rubric_satisfaction(text: str, user: User) -> dict[str, float]:
+    """Fraction of the user's aspect poles met, and whether all are met (1.0 / 0.0)."""
+    from perbench.data.rubrics.aspects import satisfaction, satisfies_all
+
+    if not user.rubric:
+        raise ValueError(f"user {user.user_id!r} has no checkable rubric")
+    return {"satisfaction": satisfaction(text, user.rubric), "all": float(satisfies_all(text, user.rubric))}

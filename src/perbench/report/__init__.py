@@ -1,0 +1,1 @@
+"""Reports rendered from results.json."""

@@ -1,0 +1,194 @@
+"""Off-the-shelf reward models: sequence-classifier RMs and DPO implicit rewards (as reward-bench offers).
+
+``hub_rm``: any ``AutoModelForSequenceClassification`` with **one** logit, by hub id (``org/name[@rev]``,
+needs the network) or local folder; the input is the chat-templated conversation [prompt turns…,
+assistant: response] (plain ``prompt\\n\\nresponse`` when the tokenizer has no template), truncated from
+the left to ``max_length`` tokens. The score is that logit. User-agnostic; no training.
+
+``dpo_implicit``: r(x, y) = β·(Σ_t log π(y_t | x, y_<t) − Σ_t log π_ref(y_t | x, y_<t)), ids as everywhere
+in perbench (:mod:`perbench.models.chat`). Variants (``variant=``): ``sum`` (the DPO implicit reward),
+``mean`` (each model's log-probability averaged over its response tokens, then the difference),
+``ref_free`` (Σ log π alone), ``ref_free_mean`` (mean log π alone). ``ref`` may be omitted only for the
+reference-free variants.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from perbench.data.records import PreferencePair, prompt_messages
+from perbench.device import resolve_device
+from perbench.models.loader import LoadedLM, ModelSpec, load_lm
+from perbench.rewards.base import RewardModel, RMContext, ScoreItem
+from perbench.rewards.lm_utils import encode_items, response_logprobs
+
+VARIANTS = ("sum", "mean", "ref_free", "ref_free_mean")
+
+
+class HubRM(RewardModel):
+    name: ClassVar[str] = "hub_rm"
+    user_agnostic: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        model: str = "",
+        batch_size: int = 8,
+        max_length: int = 2048,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+        **params: Any,
+    ) -> None:
+        if not model:
+            raise ValueError("hub_rm needs model=<hub id or local folder>")
+        super().__init__(model=model, max_length=max_length, **params)
+        self.spec, self.batch_size, self.max_length = model, batch_size, max_length
+        self.device, self.trust_remote_code = device, trust_remote_code
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.fingerprint = ""
+
+    def _load(self) -> None:
+        if self.model is not None:
+            return
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        spec = ModelSpec.parse(self.spec)
+        policy = resolve_device(self.device)
+        kw: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            spec.name, trust_remote_code=self.trust_remote_code, **kw
+        )
+        self.model = (
+            AutoModelForSequenceClassification.from_pretrained(
+                spec.name, dtype=policy.torch_dtype(), trust_remote_code=self.trust_remote_code, **kw
+            )
+            .to(policy.device)
+            .eval()
+        )
+        if int(self.model.config.num_labels) != 1:
+            raise ValueError(
+                f"hub_rm needs a one-logit reward model; {self.spec} has {self.model.config.num_labels}"
+            )
+        path = Path(spec.name)
+        ident = str(path.resolve()) if path.is_dir() else f"hf:{spec.name}@{spec.revision or 'main'}"
+        self.fingerprint = hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+    def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
+        self._load()
+
+    def encode(self, item: ScoreItem) -> list[int]:
+        tok = self.tokenizer
+        msgs = [*prompt_messages(item.prompt), {"role": "assistant", "content": item.response}]
+        if getattr(tok, "chat_template", None):
+            out = tok.apply_chat_template(msgs, tokenize=True)
+            ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "input_ids") else out
+        else:
+            text = "\n\n".join(m["content"] for m in msgs)
+            ids = tok(text, add_special_tokens=True)["input_ids"]
+        return [int(i) for i in ids][-self.max_length :]
+
+    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        self._load()
+        seqs = [self.encode(it) for it in items]
+        out = np.zeros(len(items), dtype=np.float64)
+        order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+        cfg = self.model.config.get_text_config()
+        saved = cfg.pad_token_id
+        dev = next(self.model.parameters()).device
+        try:
+            for s in range(0, len(order), self.batch_size):
+                idx = order[s : s + self.batch_size]
+                batch = [seqs[i] for i in idx]
+                # Pad with an id absent from the batch, so "last non-pad token" pooling is exact even when
+                # the tokenizer's pad token (often = EOS / <|im_end|>) occurs inside the sequences.
+                used = {t for b in batch for t in b}
+                pad = (
+                    next(t for t in range(int(self.model.config.vocab_size) - 1, -1, -1) if t not in used)
+                    if hasattr(self.model.config, "vocab_size")
+                    else int(saved or 0)
+                )
+                cfg.pad_token_id = pad
+                L = max(len(b) for b in batch)
+                ids = torch.full((len(batch), L), pad, dtype=torch.long)
+                mask = torch.zeros((len(batch), L), dtype=torch.long)
+                for i, b in enumerate(batch):
+                    ids[i, : len(b)] = torch.tensor(b)
+                    mask[i, : len(b)] = 1
+                with torch.inference_mode():
+                    logits = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
+                out[idx] = logits[:, 0].float().cpu().numpy()
+        finally:
+            cfg.pad_token_id = saved
+        return out
+
+
+class DPOImplicit(RewardModel):
+    name: ClassVar[str] = "dpo_implicit"
+    user_agnostic: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        model: str = "",
+        ref: str | None = None,
+        variant: str = "sum",
+        beta: float = 1.0,
+        batch_size: int = 8,
+        max_length: int = 1024,
+        **params: Any,
+    ) -> None:
+        if not model:
+            raise ValueError("dpo_implicit needs model=<policy spec>")
+        if variant not in VARIANTS:
+            raise ValueError(f"dpo_implicit variant must be one of {VARIANTS}, not {variant!r}")
+        if ref is None and not variant.startswith("ref_free"):
+            raise ValueError(f"dpo_implicit variant {variant!r} needs ref=<reference model spec>")
+        super().__init__(model=model, ref=ref, variant=variant, beta=beta, max_length=max_length, **params)
+        self.spec, self.ref_spec, self.variant, self.beta = model, ref, variant, beta
+        self.batch_size, self.max_length = batch_size, max_length
+        self.policy: LoadedLM | None = None
+        self.ref: LoadedLM | None = None
+
+    def _load(self) -> tuple[LoadedLM, LoadedLM | None]:
+        if self.policy is None:
+            self.policy = load_lm(self.spec)
+            if self.ref_spec is not None and not self.variant.startswith("ref_free"):
+                self.ref = load_lm(self.ref_spec)
+        return self.policy, self.ref
+
+    def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
+        self._load()
+
+    @staticmethod
+    def _logprobs(
+        lm: LoadedLM, items: Sequence[ScoreItem], max_length: int, batch_size: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """-> (Σ log π, response token counts)."""
+        seqs = encode_items(lm.tokenizer, [(it.prompt, it.response) for it in items], max_length)
+        pad = int(lm.tokenizer.pad_token_id)
+        out = []
+        with torch.inference_mode():
+            for s in range(0, len(seqs), batch_size):
+                out.append(
+                    response_logprobs(lm.model, seqs[s : s + batch_size], pad, device=lm.policy.device)
+                    .double()
+                    .cpu()
+                    .numpy()
+                )
+        lp = np.concatenate(out) if out else np.zeros(0)
+        return lp, np.asarray([s.n_resp for s in seqs], dtype=np.float64)
+
+    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        policy, ref = self._load()
+        lp, n = self._logprobs(policy, items, self.max_length, self.batch_size)
+        mean = self.variant.endswith("mean")
+        r = lp / np.maximum(n, 1) if mean else lp
+        if ref is not None:
+            lr, nr = self._logprobs(ref, items, self.max_length, self.batch_size)
+            r = r - (lr / np.maximum(nr, 1) if mean else lr)
+        return self.beta * r

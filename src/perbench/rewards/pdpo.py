@@ -1,0 +1,258 @@
+"""P-DPO — personalized DPO with user soft tokens (Li et al. 2024), "individual" user model.
+
+A user u is a block of ``n_tokens`` soft embeddings e_0 + o_u (e_0 shared by everyone, o_u the user's own
+offset) prepended to the embedded prompt; the generic user is e_0 alone. The policy π_θ is the backbone
+with LoRA; π_ref is the frozen backbone without user tokens. With
+DPO_u = −log σ(β[(log π_θ(y_w | u, x) − log π_ref(y_w | x)) − (log π_θ(y_l | u, x) − log π_ref(y_l | x))]):
+loss = α·DPO(user tokens) + (1 − α)·DPO(generic user), α = β = 0.5 (paper defaults).
+
+Reward (implicit): r_u(x, y) = β·(log π_θ(y | u, x) − log π_ref(y | x)), sums over response tokens.
+
+Unseen / unknown users: the generic user (e_0 only), as in the paper. ``adapt_steps`` > 0 (off by default,
+our addition) instead fits the new user's o_u on their shots with π_θ frozen.
+
+The backbone is ``backbone=`` if given, else the RM backbone ``ctx.features.lm``
+(``prefer_policy=True``: ``ctx.extra["policy"]`` first). Defaults are CPU-sized (``steps`` = 30).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from perbench.data.records import PreferencePair
+from perbench.models.loader import LoadedLM
+from perbench.rewards.base import RewardModel, RMContext, ScoreItem
+from perbench.rewards.lm_utils import (
+    Seq,
+    add_lora,
+    backbone_from_state,
+    backbone_state,
+    encode_items,
+    load_lora_state,
+    lora_state,
+    minibatches,
+    resolve_backbone,
+    response_logprobs,
+)
+from perbench.rewards.personal import seeded, str_array, str_list, user_seed
+
+
+class PDPO(RewardModel):
+    name: ClassVar[str] = "pdpo"
+
+    def __init__(
+        self,
+        backbone: str | None = None,
+        prefer_policy: bool = False,
+        n_tokens: int = 2,
+        alpha: float = 0.5,
+        beta: float = 0.5,
+        lora_r: int = 8,
+        lora_alpha: int = 16,
+        target_modules: list[str] | None = None,
+        steps: int = 30,
+        batch_size: int = 4,
+        lr: float = 2e-4,
+        token_lr: float = 1e-2,
+        adapt_steps: int = 0,
+        max_length: int = 512,
+        batch_eval: int = 16,
+        **params: Any,
+    ) -> None:
+        super().__init__(
+            backbone=backbone,
+            prefer_policy=prefer_policy,
+            n_tokens=n_tokens,
+            alpha=alpha,
+            beta=beta,
+            lora_r=lora_r,
+            lora_alpha=lora_alpha,
+            target_modules=target_modules,
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            token_lr=token_lr,
+            adapt_steps=adapt_steps,
+            max_length=max_length,
+            **params,
+        )
+        self.backbone, self.prefer_policy, self.n_tokens = backbone, prefer_policy, n_tokens
+        self.alpha, self.beta, self.lora_r, self.lora_alpha = alpha, beta, lora_r, lora_alpha
+        self.target_modules, self.steps, self.batch_size, self.lr = target_modules, steps, batch_size, lr
+        self.token_lr, self.adapt_steps, self.max_length, self.batch_eval = (
+            token_lr,
+            adapt_steps,
+            max_length,
+            batch_eval,
+        )
+        self.base: LoadedLM | None = None
+        self.model: Any = None  # peft model
+        self.e0: torch.Tensor | None = None  # (T, d)
+        self.O: torch.Tensor | None = None  # (U, T, d)
+        self.users: list[str] = []
+        self.adapted: dict[str, torch.Tensor] = {}
+        self.lora: dict[str, np.ndarray] = {}
+        self.losses: list[float] = []
+        self.seed = 0
+
+    def bind_backbone(self, lm: LoadedLM) -> None:
+        """Use this (already loaded) backbone when restoring a saved state."""
+        self.base = lm
+
+    # ---- log-probabilities -----------------------------------------------------------------------------
+    def _encode(self, items: Sequence[tuple[Any, str]]) -> list[Seq]:
+        assert self.base is not None
+        return encode_items(self.base.tokenizer, items, self.max_length)
+
+    @property
+    def _pad(self) -> int:
+        assert self.base is not None
+        return int(self.base.tokenizer.pad_token_id)
+
+    def _policy_lp(self, seqs: Sequence[Seq], offsets: torch.Tensor | None) -> torch.Tensor:
+        """log π_θ(y | e_0 + offset, x); ``offsets`` (B, T, d) or None for the generic user."""
+        assert self.e0 is not None and self.base is not None
+        prefix = self.e0.expand(len(seqs), -1, -1)
+        if offsets is not None:
+            prefix = prefix + offsets
+        return response_logprobs(
+            self.model.get_base_model(), seqs, self._pad, prefix=prefix, device=self.base.policy.device
+        )
+
+    def _ref_lp(self, seqs: Sequence[Seq]) -> torch.Tensor:
+        assert self.base is not None
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(seqs), self.batch_eval):
+                out.append(
+                    response_logprobs(
+                        self.base.model,
+                        seqs[s : s + self.batch_eval],
+                        self._pad,
+                        device=self.base.policy.device,
+                    )
+                    .float()
+                    .cpu()
+                )
+        return torch.cat(out) if out else torch.zeros(0)
+
+    def _dpo(self, lw: torch.Tensor, ll: torch.Tensor, rw: torch.Tensor, rl: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.softplus(-self.beta * ((lw - rw) - (ll - rl))).mean()
+
+    # ---- training --------------------------------------------------------------------------------------
+    def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
+        self.base = base = resolve_backbone(self.backbone, ctx, prefer_policy=self.prefer_policy)
+        self.seed = ctx.seed
+        self.users = sorted({p.user_id for p in pairs})
+        index = {u: i for i, u in enumerate(self.users)}
+        uidx = torch.tensor([index[p.user_id] for p in pairs])
+        sw = self._encode([(p.prompt, p.chosen) for p in pairs])
+        sl = self._encode([(p.prompt, p.rejected) for p in pairs])
+        ref_w, ref_l = self._ref_lp(sw), self._ref_lp(sl)
+        dev = base.policy.device
+        with seeded(ctx.seed):
+            self.model = add_lora(base, self.lora_r, self.lora_alpha, self.target_modules)
+            emb = base.model.get_input_embeddings().weight
+            e0 = torch.nn.Parameter(
+                emb.detach().float().std() * torch.randn(self.n_tokens, emb.shape[1]).to(dev)
+            )
+            offsets = torch.nn.Parameter(emb.new_zeros(len(self.users), self.n_tokens, emb.shape[1]).float())
+            self.e0 = e0
+            opt = torch.optim.AdamW(
+                [
+                    {"params": [p for p in self.model.parameters() if p.requires_grad], "lr": self.lr},
+                    {"params": [e0, offsets], "lr": self.token_lr, "weight_decay": 0.0},
+                ]
+            )
+            self.losses = []
+            for batch in minibatches(
+                len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)
+            ):
+                both = [sw[i] for i in batch] + [sl[i] for i in batch]
+                off = offsets[uidx[batch]]
+                lp_user = self._policy_lp(both, torch.cat([off, off]))
+                lp_gen = self._policy_lp(both, None)
+                rw, rl = ref_w[batch].to(dev), ref_l[batch].to(dev)
+                n = len(batch)
+                loss = self.alpha * self._dpo(lp_user[:n], lp_user[n:], rw, rl) + (
+                    1 - self.alpha
+                ) * self._dpo(lp_gen[:n], lp_gen[n:], rw, rl)
+                opt.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                opt.step()
+                self.losses.append(float(loss.detach()))
+        self.model.eval()
+        self.e0, self.O = e0.detach(), offsets.detach()
+        self.lora = lora_state(self.model)
+        self.adapted = {}
+
+    def adapt(self, user_id: str, shots: Sequence[PreferencePair]) -> None:
+        """Default (``adapt_steps`` = 0): nothing — unseen users are the generic user. Otherwise fit o_u on
+        the shots (π_θ and e_0 frozen). Each call replaces the user's earlier adaptation."""
+        self.adapted.pop(user_id, None)
+        if self.adapt_steps <= 0 or not shots or self.e0 is None:
+            return
+        sw = self._encode([(p.prompt, p.chosen) for p in shots])
+        sl = self._encode([(p.prompt, p.rejected) for p in shots])
+        rw, rl = self._ref_lp(sw), self._ref_lp(sl)
+        with seeded(user_seed(self.seed, user_id)):
+            o = torch.nn.Parameter(torch.zeros_like(self.e0))
+            opt = torch.optim.Adam([o], lr=self.token_lr)
+            n = len(shots)
+            for _ in range(self.adapt_steps):
+                lp = self._policy_lp(sw + sl, o.expand(2 * n, -1, -1))
+                loss = self._dpo(lp[:n], lp[n:], rw.to(lp.device), rl.to(lp.device))
+                opt.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                opt.step()
+        self.adapted[user_id] = o.detach()
+
+    # ---- scoring ---------------------------------------------------------------------------------------
+    def _offset(self, user_id: str) -> torch.Tensor:
+        assert self.e0 is not None and self.O is not None
+        if user_id in self.adapted:
+            return self.adapted[user_id]
+        if user_id in self.users:
+            return self.O[self.users.index(user_id)]
+        return torch.zeros_like(self.e0)  # generic user
+
+    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        if self.model is None or self.e0 is None:
+            raise RuntimeError(f"{self.name} used before fit")
+        seqs = self._encode([(it.prompt, it.response) for it in items])
+        ref = self._ref_lp(seqs)
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(seqs), self.batch_eval):
+                off = torch.stack([self._offset(it.user_id) for it in items[s : s + self.batch_eval]])
+                out.append(self._policy_lp(seqs[s : s + self.batch_eval], off).float().cpu())
+        lp = torch.cat(out) if out else torch.zeros(0)
+        return (self.beta * (lp - ref)).double().numpy()
+
+    # ---- state -----------------------------------------------------------------------------------------
+    def state(self) -> dict[str, np.ndarray]:
+        if self.e0 is None or self.O is None or self.base is None:
+            raise RuntimeError(f"{self.name}: state() before fit")
+        return {
+            "e0": self.e0.cpu().numpy(),
+            "O": self.O.cpu().numpy(),
+            "users": str_array(self.users),
+            "seed": np.asarray(self.seed),
+            **backbone_state(self.base),
+            **self.lora,
+        }
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.base = backbone_from_state(state, self.base)
+        dev = self.base.policy.device
+        self.e0 = torch.from_numpy(np.array(state["e0"])).to(dev)
+        self.O = torch.from_numpy(np.array(state["O"])).to(dev)
+        self.users, self.seed, self.adapted = str_list(state["users"]), int(state["seed"]), {}
+        self.lora = {k: v for k, v in state.items() if k.startswith("lora.")}
+        self.model = add_lora(self.base, self.lora_r, self.lora_alpha, self.target_modules)
+        load_lora_state(self.model, self.lora)
+        self.model.eval()

@@ -1,0 +1,157 @@
+"""VPL — variational preference learning (Poddar et al. 2024), on frozen features.
+
+Encoder: each context pair (z_w, z_l) of a user goes through a pair MLP; a self-attention layer (with a
+residual and LayerNorm) mixes the set; the mean over the set gives (μ, log σ²) (log σ² clamped to
+[−6, 2]). Latent z = μ + σ·ε during training, z = μ at evaluation. Reward r(y, z) = MLP([z_y; z]).
+Loss: −log σ(r_w − r_l) (mean over users of the mean over their pairs) + β·KL(q(z | context) ‖ N(0, I)),
+β = 3e-6 reached by linear annealing over the first half of training.
+
+Our readings: each step draws, for every seen user, a random context of 1..``ctx_max`` of their own
+pairs (so the encoder sees every context size the few-shot curve will ask for) and scores all of that
+user's pairs; a seen user's z at evaluation is μ of all their train pairs.
+
+New user: z = μ(encoder(their shots)) — no gradient step. Unknown user: the mean of the seen users' μ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from perbench.rewards.base import RMContext
+from perbench.rewards.personal import (
+    PairData,
+    PersonalFeatureRM,
+    adam_steps,
+    load_module_state,
+    module_state,
+    np32,
+)
+
+LOGVAR_MIN, LOGVAR_MAX = -6.0, 2.0
+
+
+class VPLNet(torch.nn.Module):
+    def __init__(self, d: int, hidden: int, z_dim: int, heads: int = 4) -> None:
+        super().__init__()
+        self.pair = torch.nn.Sequential(
+            torch.nn.Linear(2 * d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden)
+        )
+        self.attn = torch.nn.MultiheadAttention(hidden, heads, batch_first=True)
+        self.norm = torch.nn.LayerNorm(hidden)
+        self.head = torch.nn.Linear(hidden, 2 * z_dim)
+        self.reward = torch.nn.Sequential(
+            torch.nn.Linear(d + z_dim, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, 1)
+        )
+
+    def encode(
+        self, cw: torch.Tensor, cl: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(U, C, d) context pairs, (U, C) bool validity -> μ, log σ² of shape (U, z)."""
+        h = self.pair(torch.cat([cw, cl], -1))
+        a, _ = self.attn(h, h, h, key_padding_mask=~mask, need_weights=False)
+        h = self.norm(h + a)
+        m = mask[..., None].float()
+        pooled = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+        mu, logvar = self.head(pooled).chunk(2, dim=-1)
+        return mu, logvar.clamp(LOGVAR_MIN, LOGVAR_MAX)
+
+    def r(self, zy: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.reward(torch.cat([zy, z], -1))[..., 0]  # type: ignore[no-any-return]
+
+
+class VPL(PersonalFeatureRM):
+    name: ClassVar[str] = "vpl"
+    fallback_doc = "the mean of the seen users' latent μ"
+
+    def __init__(
+        self,
+        hidden: int = 64,
+        z_dim: int = 8,
+        ctx_max: int = 20,
+        steps: int = 300,
+        lr: float = 3e-3,
+        weight_decay: float = 1e-2,
+        beta: float = 3e-6,
+        anneal: float = 0.5,
+        **params: Any,
+    ) -> None:
+        super().__init__(
+            hidden=hidden,
+            z_dim=z_dim,
+            ctx_max=ctx_max,
+            steps=steps,
+            lr=lr,
+            weight_decay=weight_decay,
+            beta=beta,
+            anneal=anneal,
+            **params,
+        )
+        self.hidden, self.z_dim, self.ctx_max, self.steps, self.lr = hidden, z_dim, ctx_max, steps, lr
+        self.weight_decay, self.beta, self.anneal = weight_decay, beta, anneal
+        self.net: VPLNet | None = None
+        self.Z: torch.Tensor | None = None  # (U, z) seen users' μ
+
+    def _context(
+        self, zw: torch.Tensor, zl: torch.Tensor, groups: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pad per-user index lists into (U, C, d) context tensors and a (U, C) mask."""
+        C = max(1, max(len(g) for g in groups))
+        idx = torch.zeros(len(groups), C, dtype=torch.long)
+        mask = torch.zeros(len(groups), C, dtype=torch.bool)
+        for i, g in enumerate(groups):
+            idx[i, : len(g)] = g
+            mask[i, : len(g)] = True
+        return zw[idx], zl[idx], mask
+
+    def _fit(self, data: PairData, ctx: RMContext) -> None:
+        d = data.zw.shape[1]
+        self.net = net = VPLNet(d, self.hidden, self.z_dim)
+        by_user = data.by_user()
+        wt = data.pair_weights()
+        gen = torch.Generator().manual_seed(ctx.seed)
+
+        def loss_fn(t: int) -> torch.Tensor:
+            groups = []
+            for g in by_user:
+                c = int(torch.randint(1, min(self.ctx_max, len(g)) + 1, (1,), generator=gen))
+                groups.append(g[torch.randperm(len(g), generator=gen)[:c]])
+            cw, cl, mask = self._context(data.zw, data.zl, groups)
+            mu, logvar = net.encode(cw, cl, mask)
+            z = mu + (0.5 * logvar).exp() * torch.randn(mu.shape, generator=gen)
+            zu = z[data.uidx]
+            bt = (torch.nn.functional.softplus(-(net.r(data.zw, zu) - net.r(data.zl, zu))) * wt).sum()
+            kl = 0.5 * (mu**2 + logvar.exp() - logvar - 1).sum(-1).mean()
+            beta = self.beta * min(1.0, (t + 1) / max(1.0, self.anneal * self.steps))
+            return bt + beta * kl
+
+        adam_steps(list(net.parameters()), loss_fn, self.steps, self.lr, self.weight_decay)
+        net.eval()
+        with torch.no_grad():
+            cw, cl, mask = self._context(data.zw, data.zl, by_user)
+            self.Z = net.encode(cw, cl, mask)[0]
+
+    def _adapt(self, user_id: str, data: PairData) -> torch.Tensor:
+        assert self.net is not None, "fit first"
+        with torch.no_grad():
+            cw, cl, mask = self._context(data.zw, data.zl, [torch.arange(len(data.zw))])
+            return self.net.encode(cw, cl, mask)[0][0]
+
+    def _reward(self, user_ids: Sequence[str], z: torch.Tensor) -> torch.Tensor:
+        if self.net is None or self.Z is None:
+            raise RuntimeError(f"{self.name} used before fit")
+        return self.net.r(z, self.user_rows(user_ids, self.Z, self.Z.mean(0)))
+
+    def _state(self) -> dict[str, np.ndarray]:
+        assert self.net is not None and self.Z is not None
+        return {"Z": np32(self.Z), **module_state(self.net, "net.")}
+
+    def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.Z = torch.from_numpy(state["Z"].astype(np.float32))
+        d = state["net.reward.0.weight"].shape[1] - self.z_dim
+        self.net = VPLNet(d, self.hidden, self.z_dim)
+        load_module_state(self.net, state, "net.")
+        self.net.eval()

@@ -1,0 +1,1 @@
+"""Runs: config -> benchmark -> reward models -> upstream metrics -> decoding -> downstream metrics -> results."""

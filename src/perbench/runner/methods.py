@@ -1,0 +1,78 @@
+"""A reward model inside a run: built lazily, fit once (state cached by content), adapted per shot count."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from perbench.config import Component
+from perbench.data.records import Benchmark, PreferencePair
+from perbench.rewards.base import FeatureRM, RewardModel, RMContext
+from perbench.runner.units import Units, unit_key
+
+
+class MethodHandle:
+    def __init__(self, spec: Component, bench: Benchmark, ctx: RMContext, units: Units, *, baseline: bool = False) -> None:
+        from perbench import registry
+
+        self.spec = spec
+        self.label = spec.label()
+        self.baseline = baseline
+        self.bench = bench
+        self.ctx = ctx
+        self.units = units
+        self.cls: type[RewardModel] = registry.reward_models.get(spec.name)
+        self._rm: RewardModel | None = None
+        self._adapted: int | None = None
+        probe = self.cls(**spec.params)
+        backbone = ctx.features.fingerprint if ctx.features is not None and isinstance(probe, FeatureRM) else None
+        self.fit_key = unit_key("fit", probe.config_key(), bench.fingerprint(), backbone, ctx.seed)
+
+    @property
+    def user_agnostic(self) -> bool:
+        return self.cls.user_agnostic
+
+    @property
+    def is_feature_rm(self) -> bool:
+        return issubclass(self.cls, FeatureRM)
+
+    def fitted(self) -> RewardModel:
+        if self._rm is None:
+            rm = self.cls(**self.spec.params)
+            key = self.fit_key
+            raw = self.units.store.get_bytes(key)
+            if isinstance(rm, FeatureRM) and self.ctx.features is not None:
+                rm.bind(self.ctx.features)
+            if raw is not None:
+                from perbench.cache import unpack_arrays
+
+                rm.load_state(unpack_arrays(raw))
+                self.units.reused["fit"] += 1
+            else:
+                rm.fit(self.bench.train_pairs(), self.ctx)
+                from perbench.cache import pack_arrays
+
+                self.units.store.put_bytes(key, pack_arrays(**rm.state()))
+                self.units.computed["fit"] += 1
+            self._rm = rm
+        return self._rm
+
+    def adapted(self, shots: int) -> RewardModel:
+        """The fitted model with every unseen user adapted from their first ``shots`` pairs."""
+        rm = self.fitted()
+        if self._adapted != shots and not self.user_agnostic:
+            for user in self.bench.unseen_users:
+                rm.adapt(user, self.bench.fewshot(user, shots))
+            self._adapted = shots
+        return rm
+
+    def key(self, shots: int, *extra: Any) -> str:
+        return unit_key(self.fit_key, None if self.user_agnostic else shots, *extra)
+
+
+def pair_ids(pairs: Sequence[PreferencePair]) -> list[str]:
+    return [p.content_key() for p in pairs]
+
+
+def params_of(rm: Any) -> dict[str, Any]:
+    return dict(getattr(rm, "params", {}))

