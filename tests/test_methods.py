@@ -216,8 +216,12 @@ def test_pal_prompt_context_matches_score() -> None:
     np.testing.assert_allclose(per_row.numpy(), rm.score(items), rtol=1e-5, atol=1e-5)
     rm.set_prompt_context({users[0]: px[0]})  # one prompt per user (e.g. one decoding request each)
     with torch.inference_mode():
-        by_user = rm.reward_from_features(users[:2], feats[:2])
-    np.testing.assert_allclose(by_user.numpy(), per_row.numpy()[:2], rtol=1e-5, atol=1e-5)
+        by_user = rm.reward_from_features([*users[:2], "other"], feats[:3])
+    np.testing.assert_allclose(by_user.numpy()[:2], per_row.numpy()[:2], rtol=1e-5, atol=1e-5)
+    rm.set_prompt_context(None)
+    with torch.inference_mode():  # users without a registered prompt use the mean prototypes
+        alone = rm.reward_from_features(["other"], feats[2:3]).numpy()[0]
+    np.testing.assert_allclose(by_user.numpy()[2], alone, rtol=1e-5, atol=1e-5)
     rm.set_prompt_context(None)  # fallback: mean prototypes, still a valid reward
     with torch.inference_mode():
         assert torch.isfinite(rm.reward_from_features(users, feats)).all()

@@ -141,6 +141,10 @@ def test_genarm_reward_is_token_factorised_and_stepper_is_exact(tiny_lm, store) 
     again.bind_backbone(tiny_lm)
     again.load_state(rm.state())
     np.testing.assert_allclose(again.score(probe()), rm.score(probe()), rtol=1e-5, atol=1e-5)
+    twin = new("genarm", steps=30, lr=3e-3, beta=1.0)
+    twin.fit(TRAIN, ctx)
+    assert twin.losses == rm.losses
+    assert all(np.array_equal(rm.state()[k], twin.state()[k]) for k in rm.state())
 
 
 # ---- ICL judge ----------------------------------------------------------------------------------------

@@ -159,15 +159,34 @@ reward_models.register("icl_judge", "perbench.rewards.icl_judge:ICLJudge",
 reward_models.register("hub_rm", "perbench.rewards.hub_rm:HubRM", help="any one-logit sequence-classifier RM")
 reward_models.register("dpo_implicit", "perbench.rewards.hub_rm:DPOImplicit",
                        help="DPO implicit reward log pi - log pi_ref (sum / mean / ref_free)")
+reward_models.register("token_ranker", "perbench.decoding.token_ranker:TokenRanker",
+                       help="token-level ranker on the policy's hidden states (no extra forward in ARGS)")
 reward_models.register("factorized_ranker", "perbench.rewards.factorized_ranker:FactorizedRanker",
                        help="small MLP on the policy's hidden states with per-user embeddings")
 
 decoders.register("zero_shot", "perbench.decoding.greedy:ZeroShot", help="the policy alone (greedy or sampled)")
 decoders.register("args", "perbench.decoding.args:ARGS", help="ARGS reward-guided decoding (top-k, weight w)")
+decoders.register("genarm", "perbench.decoding.genarm:GenARMDecoder",
+                  help="GenARM: log pi_base + (1/beta) log pi_r over the whole vocabulary")
+decoders.register("best_of_n", "perbench.decoding.best_of_n:BestOfN",
+                  help="Best-of-N: N cached samples (T=1.0, top_p=0.9) re-ranked by each RM")
+decoders.register("icl", "perbench.decoding.icl:ICL",
+                  help="policy with k of the user's items in the prompt (random; chosen-only or pairs)")
+decoders.register("icl_rag", "perbench.decoding.icl:ICLRAG",
+                  help="ICL with retrieved items (bm25 default, or dense with the bundled encoder)")
 
 metrics.register("rm_accuracy", "perbench.metrics.rm_accuracy:rm_accuracy", help="pairwise RM accuracy with tie policy")
 metrics.register("policy_accuracy", "perbench.metrics.policy_accuracy:policy_accuracy", help="teacher-forced RGD score accuracy")
 metrics.register("rubric", "perbench.metrics.rubric:rubric_satisfaction", help="exact rubric satisfaction via checkers")
 metrics.register("rouge", "perbench.metrics.text:rouge", help="ROUGE-1/ROUGE-L F1 vs the user's reference")
+metrics.register("rgd_policy_accuracy", "perbench.metrics.policy_accuracy:rgd_policy_accuracy",
+                 help="PA under the RGD-induced policy (top-k softmax; misses counted)")
+metrics.register("win_rate", "perbench.metrics.win_rate:win_rate",
+                 help="reward-hacking win rate: own guided output vs zero-shot (ties 1/2)")
+metrics.register("bertscore", "perbench.metrics.text:bertscore", help="BERTScore F1 with a local encoder")
+metrics.register("rubric_judge", "perbench.metrics.judge:RubricJudge",
+                 help="LLM judge, 0/1/2 per rubric aspect, parse failures counted")
+metrics.register("bon_curve", "perbench.decoding.best_of_n:bon_curve",
+                 help="ground-truth quality of Best-of-n vs n (first n samples)")
 
 executors.register("local", "perbench.runner.executors:LocalExecutor", help="in-process, sequential")

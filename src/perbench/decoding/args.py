@@ -7,17 +7,18 @@ softmax(score / τ). Log-probabilities (not raw logits) so scores are comparable
 The RM must be a :class:`~perbench.rewards.base.FeatureRM` whose backbone shares the policy's tokenizer.
 Its k candidate rewards come from one tree forward on the RM's KV cache (:meth:`CachedLM.expand`).
 When the RM backbone *is* the policy, that same forward also advances the policy: one k-token forward
-per step, no second model.
+per step, no second model. A token-level scorer (:class:`TokenScorer`, e.g. the token ranker) scores the k
+candidates from the policy's current hidden state and the candidates' embeddings: no extra forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
-from perbench.decoding.base import Decoder, GenRequest, Generation, decode_loop, row_generators, sample_rows
+from perbench.decoding.base import Decoder, Generation, GenRequest, decode_loop, row_generators, sample_rows
 from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
 from perbench.models.loader import LoadedLM
@@ -39,6 +40,8 @@ class ARGS(Decoder):
     def generate(
         self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | None, *, max_new_tokens: int
     ) -> list[Generation]:
+        if is_token_scorer(rm):
+            return self._generate_token_level(policy, requests, rm, max_new_tokens)  # type: ignore[arg-type]
         if not isinstance(rm, FeatureRM) or rm.extractor is None:
             raise TypeError(f"ARGS needs a fitted frozen-feature reward model, got {type(rm).__name__}")
         rm_lm = rm.extractor.lm
@@ -60,7 +63,8 @@ class ARGS(Decoder):
             hc = scorer.expand(cands)  # (B, k, d)
             B, k, d = hc.shape
             with torch.inference_mode():
-                r = rm.reward_from_features([u for u in users for _ in range(k)], hc.reshape(B * k, d).float())
+                r = rm.reward_from_features([u for u in users for _ in range(k)],
+                                            hc.reshape(B * k, d).float())
             score = top_lp + self.w * r.view(B, k).to(top_lp.device)
             idx = sample_rows(score, self.temperature, gens) if self.sample else score.argmax(-1)
             tokens = cands.gather(1, idx[:, None])[:, 0]
@@ -70,3 +74,38 @@ class ARGS(Decoder):
             return tokens, None
 
         return decode_loop(policy, requests, max_new_tokens, choose)
+
+    def _generate_token_level(self, policy: LoadedLM, requests: Sequence[GenRequest], rm: TokenScorer,
+                              max_new_tokens: int) -> list[Generation]:
+        """A token-level scorer reads the policy's own hidden state: no candidate forward at all."""
+        if rm.backbone_fingerprint != policy.fingerprint:
+            raise ValueError(f"ARGS: the token-level ranker was built on {rm.backbone_fingerprint}, not on "
+                             f"the policy {policy.fingerprint} (set rm_backbone to the policy)")
+        users = [r.user_id for r in requests]
+        gens = row_generators(requests, policy.policy.device) if self.sample else []
+
+        def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, None]:
+            lp = state.logprobs(hidden)
+            top_lp, cands = lp.topk(self.k, dim=-1)
+            r = rm.candidate_rewards(users, hidden, cands).to(top_lp.device)
+            score = top_lp + self.w * r
+            idx = sample_rows(score, self.temperature, gens) if self.sample else score.argmax(-1)
+            return cands.gather(1, idx[:, None])[:, 0], None
+
+        return decode_loop(policy, requests, max_new_tokens, choose)
+
+
+class TokenScorer(Protocol):
+    """A reward that scores (policy hidden state, next token) pairs directly, e.g.
+    :class:`~perbench.decoding.token_ranker.TokenRanker`."""
+
+    @property
+    def backbone_fingerprint(self) -> str: ...
+
+    def candidate_rewards(self, user_ids: Sequence[str], hidden: torch.Tensor,
+                          cands: torch.Tensor) -> torch.Tensor: ...
+
+
+def is_token_scorer(rm: object) -> bool:
+    """Checked on the class: a property lookup on an unbound RM could raise."""
+    return callable(getattr(type(rm), "candidate_rewards", None))

@@ -78,6 +78,24 @@ def top_p_filter(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.full_like(logprobs, float("-inf")).scatter(-1, order, sorted_lp)
 
 
+def sample_top_p(logprobs: torch.Tensor, top_p: float, gens: Sequence[torch.Generator]) -> torch.Tensor:
+    """One sample per row from the nucleus (smallest set with cumulative mass ≥ top_p) -> (B,) token ids.
+
+    Sorting once and drawing from each row's nucleus only keeps the multinomial small (a full-vocabulary
+    draw per row costs more than a small model's forward on a CPU)."""
+    if top_p >= 1.0:
+        return sample_rows(logprobs, 1.0, gens)
+    sorted_lp, order = logprobs.float().sort(dim=-1, descending=True)
+    probs = sorted_lp.exp()
+    keep = (probs.cumsum(-1) - probs) < top_p  # keeps the token that crosses the threshold
+    out = []
+    for b in range(len(gens)):
+        n = max(int(keep[b].sum()), 1)
+        i = torch.multinomial(probs[b, :n], 1, generator=gens[b])[0]
+        out.append(order[b, i])
+    return torch.stack(out)
+
+
 def decode_loop(
     policy: LoadedLM,
     requests: Sequence[GenRequest],

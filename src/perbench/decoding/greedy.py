@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from perbench.decoding.base import Decoder, GenRequest, Generation, decode_loop, row_generators, sample_rows, top_p_filter
+from perbench.decoding.base import Decoder, GenRequest, Generation, decode_loop, row_generators, sample_top_p
 from perbench.decoding.stepper import CachedLM
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel
@@ -30,6 +30,6 @@ class ZeroShot(Decoder):
             if not self.sample:
                 return lp.argmax(-1), None
             lp = torch.log_softmax(lp / self.temperature, dim=-1)  # temperature first, then the nucleus
-            return sample_rows(top_p_filter(lp, self.top_p), 1.0, gens), None
+            return sample_top_p(lp, self.top_p, gens), None
 
         return decode_loop(policy, requests, max_new_tokens, choose)

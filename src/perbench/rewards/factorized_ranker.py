@@ -92,6 +92,7 @@ class FactorizedRanker(PersonalFeatureRM):
         self.net: RankerNet | None = None
         self.E: torch.Tensor | None = None  # (U, emb)
         self.backbone_params: int | None = None
+        self.hidden_used = hidden
 
     @property
     def n_params(self) -> int:

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from perbench.data.records import PreferencePair
 from perbench.rewards.base import RMContext, ScoreItem
 from perbench.rewards.global_bt import Standardizer
 from perbench.rewards.personal import (
@@ -117,6 +118,9 @@ class PAL(PersonalFeatureRM):
     def _bound(self, protos: torch.Tensor) -> torch.Tensor:
         return torch.relu(protos.norm(dim=-1) - PROTO_NORM_BOUND).pow(2).mean()
 
+    def _extract_more(self, pairs: Sequence[PreferencePair]) -> None:
+        self._require_extractor().prompt_features([p.prompt for p in pairs], desc=f"{self.name} prompts")
+
     def _prompt_z(self, data: PairData) -> torch.Tensor:
         px = self._require_extractor().prompt_features(
             [p.prompt for p in data.pairs], desc=f"{self.name} prompts"
@@ -172,27 +176,38 @@ class PAL(PersonalFeatureRM):
         if prompt_feats is None:
             self._prompt_ctx = None
         elif isinstance(prompt_feats, Mapping):
-            self._prompt_ctx = {u: torch.as_tensor(v, dtype=torch.float32) for u, v in prompt_feats.items()}
+            self._prompt_ctx = {
+                u: torch.as_tensor(v, dtype=torch.float32).cpu() for u, v in prompt_feats.items()
+            }
         else:
-            self._prompt_ctx = torch.as_tensor(prompt_feats, dtype=torch.float32)
+            self._prompt_ctx = torch.as_tensor(prompt_feats, dtype=torch.float32).cpu()
 
     def _reward(self, user_ids: Sequence[str], z: torch.Tensor) -> torch.Tensor:
         ctx = self._prompt_ctx
-        px: torch.Tensor | None = None
-        if isinstance(ctx, dict):
-            if all(u in ctx for u in user_ids):
-                px = torch.stack([ctx[u] for u in user_ids]) if user_ids else None
+        if isinstance(ctx, dict):  # rows of users with a registered prompt use it, the others ḡ
+            rows = [i for i, u in enumerate(user_ids) if u in ctx]
+            if rows:
+                px = torch.stack([ctx[user_ids[i]] for i in rows])
+                return self._reward_with_prompt(user_ids, z, self.std_x(px), rows)
         elif ctx is not None and len(ctx) == len(z):
-            px = ctx
-        return self._reward_with_prompt(user_ids, z, None if px is None else self.std_x(px))
+            return self._reward_with_prompt(user_ids, z, self.std_x(ctx))
+        return self._reward_with_prompt(user_ids, z, None)
 
     def _reward_with_prompt(
-        self, user_ids: Sequence[str], z: torch.Tensor, zx: torch.Tensor | None
+        self, user_ids: Sequence[str], z: torch.Tensor, zx: torch.Tensor | None, rows: list[int] | None = None
     ) -> torch.Tensor:
+        """Rewards with the prototypes of prompt features ``zx`` (for ``rows``, default all rows; the other
+        rows use the mean prototypes ḡ)."""
         if self.net is None or self.W is None or self.gbar is None:
             raise RuntimeError(f"{self.name} used before fit")
         w = self.user_rows(user_ids, self.W, self.W.mean(0))  # (N, K)
-        protos = self.gbar.expand(len(z), -1, -1) if zx is None else self._protos(zx)
+        if zx is None:
+            protos = self.gbar.expand(len(z), -1, -1)
+        elif rows is None:
+            protos = self._protos(zx)
+        else:
+            protos = self.gbar.expand(len(z), -1, -1).clone()
+            protos[rows] = self._protos(zx)
         point = (w[:, :, None] * protos).sum(1)
         return self._r(self.net.f(z), point)
 

@@ -46,6 +46,24 @@ def seeded(seed: int) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def small_ops() -> Iterator[None]:
+    """Run a block of many tiny tensor ops single-threaded, restoring the thread count afterwards.
+
+    The heads here are small (d ≤ a few thousand, ~1000 pairs): multi-threading buys nothing per op, and on
+    a busy machine every parallel region waits for a descheduled worker (measured on a loaded 2-core box:
+    a PAL fit took 170 s with 2 threads vs < 2 s with 1).
+    """
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 def user_seed(seed: int, user_id: str) -> int:
     """A stable per-user seed (``hash()`` is salted per process, crc32 is not)."""
     return (seed * 1_000_003 + zlib.crc32(user_id.encode())) % (2**31)
@@ -178,7 +196,8 @@ class PersonalFeatureRM(FeatureRM):
         self.std.fit(np.concatenate([fw, fl]))
         data = self._pair_data(pairs, fw, fl)
         self._set_users(data.users)
-        with seeded(ctx.seed):
+        self._extract_more(pairs)
+        with seeded(ctx.seed), small_ops():
             self._fit(data, ctx)
 
     def _pair_data(self, pairs: Sequence[PreferencePair], fw: np.ndarray, fl: np.ndarray) -> PairData:
@@ -206,8 +225,13 @@ class PersonalFeatureRM(FeatureRM):
             return
         fw, fl = pair_feature_arrays(self._require_extractor(), shots, desc=f"{self.name} shots")
         data = self._pair_data(shots, fw, fl)
-        with seeded(user_seed(self.seed, user_id)):
+        self._extract_more(shots)
+        with seeded(user_seed(self.seed, user_id)), small_ops():
             self.adapted[user_id] = self._adapt(user_id, data)
+
+    def _extract_more(self, pairs: Sequence[PreferencePair]) -> None:
+        """Hook: extract (and cache) any other backbone features the method reads, *before* training enters
+        :func:`small_ops` — the backbone should run with every thread."""
 
     @abstractmethod
     def _fit(self, data: PairData, ctx: RMContext) -> None: ...
@@ -217,7 +241,9 @@ class PersonalFeatureRM(FeatureRM):
 
     # ---- scoring -----------------------------------------------------------------------------------
     def reward_from_features(self, user_ids: Sequence[str], feats: torch.Tensor) -> torch.Tensor:
-        return self._reward(user_ids, self.std(feats))
+        """Heads live on the CPU (they are tiny); features from a GPU backbone come back as rewards on
+        the features' device."""
+        return self._reward(user_ids, self.std(feats.detach().float().cpu())).to(feats.device)
 
     @abstractmethod
     def _reward(self, user_ids: Sequence[str], z: torch.Tensor) -> torch.Tensor:

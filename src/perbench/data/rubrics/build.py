@@ -15,12 +15,13 @@ The pool is one JSON line per candidate: ``{prompt_id, cand_id, source, text, an
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from perbench.data.records import AspectPole
 from perbench.data.rubrics.aspects import ASPECTS, annotate, satisfies_all, to_pole
-from perbench.data.rubrics.prompts import RUBRIC_PROMPTS
+from perbench.data.rubrics.prompts import RUBRIC_PROMPTS, RubricPrompt
 from perbench.data.rubrics.users import RUBRIC_USERS
 from perbench.io import atomic_write_jsonl
 
@@ -79,59 +80,57 @@ def apply_assignment(text: str, assignment: dict[str, str], rng: random.Random) 
     return text
 
 
-def build_pool(
-    out: Path | None = None,
-    seed: int = 0,
-    policy: str = "smollm2",
-    limit: int | None = None,
-    max_new_tokens: int = 200,
-    n_edits: int = 8,
-    batch_size: int = 8,
-) -> Path:
+def generate_bases(prompts: Sequence[RubricPrompt], *, seed: int = 0, policy: str = "smollm2",
+                   max_new_tokens: int = 200, batch_size: int = 8) -> dict[str, dict[str, str]]:
+    """prompt_id -> style -> the policy's response to ``style instruction + prompt`` (seeded sampling)."""
     from perbench.decoding.base import GenRequest, batched
     from perbench.decoding.greedy import ZeroShot
-    from perbench.device import set_threads
     from perbench.models.loader import load_lm
     from perbench.progress import progress
 
-    set_threads()
-    out = out or POOL_PATH
     lm = load_lm(policy)
-    prompts = RUBRIC_PROMPTS[:limit] if limit else RUBRIC_PROMPTS
-    reqs = [
-        GenRequest(f"{instr}\n\n{p.text}", f"{p.prompt_id}:{style}", seed=seed * 7919 + i)
-        for i, (p, (style, instr)) in enumerate((p, s) for p in prompts for s in STYLES.items())
-    ]
+    reqs = [GenRequest(f"{instr}\n\n{p.text}", f"{p.prompt_id}:{style}", seed=seed * 7919 + i)
+            for i, (p, (style, instr)) in enumerate((p, s) for p in prompts for s in STYLES.items())]
     decoder = ZeroShot(sample=True, temperature=0.7, top_p=0.9)
-    bases: dict[str, str] = {}
+    bases: dict[str, dict[str, str]] = {p.prompt_id: {} for p in prompts}
     bar = progress(total=len(reqs), desc="pool: base responses", unit="gen")
     for batch in batched(reqs, batch_size):
         for r, g in zip(batch, decoder.generate(lm, batch, None, max_new_tokens=max_new_tokens), strict=True):
-            bases[r.user_id] = g.text or "I am not sure."
+            pid, style = r.user_id.split(":")
+            bases[pid][style] = g.text or "I am not sure."
         bar.update(len(batch))
     bar.close()
+    return bases
+
+
+def assemble_pool(bases: dict[str, dict[str, str]], *, seed: int = 0, n_edits: int = 8) -> list[dict[str, Any]]:
+    """Base responses + rubric-covering edits, deduplicated and annotated by every checker."""
     rows: list[dict[str, Any]] = []
-    for p in prompts:
-        rng = random.Random(f"{seed}:{p.prompt_id}")
-        cands = [(f"base-{s}", bases[f"{p.prompt_id}:{s}"]) for s in STYLES]
+    for pid, by_style in bases.items():
+        rng = random.Random(f"{seed}:{pid}")
+        cands = [(f"base-{s}", t) for s, t in by_style.items()]
         for j, assignment in enumerate(cover_assignments(rng, n_edits)):
-            src_name, src_text = cands[j % len(STYLES)]
+            src_name, src_text = cands[j % len(by_style)]
             cands.append((f"edit{j}<-{src_name}", apply_assignment(src_text, assignment, rng)))
         seen: set[str] = set()
         for ci, (source, text) in enumerate(cands):
             if text in seen:
                 continue
             seen.add(text)
-            rows.append(
-                {
-                    "prompt_id": p.prompt_id,
-                    "cand_id": f"{p.prompt_id}-c{ci:02d}",
-                    "source": source,
-                    "text": text,
-                    "annotations": annotate(text),
-                }
-            )
-    atomic_write_jsonl(out, rows)
+            rows.append({"prompt_id": pid, "cand_id": f"{pid}-c{ci:02d}", "source": source, "text": text,
+                         "annotations": annotate(text)})
+    return rows
+
+
+def build_pool(out: Path | None = None, seed: int = 0, policy: str = "smollm2", limit: int | None = None,
+               max_new_tokens: int = 200, n_edits: int = 8, batch_size: int = 8) -> Path:
+    from perbench.device import set_threads
+
+    set_threads()
+    prompts = RUBRIC_PROMPTS[:limit] if limit else RUBRIC_PROMPTS
+    bases = generate_bases(prompts, seed=seed, policy=policy, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    out = out or POOL_PATH
+    atomic_write_jsonl(out, assemble_pool(bases, seed=seed, n_edits=n_edits))
     return out
 
 

@@ -1,0 +1,126 @@
+"""GenARM guided decoding (Xu et al., ICLR 2025), batched over prompts.
+
+The next token is drawn from (greedy: the argmax of)
+
+    π(v | x, y_<t) ∝ exp((log π_base(v | x, y_<t) + (1/β) · log π_r(v | x, y_<t)) / τ)
+
+over the **whole vocabulary**. π_r is an autoregressive reward model: a causal LM sharing the policy's
+tokenizer. Both models are KV-cached (:class:`~perbench.decoding.stepper.CachedLM`), so a step costs one
+one-token forward of the policy plus one of π_r — no candidate expansion.
+
+What the decoder accepts as the guide (``rm``):
+
+* an object following :class:`AutoregressiveRM` — ``lm`` (π_r, a :class:`LoadedLM`), ``beta`` and
+  ``prompt_ids(user_ids, prompts)`` (π_r's own, possibly user-conditioned, prompt ids). The GenARM reward
+  model in :mod:`perbench.rewards.genarm` is one;
+* a plain :class:`LoadedLM`, used as π_r on the same prompt as the policy, with ``beta`` from the decoder
+  (default 1.0).
+
+The decoder's ``beta`` overrides the RM's when given. With β → ∞ (or a uniform π_r) this is plain decoding
+of the base policy; ``sample=True`` draws with the request's own generator (temperature τ, then top-p).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+from perbench.data.records import Prompt
+from perbench.decoding.base import (
+    Decoder,
+    Generation,
+    GenRequest,
+    decode_loop,
+    row_generators,
+    sample_rows,
+    top_p_filter,
+)
+from perbench.decoding.stepper import CachedLM
+from perbench.models.chat import encode_prompt
+from perbench.models.loader import LoadedLM
+from perbench.rewards.base import RewardModel
+
+
+class AutoregressiveRM(Protocol):
+    """The interface GenARM decoding needs from an autoregressive reward model."""
+
+    beta: float
+
+    @property
+    def lm(self) -> LoadedLM | None: ...
+
+    def prompt_ids(self, user_ids: Sequence[str], prompts: Sequence[Prompt]) -> list[list[int]]: ...
+
+
+def resolve_guide(
+    rm: object, requests: Sequence[GenRequest], beta: float | None
+) -> tuple[LoadedLM, list[list[int]], float]:
+    """-> (π_r, π_r's prompt ids per request, β) for a GenARM-style RM or a plain LoadedLM."""
+    if isinstance(rm, LoadedLM):
+        return rm, [encode_prompt(rm.tokenizer, r.prompt) for r in requests], 1.0 if beta is None else beta
+    lm = getattr(rm, "lm", None)
+    if not isinstance(lm, LoadedLM) or not callable(getattr(rm, "prompt_ids", None)):
+        raise TypeError(
+            f"GenARM decoding needs an autoregressive RM (lm, beta, prompt_ids) or a LoadedLM, got "
+            f"{type(rm).__name__}" + (" (not fitted yet?)" if hasattr(rm, "prompt_ids") else ""))
+    ids = rm.prompt_ids([r.user_id for r in requests], [r.prompt for r in requests])  # type: ignore[attr-defined]
+    b = float(getattr(rm, "beta", 1.0)) if beta is None else beta
+    return lm, [list(x) for x in ids], b
+
+
+def is_autoregressive_rm(rm: object) -> bool:
+    """A LoadedLM or an object with ``lm``, ``beta`` and ``prompt_ids`` (checked on the class and instance
+    dict, so a property that raises before fit is not evaluated)."""
+    if isinstance(rm, LoadedLM):
+        return True
+    cls = type(rm)
+    return callable(getattr(cls, "prompt_ids", None)) and all(
+        hasattr(cls, a) or a in getattr(rm, "__dict__", {}) for a in ("lm", "beta"))
+
+
+class GenARMDecoder(Decoder):
+    name: ClassVar[str] = "genarm"
+    uses_rm: ClassVar[bool] = True
+
+    def __init__(self, beta: float | None = None, sample: bool = False, temperature: float = 1.0,
+                 top_p: float = 1.0, **params: Any) -> None:
+        p: dict[str, Any] = {} if beta is None else {"beta": beta}
+        if sample:
+            p.update(sample=True, temperature=temperature, top_p=top_p)
+        super().__init__(**p, **params)
+        if beta is not None and beta <= 0:
+            raise ValueError(f"genarm: beta must be > 0, got {beta}")
+        self.beta, self.sample, self.temperature, self.top_p = beta, sample, temperature, top_p
+
+    def generate(
+        self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | LoadedLM | None, *,
+        max_new_tokens: int,
+    ) -> list[Generation]:
+        r_lm, r_ids, beta = resolve_guide(rm, requests, self.beta)
+        if r_lm.tokenizer.get_vocab() != policy.tokenizer.get_vocab():
+            raise ValueError(f"GenARM needs π_r ({r_lm.name}) to share the policy's tokenizer")
+        gens = row_generators(requests, policy.policy.device) if self.sample else []
+        r_state = CachedLM(r_lm, r_ids)
+        r_hidden = r_state.prefill()
+        V = min(int(policy.model.get_output_embeddings().weight.shape[0]),
+                int(r_lm.model.get_output_embeddings().weight.shape[0]))
+        pending: list[torch.Tensor] = []  # π_r is advanced lazily: no wasted forward after the last token
+
+        def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, None]:
+            nonlocal r_hidden
+            if pending:
+                r_hidden = r_state.step(pending.pop())
+            lp = state.logprobs(hidden)[:, :V]
+            lr = r_state.logprobs(r_hidden)[:, :V].to(lp.device)
+            scores = lp + lr / beta
+            if self.sample:
+                lq = torch.log_softmax(scores / self.temperature, dim=-1)
+                tokens = sample_rows(top_p_filter(lq, self.top_p), 1.0, gens)
+            else:
+                tokens = scores.argmax(-1)
+            pending.append(tokens)
+            return tokens, None
+
+        return decode_loop(policy, requests, max_new_tokens, choose)

@@ -1,0 +1,173 @@
+"""Downstream metrics: RGD-induced policy accuracy, win rate, ROUGE, BERTScore, the rubric judge."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from perbench.data.records import User
+from perbench.decoding.base import GenRequest
+from perbench.decoding.greedy import ZeroShot
+from perbench.decoding.token_ranker import TokenRanker
+from perbench.metrics.judge import RubricJudge, judge_prompt, parse_score
+from perbench.metrics.policy_accuracy import (
+    RGDInputs,
+    rgd_policy_accuracy,
+    rgd_policy_inputs,
+    rgd_policy_logprob,
+)
+from perbench.metrics.text import bertscore, rouge
+from perbench.metrics.win_rate import win_outcomes, win_rate
+from perbench.models.chat import encode_pair
+from perbench.rewards.base import ScoreItem
+from perbench.rewards.features import FeatureExtractor
+from tests.conftest import random_linear_rm
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():  # type: ignore[no-untyped-def]
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+ITEMS = [ScoreItem("u", "How do I boil an egg?", "Put it in boiling water for seven minutes."),
+         ScoreItem("v", "Name three colours.", "Red, green and blue."),
+         ScoreItem("u", "hi", "")]
+
+
+# ---------------------------------------------------------------------------------------------- RGD policy
+def _brute_force(policy, rm_lm, rm, item, k):  # type: ignore[no-untyped-def]
+    """No cache, no tree: one full RM forward per (position, candidate)."""
+    ids, T, _ = encode_pair(policy.tokenizer, item.prompt, item.response, 1024)
+    P = len(ids) - T
+    top, rew, hit = [], [], []
+    with torch.no_grad():
+        for t in range(T):
+            h = policy.model.get_decoder()(input_ids=torch.tensor([ids[: P + t]])).last_hidden_state[0, -1]
+            lp = torch.log_softmax(policy.model.get_output_embeddings()(h), -1)
+            tl, c = lp.topk(k)
+            feats = torch.stack([rm_lm.model.get_decoder()(input_ids=torch.tensor([[*ids[: P + t], int(v)]]))
+                                 .last_hidden_state[0, -1] for v in c])
+            top.append(tl.numpy())
+            rew.append(rm.reward_from_features([item.user_id] * k, feats).numpy())
+            hit.append(next((j for j in range(k) if int(c[j]) == ids[P + t]), -1))
+    return np.array(top), np.array(rew), np.array(hit)
+
+
+def test_rgd_inputs_match_brute_force(tiny_lm, tiny_lm_b, store):  # type: ignore[no-untyped-def]
+    for backbone in (tiny_lm, tiny_lm_b):  # shared backbone (policy's cache reused) and a separate RM
+        rm = random_linear_rm(FeatureExtractor(backbone, store), scale=3.0)
+        got = rgd_policy_inputs(tiny_lm, rm, ITEMS[:2], k=4, chunk_tokens=12)  # several tree chunks
+        for it, g in zip(ITEMS[:2], got, strict=True):
+            top, rew, hit = _brute_force(tiny_lm, backbone, rm, it, 4)
+            assert np.allclose(g.top_lp, top, atol=1e-4)
+            assert np.allclose(g.rewards, rew, atol=1e-4)
+            assert (g.hit == hit).all()
+    empty = rgd_policy_inputs(tiny_lm, rm, ITEMS[2:], k=4)[0]
+    assert empty.top_lp.shape == (0, 4) and rgd_policy_logprob(empty, 1.0) == (0.0, 0)
+
+
+def test_rgd_logprob_and_misses() -> None:
+    top = np.log(np.array([[0.5, 0.3, 0.2], [0.6, 0.3, 0.1]]))
+    rew = np.array([[0.0, 0.0, 0.0], [0.0, math.log(2.0), 0.0]])
+    # w = 1: step 0 keeps (0.5, 0.3, 0.2); step 1 becomes (0.6, 0.6, 0.1) / 1.3
+    lp, miss = rgd_policy_logprob(RGDInputs(top, rew, np.array([1, 1])), 1.0)
+    assert miss == 0 and lp == pytest.approx(math.log(0.3) + math.log(0.6 / 1.3))
+    assert rgd_policy_logprob(RGDInputs(top, rew, np.array([0, -1])), 1.0) == (float("-inf"), 1)
+    good = RGDInputs(top, rew, np.array([0, 0]))
+    missed = RGDInputs(top, rew, np.array([-1, 0]))
+    res = rgd_policy_accuracy([good, missed, missed], [missed, good, missed], ["a", "b", "c"], 1.0, n_boot=0)
+    assert res["sum"]["accuracy"] == pytest.approx(1 / 3)  # win, loss, tie (both −inf: wrong under strict)
+    assert res["sum"]["ties"] == 1
+    assert res["miss_rate"] == pytest.approx(4 / 6) and res["pairs_both_miss"] == 1
+    assert res["token_miss_rate"] == pytest.approx(4 / 12)
+
+
+def test_rgd_inputs_token_level(tiny_lm, store):  # type: ignore[no-untyped-def]
+    rm = TokenRanker().init_random(FeatureExtractor(tiny_lm, store), users=["u", "v"], seed=1)
+    got = rgd_policy_inputs(tiny_lm, rm, ITEMS[:1], k=3)[0]
+    ids, T, _ = encode_pair(tiny_lm.tokenizer, ITEMS[0].prompt, ITEMS[0].response, 1024)
+    with torch.no_grad():
+        h = tiny_lm.model.get_decoder()(input_ids=torch.tensor([ids])).last_hidden_state[0, len(ids) - T - 1]
+        c = torch.log_softmax(tiny_lm.model.get_output_embeddings()(h), -1).topk(3).indices
+    assert np.allclose(got.rewards[0], rm.candidate_rewards(["u"], h[None], c[None])[0].numpy(), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- win rate
+def test_win_rate_of_an_rm_against_itself_is_one_half(tiny_lm, store):  # type: ignore[no-untyped-def]
+    rm = random_linear_rm(FeatureExtractor(tiny_lm, store), scale=2.0)
+    targets = [(it.prompt, it.user_id) for it in ITEMS[:2]]
+    reqs = [GenRequest(p, u, 0) for p, u in targets]
+    texts = [g.text or "(empty)" for g in ZeroShot().generate(tiny_lm, reqs, None, max_new_tokens=4)]
+    res = win_rate(rm, targets, texts, texts)
+    assert res["win_rate"] == 0.5 and res["ties"] == 2
+    assert win_outcomes(np.array([2.0, 1.0, 1.0, np.nan]), np.array([1.0, 2.0, 1.0, 0.0])).tolist()[:3] == \
+        [1.0, 0.0, 0.5]
+    other = win_rate(rm, targets, ["Put it in boiling water.", "Red."], ["A B C", "Blue."])
+    assert other["wins"] + other["ties"] + other["losses"] == 2
+
+
+# ---------------------------------------------------------------------------------------------- ROUGE
+def test_rouge_hand_checked() -> None:
+    # "the cat sat on the mat" vs "the cat lay on the mat": unigrams the×2, cat, on, mat match: 5/6 each way,
+    # F1 = 5/6; LCS = "the cat on the mat" = 5 tokens -> ROUGE-L F1 = 5/6 as well.
+    # "running dogs" vs reference "the dog runs": stemmed run, dog vs the, dog, run -> P = 2/2, R = 2/3,
+    # F1 = 0.8; LCS = 1 (order differs) -> P = 1/2, R = 1/3, F1 = 2·(1/6)/(5/6) = 0.4.
+    # Disjoint strings score 0.
+    r = rouge(["the cat sat on the mat", "running dogs", "apple"],
+              ["the cat lay on the mat", "the dog runs", "pear"])
+    assert r["rouge1"] == pytest.approx([5 / 6, 0.8, 0.0])
+    assert r["rougeL"] == pytest.approx([5 / 6, 0.4, 0.0])
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    ref = scorer.score("the dog runs", "running dogs")
+    assert r["rouge1"][1] == pytest.approx(ref["rouge1"].fmeasure)
+
+
+# ---------------------------------------------------------------------------------------------- BERTScore
+def test_bertscore_identity_and_symmetry() -> None:
+    a = ["The weather is lovely today.", "A short title about graph neural networks"]
+    b = ["It is raining heavily this afternoon.", "Graph networks for molecule property prediction"]
+    same = bertscore(a, a)
+    assert np.allclose(same, 1.0, atol=1e-6)
+    assert np.allclose(bertscore(a, b), bertscore(b, a), atol=1e-6)  # F1 is symmetric in (cand, ref)
+    assert (bertscore(a, b) < 1.0 - 1e-3).all()
+
+
+# ---------------------------------------------------------------------------------------------- judge
+def test_judge_parsing_and_failure_counting(tiny_lm) -> None:  # type: ignore[no-untyped-def]
+    assert parse_score("Score: 2") == 2 and parse_score("**Score:** 1") == 1
+    assert parse_score("score = [0]") == 0
+    assert parse_score("Score: 2.") == 2 and parse_score(" 1 ") == 1
+    assert parse_score("Score: 5") is None and parse_score("Score: 1.5") is None
+    assert parse_score("great!") is None
+    aspects = [{"aspect": "mentions budget", "evidence": "", "reason": "user is frugal"},
+               {"aspect": "uses metric units", "evidence": "posts in km", "reason": ""}]
+    users = [User("a", meta={"question": "Q1", "answer_key": {"rubric_aspects": aspects}}),
+             User("b", meta={"question": "Q2", "answer_key": {"rubric_aspects": aspects[:1]}}),
+             User("c")]  # no rubric: NaN, no judge call
+    answers = iter(["Score: 2", "I think it is fine", "**Score:** 1"])
+    seen: list[str] = []
+
+    def fake(prompts):  # type: ignore[no-untyped-def]
+        seen.extend(prompts)
+        return [next(answers) for _ in prompts]
+
+    j = RubricJudge(fake)
+    items = j.score(["resp A", "resp B", "resp C"], users)
+    assert [it.scores for it in items] == [[2, None], [1], []]
+    assert items[0].score == pytest.approx(0.5) and items[0].score_parsed == pytest.approx(1.0)
+    assert math.isnan(items[2].score)
+    s = RubricJudge.summary(items)
+    assert s["parse_failures"] == 1 and s["aspects"] == 3 and s["parse_failure_rate"] == pytest.approx(1 / 3)
+    assert s["score"] == pytest.approx((0.5 + 0.5) / 2) and j.calls == 3 and j.failures == 1
+    assert seen[0] == judge_prompt("Q1", "resp A", aspects[0]) and "user is frugal" in seen[0]
+    # a real (tiny random) judge LM: whatever it says is parsed or counted, never silently dropped
+    lm_items = RubricJudge(tiny_lm, max_new_tokens=3).score(["resp"], users[:1])
+    assert len(lm_items[0].scores) == 2

@@ -1,0 +1,120 @@
+"""A small end-to-end run on tiny random models: data -> RM -> upstream -> decoding -> downstream -> report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perbench.config import RunConfig
+from perbench.runner.run import run
+
+
+@pytest.fixture(scope="session")
+def tiny_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pool from hand-written base responses (the model-written bases are tested in test_rubric_pool)."""
+    from perbench.data.rubrics.build import assemble_pool
+    from perbench.data.rubrics.prompts import RUBRIC_PROMPTS
+    from perbench.io import atomic_write_jsonl
+
+    styles = {
+        "brief": "Start with the basics. Keep it simple and steady.",
+        "list": "Here are some tips:\n- Plan ahead.\n- Keep notes.\n- Review weekly.\n- Ask for help early.",
+        "casual": "Hey, you're gonna love this! Just try it and see what works for you, it's super easy.",
+        "formal": "It is advisable to proceed methodically. For example, one may allocate 30 minutes each day "
+                  "to the task. Consistency over 4 weeks typically produces measurable improvement.",
+    }
+    bases = {p.prompt_id: dict(styles) for p in RUBRIC_PROMPTS[:16]}
+    out = tmp_path_factory.mktemp("pool") / "pool.jsonl"
+    atomic_write_jsonl(out, assemble_pool(bases, seed=0))
+    return out
+
+
+def tiny_config(pool: Path, out: Path) -> RunConfig:
+    return RunConfig.from_dict({
+        "benchmark": {"name": "rubrics", "pool": str(pool)},
+        "policy": "tiny-random", "rm_backbone": "tiny-random",
+        "max_new_tokens": 12, "max_test_prompts": 2, "max_gen_users": 2, "bootstrap": 20,
+        "shot_curve": [1, 5], "out_dir": str(out), "device": "cpu",
+    })
+
+
+def test_default_config_is_valid() -> None:
+    cfg = RunConfig.default()
+    assert cfg.benchmark.name == "rubrics" and cfg.policy == "smollm2"
+    assert {d.name for d in cfg.decoders} >= {"zero_shot", "args"}
+
+
+def test_unknown_config_key_has_hint() -> None:
+    with pytest.raises(ValueError, match="Did you mean 'max_new_tokens'"):
+        RunConfig.from_dict({"max_new_token": 3})
+
+
+def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(tiny_pool, tmp_path)
+    first = run(cfg)
+    res = first.results
+    assert res["schema_version"] == 1
+    prov = res["provenance"]
+    assert prov["models"]["policy"]["fingerprint"].startswith("tiny-random")
+    assert prov["models"]["policy"]["chat_template_hash"]
+    assert prov["packages"]["torch"]
+    up = res["upstream"]
+    assert set(up) == {"global_bt", "length", "random"}
+    for label in up:
+        for group in ("seen", "unseen", "all"):
+            acc = up[label]["rm_accuracy"][group]
+            assert 0.0 <= acc["accuracy"] <= 1.0 and acc["n_pairs"] > 0 and "ties" in acc
+    assert set(up["global_bt"]["policy_accuracy"]) == {"seen", "unseen"}
+    assert {"sum", "mean"} <= set(up["global_bt"]["policy_accuracy"]["seen"])
+    down = res["downstream"]
+    assert set(down) == {"zero_shot", "args(k=10,w=1.0)[global_bt]"}
+    for d in down.values():
+        assert 0.0 <= d["rubric_satisfaction"]["mean"] <= 1.0
+        assert "rougeL" in d
+    assert "rm_win" in down["args(k=10,w=1.0)[global_bt]"]
+    assert res["work"]["computed"]["generate"] > 0
+    run_dir = first.run_dir
+    for name in ("results.json", "samples.jsonl", "report.html", "config.yaml"):
+        assert (run_dir / name).exists(), name
+    kinds = {json.loads(line)["kind"] for line in (run_dir / "samples.jsonl").read_text().splitlines()}
+    assert kinds == {"pair_score", "generation"}
+    assert "RM accuracy" in (run_dir / "report.html").read_text()
+
+    second = run(cfg)  # same config: same directory, nothing recomputed, identical numbers
+    assert second.run_dir == run_dir
+    assert second.results["work"]["computed"] == {}
+    assert second.results["work"]["features"]["computed"] == 0
+    assert second.results["upstream"] == res["upstream"]
+    assert second.results["downstream"] == res["downstream"]
+
+
+def test_cli_run_with_overrides(tiny_pool: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from perbench.cli import main
+
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(tiny_config(tiny_pool, tmp_path).to_dict()))
+    assert main(["run", str(cfg_path), "--decoders", "zero_shot", "--set", "baselines=[length]",
+                 "--run-name", "cli"]) == 0
+    res = json.loads((tmp_path / "cli" / "results.json").read_text())
+    assert set(res["downstream"]) == {"zero_shot"} and set(res["upstream"]) == {"global_bt", "length"}
+    assert "RM accuracy" in capsys.readouterr().out
+
+
+def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from perbench.cli import main
+
+    assert main(["run", "--methods", "global_tb"]) == 2
+    assert "Did you mean 'global_bt'" in capsys.readouterr().err
+
+
+def test_cli_list(capsys: pytest.CaptureFixture[str]) -> None:
+    from perbench.cli import main
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("rubrics", "global_bt", "args", "rm_accuracy"):
+        assert name in out
