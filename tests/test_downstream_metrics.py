@@ -25,6 +25,7 @@ from perbench.models.chat import encode_pair
 from perbench.rewards.base import ScoreItem
 from perbench.rewards.features import FeatureExtractor
 from tests.conftest import random_linear_rm
+from tests.test_end_to_end import tiny_pool  # noqa: F401 - fixture
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -171,3 +172,47 @@ def test_judge_parsing_and_failure_counting(tiny_lm) -> None:  # type: ignore[no
     # a real (tiny random) judge LM: whatever it says is parsed or counted, never silently dropped
     lm_items = RubricJudge(tiny_lm, max_new_tokens=3).score(["resp"], users[:1])
     assert len(lm_items[0].scores) == 2
+
+
+# ---------------------------------------------------------------------------------------------- runner
+def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: ignore[no-untyped-def] # noqa: F811
+    """One run: zero-shot, ARGS, GenARM, Best-of-N and ICL-RAG side by side, with deltas, win rates and
+    Best-of-N curves in results.json and the report; a rerun recomputes nothing."""
+    from perbench.runner.run import run
+    from tests.test_end_to_end import tiny_config
+
+    monkeypatch.setattr("perbench.device.set_threads", lambda: None)  # keep this module's single thread
+
+    cfg = tiny_config(tiny_pool, tmp_path).override(
+        methods=[{"name": "global_bt"}, {"name": "genarm", "steps": 2, "batch_size": 2}], baselines=[],
+        decoders=["zero_shot", {"name": "args", "k": 4, "w": 1.0}, {"name": "genarm"},
+                  {"name": "best_of_n", "n": 4}, {"name": "icl_rag", "k": 2}],
+        max_new_tokens=6, max_test_prompts=2, max_gen_users=2, pa_rgd_k=4, shot_curve=[1])
+    res = run(cfg).results
+    down = res["downstream"]
+    g = "genarm(batch_size=2,steps=2)"
+    assert set(down) == {"zero_shot", "args(k=4,w=1.0)[global_bt]", f"genarm[{g}]",
+                         "best_of_n(n=4)[global_bt]", f"best_of_n(n=4)[{g}]", "icl_rag(k=2)"}
+    skipped = {(s["decoder"], s["method"]) for s in res["skipped_combinations"]}
+    assert skipped == {("args(k=4,w=1.0)", g), ("genarm", "global_bt")}
+    for label, d in down.items():
+        assert 0.0 <= d["rubric_satisfaction"]["mean"] <= 1.0
+        if label != "zero_shot":
+            assert "rubric_satisfaction" in d["vs"]["zero_shot"]
+        if not label.startswith(("zero_shot", "icl_rag")):
+            assert 0.0 <= d["rm_win"]["mean"] <= 1.0 and d["rm_win"]["n"] == d["n"]
+            assert "rubric_satisfaction" in d["vs"]["icl_rag(k=2)"]
+    bons = ("best_of_n(n=4)[global_bt]", f"best_of_n(n=4)[{g}]")
+    for label in bons:
+        c = down[label]["bon_curve"]["rubric_satisfaction"]
+        assert c["n"] == [1, 2, 4]
+        assert all(o >= q - 1e-12 for o, q in zip(c["oracle"], c["quality"], strict=True))
+    # both RMs re-ranked the same pool: identical oracle curves, and N = 1 is the same sample for both
+    a, b = (down[x]["bon_curve"]["rubric_satisfaction"] for x in bons)
+    assert a["oracle"] == b["oracle"] and a["quality"][0] == b["quality"][0]
+    rgd = res["upstream"]["global_bt"]["policy_accuracy"]["seen"]["rgd"]
+    assert 0.0 <= rgd["miss_rate"] <= 1.0 and rgd["k"] == 4
+    again = run(cfg)
+    html = (again.run_dir / "report.html").read_text()
+    assert "Best-of-N" in html and "difference to zero-shot" in html and "RGD-induced" in html
+    assert again.results["work"]["computed"] == {} and again.results["downstream"] == down

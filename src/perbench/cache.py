@@ -71,7 +71,7 @@ class Store:
 
 def pack_arrays(**arrays: np.ndarray) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
     return buf.getvalue()
 
 

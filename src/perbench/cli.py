@@ -98,7 +98,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     report = validate_file(args.file, mapping=args.map)
     print(format_validation(report))
-    return 1 if report.get("error") else 0
+    return 0 if report.get("ok") else 1
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -109,11 +109,27 @@ def _build(args: argparse.Namespace) -> int:
                           limit=args.limit)
         print(f"wrote {path}")
         return 0
-    if args.what == "pref-lamp":
-        from perbench.data.benchmarks.pref_lamp import build_cli
+    return _build_pref_lamp(args)
 
-        return build_cli(args)
-    raise SystemExit(f"unknown build target {args.what!r}")
+
+def _build_pref_lamp(args: argparse.Namespace) -> int:
+    """Build Pref-LaMP, print the Table-1 similarity comparison, store pairs + table in --out."""
+    from perbench.data.benchmarks.pref_lamp import format_table1, load_pref_lamp
+    from perbench.io import atomic_write_json, atomic_write_jsonl
+
+    if not args.lamp_dir:
+        raise ValueError("build pref-lamp needs --lamp-dir DIR (a folder with the LaMP-5 files)")
+    bench = load_pref_lamp(args.lamp_dir, layout=args.layout, negative_pool=args.negative_pool, seed=args.seed)
+    table = bench.meta.get("table1", {})
+    print(format_table1(table))
+    out = Path(args.out or "pref_lamp")
+    atomic_write_jsonl(out / "pairs.jsonl", [
+        {"pair_id": p.pair_id, "user_id": p.user_id, "prompt": p.prompt, "chosen": p.chosen,
+         "rejected": p.rejected, "split": p.split, "seen": bench.users[p.user_id].seen, **dict(p.meta)}
+        for p in bench.pairs])
+    atomic_write_json(out / "table1.json", table)
+    print(f"wrote {out / 'pairs.jsonl'} ({len(bench.pairs)} pairs) and {out / 'table1.json'}")
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -143,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", default="smollm2", help="(rubrics) the policy that writes the candidate pool")
     p.add_argument("--limit", type=int, help="(rubrics) only the first N prompts")
     p.add_argument("--lamp-dir", help="(pref-lamp) folder with LaMP-5 files")
-    p.add_argument("--layout", default="user", choices=["user", "time"])
+    p.add_argument("--layout", default="auto", choices=["auto", "user", "time"])
     p.add_argument("--negative-pool", default="other_users", choices=["other_users", "same_profile", "both"])
     p = sub.add_parser("report", help="re-render report.html from a run directory")
     p.add_argument("run_dir")

@@ -63,6 +63,8 @@ class RunConfig:
     shot_curve: list[int] = field(default_factory=lambda: [1, 2, 5, 10, 20])
     #: weight of the reward in policy accuracy's teacher-forced RGD score
     pa_weight: float = 1.0
+    #: policy accuracy also under the RGD-induced policy (top-k softmax) with this k (None: off)
+    pa_rgd_k: int | None = None
     tie_policy: str = "strict"
     bootstrap: int = 1000
     max_new_tokens: int = 96
@@ -72,6 +74,8 @@ class RunConfig:
     batch_size: int = 8
     feature_batch_size: int = 16
     max_length: int = 1024
+    #: judge LM for rubric aspects that no checker covers (``User.meta["answer_key"]``); None: no judge
+    judge: str | None = None
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
@@ -120,6 +124,8 @@ class RunConfig:
         self.baselines = list(self.baselines)
         if self.tie_policy not in ("strict", "half"):
             raise ValueError(f"{where}: tie_policy must be 'strict' or 'half', got {self.tie_policy!r}")
+        if self.pa_rgd_k is not None and self.pa_rgd_k < 1:
+            raise ValueError(f"{where}: pa_rgd_k must be ≥ 1 (or null), got {self.pa_rgd_k}")
         if self.shots < 0 or any(n <= 0 for n in self.shot_curve):
             raise ValueError(f"{where}: shots must be ≥ 0 and shot_curve entries > 0")
         from perbench import registry
@@ -148,6 +154,9 @@ class RunConfig:
         d = self.to_dict()
         for k in ("out_dir", "run_name", "batch_size", "feature_batch_size"):
             d.pop(k, None)
+        for k in ("judge", "pa_rgd_k"):  # optional extras: absent = the hash configs had before they existed
+            if d.get(k) is None:
+                d.pop(k, None)
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     def run_dir(self) -> Path:

@@ -37,6 +37,13 @@ class ARGS(Decoder):
         super().__init__(**p, **params)
         self.k, self.w, self.sample, self.temperature = k, w, sample, temperature
 
+    @classmethod
+    def rm_problem(cls, rm_cls: type) -> str | None:
+        """Why this RM class cannot guide ARGS (None: it can)."""
+        if issubclass(rm_cls, FeatureRM) or callable(getattr(rm_cls, "candidate_rewards", None)):
+            return None
+        return "ARGS needs per-prefix rewards (a frozen-feature RM or a token-level scorer)"
+
     def generate(
         self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | None, *, max_new_tokens: int
     ) -> list[Generation]:

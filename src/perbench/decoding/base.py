@@ -7,7 +7,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -16,6 +16,8 @@ from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -85,7 +87,12 @@ def sample_top_p(logprobs: torch.Tensor, top_p: float, gens: Sequence[torch.Gene
     draw per row costs more than a small model's forward on a CPU)."""
     if top_p >= 1.0:
         return sample_rows(logprobs, 1.0, gens)
-    sorted_lp, order = logprobs.float().sort(dim=-1, descending=True)
+    # The nucleus almost always lies in the top 256 tokens: take those (cheap), and sort the whole
+    # vocabulary only for rows whose top 256 hold less than top_p of the mass (exact either way).
+    lp = logprobs.float()
+    sorted_lp, order = lp.topk(min(256, lp.shape[-1]), dim=-1)
+    if bool((sorted_lp.exp().sum(-1) < top_p).any()):
+        sorted_lp, order = lp.sort(dim=-1, descending=True)
     probs = sorted_lp.exp()
     keep = (probs.cumsum(-1) - probs) < top_p  # keeps the token that crosses the threshold
     out = []
@@ -128,5 +135,5 @@ def decode_loop(
     return gens
 
 
-def batched(requests: Sequence[GenRequest], batch_size: int) -> list[Sequence[GenRequest]]:
-    return [requests[i : i + batch_size] for i in range(0, len(requests), batch_size)]
+def batched(items: Sequence[T], batch_size: int) -> list[Sequence[T]]:
+    return [items[i : i + batch_size] for i in range(0, len(items), batch_size)]

@@ -56,6 +56,8 @@ def pick_best(rewards: np.ndarray, n: int | None = None) -> int:
 class BestOfN(Decoder):
     name: ClassVar[str] = "best_of_n"
     uses_rm: ClassVar[bool] = True
+    #: the runner seeds requests per prompt (not per method or user), so every RM re-ranks one pool
+    shared_seed: ClassVar[bool] = True
 
     def __init__(self, n: int = 16, temperature: float = 1.0, top_p: float = 0.9, sample_batch: int = 32,
                  **params: Any) -> None:
@@ -67,6 +69,15 @@ class BestOfN(Decoder):
         self.store: Store | None = None
         self.sampled = 0  # samples generated (not reused) by this object
         self.reused = 0
+
+    @classmethod
+    def rm_problem(cls, rm_cls: type) -> str | None:
+        """Why this RM class cannot rank Best-of-N samples (None: it can)."""
+        from perbench.rewards.base import PairwiseJudge
+
+        if issubclass(rm_cls, PairwiseJudge):
+            return "a pairwise judge does not score single responses"
+        return None
 
     def _store(self) -> Store:
         if self.store is None:

@@ -28,15 +28,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from perbench.data.records import Prompt
-from perbench.decoding.base import (
-    Decoder,
-    Generation,
-    GenRequest,
-    decode_loop,
-    row_generators,
-    sample_rows,
-    top_p_filter,
-)
+from perbench.decoding.base import Decoder, Generation, GenRequest, decode_loop, row_generators, sample_top_p
 from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
 from perbench.models.loader import LoadedLM
@@ -94,6 +86,13 @@ class GenARMDecoder(Decoder):
             raise ValueError(f"genarm: beta must be > 0, got {beta}")
         self.beta, self.sample, self.temperature, self.top_p = beta, sample, temperature, top_p
 
+    @classmethod
+    def rm_problem(cls, rm_cls: type) -> str | None:
+        """Why this RM class cannot guide GenARM decoding (None: it can)."""
+        if callable(getattr(rm_cls, "prompt_ids", None)):
+            return None
+        return "GenARM decoding needs an autoregressive RM (next-token log-probs over the vocabulary)"
+
     def generate(
         self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | LoadedLM | None, *,
         max_new_tokens: int,
@@ -114,10 +113,12 @@ class GenARMDecoder(Decoder):
                 r_hidden = r_state.step(pending.pop())
             lp = state.logprobs(hidden)[:, :V]
             lr = r_state.logprobs(r_hidden)[:, :V].to(lp.device)
-            scores = lp + lr / beta
+            # A per-row constant does not change the distribution; taking π_r's max out keeps the numbers
+            # small and makes a uniform π_r add exactly 0 (bit-identical to base decoding).
+            scores = lp + (lr - lr.max(-1, keepdim=True).values) / beta
             if self.sample:
-                lq = torch.log_softmax(scores / self.temperature, dim=-1)
-                tokens = sample_rows(top_p_filter(lq, self.top_p), 1.0, gens)
+                lq = torch.log_softmax(scores / self.temperature, dim=-1)  # temperature, then the nucleus
+                tokens = sample_top_p(lq, self.top_p, gens)
             else:
                 tokens = scores.argmax(-1)
             pending.append(tokens)

@@ -68,10 +68,11 @@ class TokenRanker(FeatureRM):
         self.losses: list[float] = []
 
     # ---------------------------------------------------------------- pieces
-    def _emb_matrix(self) -> torch.Tensor:
-        lm = self._require_extractor().lm
-        E = lm.model.get_input_embeddings().weight.detach()
-        return E.float() / float(np.sqrt(E.shape[1]))  # type: ignore[no-any-return]
+    def _emb(self, tokens: torch.Tensor) -> torch.Tensor:
+        """E[v] / √d for a tensor of token ids (gathered first: never touches the whole matrix)."""
+        E = self._require_extractor().lm.model.get_input_embeddings().weight.detach()
+        out: torch.Tensor = E[tokens.to(E.device)].float().cpu() / float(np.sqrt(E.shape[1]))
+        return out
 
     def _user_emb(self, user_ids: Sequence[str]) -> torch.Tensor:
         if self.net is None or self.E_users is None:
@@ -114,7 +115,7 @@ class TokenRanker(FeatureRM):
         assert self.net is not None
         with torch.inference_mode():
             q = self.net.query(self._z(hidden.cpu()), self._user_emb(user_ids))  # (B, d)
-            ev = self._emb_matrix()[cands.cpu()]  # (B, k, d)
+            ev = self._emb(cands)  # (B, k, d)
             return torch.einsum("bd,bkd->bk", q, ev)
 
     def _token_inputs(self, items: Sequence[tuple[Prompt, str]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -141,7 +142,7 @@ class TokenRanker(FeatureRM):
         V = torch.cat([v for _, v in data])
         lens = [len(v) for _, v in data]
         eu = torch.repeat_interleave(e, torch.tensor(lens), dim=0)
-        r = (self.net.query(Z, eu) * self._emb_matrix()[V]).sum(-1)
+        r = (self.net.query(Z, eu) * self._emb(V)).sum(-1)
         return list(torch.split(r, lens))
 
     def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
@@ -211,7 +212,7 @@ class TokenRanker(FeatureRM):
             zero = torch.zeros(len(data), self.emb)
             base = torch.stack([r.sum() for r in self._token_rewards(data, zero)])
             assert self.net is not None
-            S = torch.stack([(self._emb_matrix()[v] @ self.net.A.weight).sum(0) for _, v in data])
+            S = torch.stack([(self._emb(v) @ self.net.A.weight).sum(0) for _, v in data])
             return base, S
 
         with torch.no_grad():

@@ -86,14 +86,22 @@ def rgd_policy_accuracy(
 ) -> dict[str, Any]:
     """PA under the RGD-induced policy, with the miss accounting: a pair where both responses miss is a tie
     (−inf = −inf, wrong under ``strict``); ``miss_rate`` = share of responses with ≥ 1 missed token."""
-    sw, sl = rgd_policy_scores(chosen, w), rgd_policy_scores(rejected, w)
+    return rgd_accuracy_from_scores(rgd_policy_scores(chosen, w), rgd_policy_scores(rejected, w), users, w,
+                                    tie=tie, n_boot=n_boot, seed=seed)
+
+
+def rgd_accuracy_from_scores(
+    sw: dict[str, np.ndarray], sl: dict[str, np.ndarray], users: Sequence[str], w: float, *,
+    tie: str = "strict", n_boot: int = 1000, seed: int = 0,
+) -> dict[str, Any]:
+    """:func:`rgd_policy_accuracy` from :func:`rgd_policy_scores` of the chosen and rejected sides."""
     out: dict[str, Any] = {"w": w}
     for variant in ("sum", "mean"):
         a = policy_accuracy(sw[variant], sl[variant], users, tie=tie, n_boot=n_boot, seed=seed)
         a.pop("per_user", None)
         out[variant] = a
     miss_w, miss_l = sw["misses"] > 0, sl["misses"] > 0
-    n_resp = 2 * len(chosen)
+    n_resp = 2 * len(miss_w)
     out["miss_rate"] = float((miss_w.sum() + miss_l.sum()) / n_resp) if n_resp else float("nan")
     n_tok = float(sw["T"].sum() + sl["T"].sum())
     n_miss = float(sw["misses"].sum() + sl["misses"].sum())

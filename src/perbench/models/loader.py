@@ -129,8 +129,8 @@ def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     # The GGUF weights are already dequantised to fp32; clear the quantiser so save_pretrained accepts it.
-    model.hf_quantizer = None
-    model.is_quantized = False
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
@@ -185,7 +185,8 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).to(device=policy.device, dtype=policy.torch_dtype()).eval()
+    model: Any = LlamaForCausalLM(cfg)
+    model = model.to(device=policy.device, dtype=policy.torch_dtype()).eval()
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     fp = f"tiny-random:seed={seed}:h{hidden}l{layers}:{policy.dtype}"
@@ -212,10 +213,11 @@ def load_lm(
 
         target, stem, kw = resolve_spec(mspec)
         tok = AutoTokenizer.from_pretrained(target, trust_remote_code=mspec.trust_remote_code, **kw)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(
             target, dtype=policy.torch_dtype(), use_safetensors=True,
             trust_remote_code=mspec.trust_remote_code, **kw,
-        ).to(policy.device).eval()
+        )
+        model = model.to(policy.device).eval()
         commit = getattr(model.config, "_commit_hash", None)
         if commit and stem.startswith("hf:"):
             stem = f"hf:{mspec.name}@{commit}"

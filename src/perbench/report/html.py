@@ -80,7 +80,8 @@ def render(results: dict[str, Any]) -> str:
     if down:
         parts.append("<h2>Downstream: what generation gives each user</h2>")
         metrics = [("rubric_satisfaction", "rubric sat. %"), ("rubric_all", "all aspects %"),
-                   ("rougeL", "ROUGE-L"), ("rm_win", "RM win rate %"), ("words", "words")]
+                   ("rougeL", "ROUGE-L"), ("judge_score", "judge %"), ("rm_win", "RM win rate %"),
+                   ("words", "words")]
         present = [(m, t) for m, t in metrics if any(m in d for d in down.values())]
         best = {m: max((d[m]["mean"] for d in down.values() if m in d), default=None) for m, _ in present}
         rows = []
@@ -100,6 +101,14 @@ def render(results: dict[str, Any]) -> str:
             parts.append("<p class=muted>Rubric satisfaction is exact: the fraction of each user's checkable "
                          "rubric aspects the generated text meets, averaged over (user, prompt).</p>")
 
+    if down:
+        parts.append(_deltas(down))
+        parts.append(_bon_curves(down))
+    rgd = {k: v["policy_accuracy"] for k, v in up.items()
+           if any("rgd" in g for g in v.get("policy_accuracy", {}).values())}
+    if rgd:
+        parts.append(_rgd_table(rgd))
+
     if results.get("skipped_combinations"):
         parts.append("<h2>Skipped combinations</h2>")
         parts.append(_table(["decoder", "method", "reason"],
@@ -116,6 +125,71 @@ def render(results: dict[str, Any]) -> str:
         f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in results["policies"].items()) + "</ul>")
     return f"<!doctype html><html><head><meta charset=utf-8><title>perbench report</title><style>{CSS}</style>" \
            f"</head><body>{''.join(parts)}</body></html>"
+
+
+def _signed(x: Any) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{100 * x:+.1f}"
+
+
+def _deltas(down: dict[str, Any]) -> str:
+    """Paired differences of each output's quality against zero-shot and ICL-RAG on the same targets."""
+    refs = sorted({r for d in down.values() for r in d.get("vs", {})})
+    metrics = [m for m in ("rubric_satisfaction", "rougeL", "judge_score")
+               if any(m in d.get("vs", {}).get(r, {}) for d in down.values() for r in refs)]
+    if not refs or not metrics:
+        return ""
+    names = {"rubric_satisfaction": "rubric sat.", "rougeL": "ROUGE-L", "judge_score": "judge"}
+    head = ["decoder[guide]"] + [f"Δ {names[m]} vs {r}" for r in refs for m in metrics]
+    rows = []
+    for label, d in down.items():
+        cells = [html.escape(label)]
+        for r in refs:
+            for m in metrics:
+                e = d.get("vs", {}).get(r, {}).get(m)
+                cells.append(_signed(e["delta"]) + _ci(e) if e else "–")
+        rows.append(cells)
+    return ("<h2>Downstream: difference to zero-shot and ICL-RAG (points, paired, 95% CI by user)</h2>"
+            + _table(head, rows))
+
+
+def _bon_curves(down: dict[str, Any]) -> str:
+    """Ground-truth quality of Best-of-n vs n for every RM, with the pool's oracle and sample mean."""
+    curves = {label: d["bon_curve"] for label, d in down.items() if d.get("bon_curve")}
+    if not curves:
+        return ""
+    ns = sorted({n for c in curves.values() for m in c.values() for n in m["n"]})
+    rows = []
+    refs: dict[str, dict[str, Any]] = {}
+    for label, c in curves.items():
+        for metric, m in c.items():
+            vals = dict(zip(m["n"], m["quality"], strict=True))
+            rows.append([html.escape(label), html.escape(metric)]
+                        + [_fmt(vals.get(n), pct=metric != "rougeL") for n in ns])
+            refs.setdefault(metric, m)
+    for metric, m in refs.items():
+        for key, name in (("oracle", "oracle (best of n by ground truth)"), ("sample_mean", "random pick")):
+            vals = dict(zip(m["n"], m[key], strict=True))
+            rows.append([f'<span class="muted">{name}</span>', html.escape(metric)]
+                        + [_fmt(vals.get(n), pct=metric != "rougeL") for n in ns])
+    return ("<h2>Best-of-N: ground-truth quality vs N (first N samples of one shared pool)</h2>"
+            + _table(["RM", "quality"] + [f"N={n}" for n in ns], rows))
+
+
+def _rgd_table(pa: dict[str, Any]) -> str:
+    rows = []
+    for label, groups in pa.items():
+        for g, e in groups.items():
+            r = e.get("rgd")
+            if not r or "skipped" in r:
+                continue
+            rows.append([html.escape(label), g, _fmt(r["sum"]["accuracy"]) + _ci(r["sum"]),
+                         _fmt(r["mean"]["accuracy"]), _fmt(r["miss_rate"]), str(r["pairs_both_miss"])])
+    if not rows:
+        return ""
+    return ("<h2>Policy accuracy under the RGD-induced policy (%, top-k softmax; misses = −inf)</h2>"
+            + _table(["method", "group", "sum", "mean", "response miss rate", "pairs both missed"], rows))
 
 
 def write_report(results: dict[str, Any], path: str | Path) -> None:

@@ -49,6 +49,9 @@ class RewardModel(ABC):
     name: ClassVar[str] = "reward_model"
     #: True when the score ignores the user (global RMs, baselines): decoding runs once per prompt.
     user_agnostic: ClassVar[bool] = False
+    #: False when ``adapt`` ignores the shots (e.g. an in-context judge reads the user's rubric instead):
+    #: results then do not depend on the shot count and are computed once.
+    uses_shots: ClassVar[bool] = True
 
     def __init__(self, **params: Any) -> None:
         self.params = params

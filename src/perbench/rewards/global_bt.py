@@ -33,7 +33,8 @@ class Standardizer:
 
         if self.mu is None or self.sd is None:
             raise RuntimeError("standardizer used before fit")
-        return (feats.float() - torch.from_numpy(self.mu)) / torch.from_numpy(self.sd)
+        mu, sd = torch.from_numpy(self.mu).to(feats.device), torch.from_numpy(self.sd).to(feats.device)
+        return (feats.float() - mu) / sd
 
 
 def fit_linear_bt(
@@ -85,7 +86,7 @@ class GlobalBT(FeatureRM):
 
         if self.w is None:
             raise RuntimeError(f"{self.name} used before fit")
-        return self.std(feats) @ torch.from_numpy(self.w)
+        return self.std(feats) @ torch.from_numpy(self.w).to(feats.device)
 
     def state(self) -> dict[str, np.ndarray]:
         assert self.w is not None and self.std.mu is not None and self.std.sd is not None

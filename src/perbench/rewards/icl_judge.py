@@ -64,6 +64,7 @@ def parse_choice(text: str) -> str | None:
 
 class ICLJudge(PairwiseJudge):
     name: ClassVar[str] = "icl_judge"
+    uses_shots: ClassVar[bool] = False  # reads the user's rubric/profile in context; no few-shot adaptation
 
     def __init__(
         self,

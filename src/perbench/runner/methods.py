@@ -25,7 +25,8 @@ class MethodHandle:
         self._rm: RewardModel | None = None
         self._adapted: int | None = None
         probe = self.cls(**spec.params)
-        backbone = ctx.features.fingerprint if ctx.features is not None and isinstance(probe, FeatureRM) else None
+        # Every method that learns may default to the RM backbone (feature heads, LoRA methods): key on it.
+        backbone = ctx.features.fingerprint if ctx.features is not None else None
         self.fit_key = unit_key("fit", probe.config_key(), bench.fingerprint(), backbone, ctx.seed)
 
     @property
@@ -60,14 +61,15 @@ class MethodHandle:
     def adapted(self, shots: int) -> RewardModel:
         """The fitted model with every unseen user adapted from their first ``shots`` pairs."""
         rm = self.fitted()
-        if self._adapted != shots and not self.user_agnostic:
+        if self._adapted != shots and not self.user_agnostic and self.cls.uses_shots:
             for user in self.bench.unseen_users:
                 rm.adapt(user, self.bench.fewshot(user, shots))
             self._adapted = shots
         return rm
 
     def key(self, shots: int, *extra: Any) -> str:
-        return unit_key(self.fit_key, None if self.user_agnostic else shots, *extra)
+        adapts = not self.user_agnostic and self.cls.uses_shots
+        return unit_key(self.fit_key, shots if adapts else None, *extra)
 
 
 def pair_ids(pairs: Sequence[PreferencePair]) -> list[str]:

@@ -57,6 +57,16 @@ POLICIES = {
     "win_rate": "each guiding RM scores its own guided output vs the zero-shot output for the same "
                 "(user, prompt); ties count ½",
     "unseen_users": "adapted from their first `shots` train pairs only",
+    "policy_accuracy_rgd": "optional (pa_rgd_k): log π_RGD(y_t) = log-softmax over the policy's top-k "
+                           "of (log π + w·r); a token outside the top-k makes the response −inf (a miss, "
+                           "counted)",
+    "best_of_n": "N samples per prompt (T=1.0, top_p=0.9 by default), seeded per prompt and shared by every "
+                 "RM and user; curves use the first n samples for n = 1, 2, 4, …, N; ties pick the earliest",
+    "deltas": "'vs' = mean paired difference (this decoder − reference) over the same (prompt, user) "
+              "targets, CI by user",
+    "icl": "ICL prompts use only the user's profile and train pairs; never test pairs",
+    "judge": "LLM judge scores each answer-key rubric aspect 0/1/2 (score = mean/2); unparseable answers "
+             "count 0 and are reported as parse_failures",
 }
 
 

@@ -89,6 +89,7 @@ class Runner:
 
         handles = self._method_handles()
         with self._timed("upstream"):
+            self._prefetch_test_tokens(handles)
             upstream = {h.label: self._upstream(h) for h in handles}
         with self._timed("downstream"):
             downstream = self._downstream(handles)
@@ -135,6 +136,12 @@ class Runner:
                                                   max_length=cfg.max_length))
         self.ctx = RMContext(features=self.extractor, seed=cfg.seed, device=self.policy.policy.device,
                              extra={"users": self.bench.users, "policy": self.policy})
+        self.judge: Any = None
+        if cfg.judge:
+            from perbench.metrics.judge import RubricJudge
+
+            self.judge_lm = load_lm(cfg.judge, device=cfg.device, dtype=cfg.dtype)
+            self.judge = RubricJudge(self.judge_lm)
 
     def _method_handles(self) -> list[MethodHandle]:
         out = [MethodHandle(m, self.bench, self.ctx, self.units) for m in self.cfg.methods]
@@ -146,6 +153,20 @@ class Runner:
         return out
 
     # ---------------------------------------------------------------- upstream
+    def _prefetch_test_tokens(self, handles: list[MethodHandle]) -> None:
+        """Policy accuracy needs per-token features of every test response; that pass also yields φ, so
+        running it first means scoring never runs the backbone a second time on the same text."""
+        if not any(h.is_feature_rm for h in handles):
+            return
+        groups = [(g, self.bench.test_pairs(seen=g == "seen")) for g in ("seen", "unseen")]
+        keys = [self._pa_key(h, g, pairs) for h in handles if h.is_feature_rm for g, pairs in groups if pairs]
+        if not self.units.missing(keys):
+            return
+        texts = {(prompt_key(p.prompt), y): (p.prompt, y) for p in self.bench.test_pairs() for y in (p.chosen, p.rejected)}
+        self.extractor.tokens(list(texts.values()), desc="test features")
+        if self.policy_extractor is not self.extractor:
+            self.policy_extractor.tokens(list(texts.values()), desc="policy log-probs")
+
     def _scores(self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str) -> dict[str, np.ndarray]:
         from perbench.rewards.base import PairwiseJudge
 
@@ -203,6 +224,9 @@ class Runner:
             out["policy_accuracy"] = {g: self._policy_accuracy(h, pairs, g) for g, pairs in groups.items() if pairs}
         return out
 
+    def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair]) -> str:
+        return h.key(self.cfg.shots, "pa", self.cfg.pa_weight, group, pair_ids(pairs), self.policy.fingerprint)
+
     def _policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
         from perbench.metrics.policy_accuracy import rgd_scores
         from perbench.metrics.rm_accuracy import rm_accuracy
@@ -222,8 +246,7 @@ class Runner:
                 res[f"{side}_sum"], res[f"{side}_mean"] = rgd_scores(lps, rewards, w)
             return res
 
-        s = self.units.arrays("policy_accuracy", h.key(self.cfg.shots, "pa", w, group, pair_ids(pairs),
-                                                     self.policy.fingerprint), compute)
+        s = self.units.arrays("policy_accuracy", self._pa_key(h, group, pairs), compute)
         users = [p.user_id for p in pairs]
         out: dict[str, Any] = {"w": w}
         for variant in ("sum", "mean"):
@@ -231,6 +254,41 @@ class Runner:
                             tie=self.cfg.tie_policy, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)  # type: ignore[arg-type]
             a.pop("per_user")
             out[variant] = a
+        if self.cfg.pa_rgd_k is not None:
+            out["rgd"] = self._rgd_policy_accuracy(h, pairs, group)
+        return out
+
+    def _rgd_policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair],
+                             group: str) -> dict[str, Any]:
+        """Policy accuracy under the RGD-induced policy (top-k softmax of log π + w·r; misses counted)."""
+        from perbench.metrics.policy_accuracy import (
+            rgd_accuracy_from_scores,
+            rgd_policy_inputs,
+            rgd_policy_scores,
+        )
+        from perbench.rewards.base import ScoreItem
+
+        w, k = self.cfg.pa_weight, self.cfg.pa_rgd_k
+        assert k is not None
+        rm_lm = getattr(h.fitted(), "extractor", None)
+        if rm_lm is not None and rm_lm.lm.tokenizer.get_vocab() != self.policy.tokenizer.get_vocab():
+            return {"skipped": "the RM backbone does not share the policy's tokenizer"}
+
+        def compute() -> dict[str, np.ndarray]:
+            rm = h.adapted(self.cfg.shots)
+            res: dict[str, np.ndarray] = {}
+            for side in ("chosen", "rejected"):
+                items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in pairs]
+                inputs = rgd_policy_inputs(self.policy, rm, items, k=k, max_length=self.cfg.max_length)
+                res.update({f"{side}_{n}": v for n, v in rgd_policy_scores(inputs, w).items()})
+            return res
+
+        s = self.units.arrays("policy_accuracy", h.key(self.cfg.shots, "pa_rgd", w, k, group, pair_ids(pairs),
+                                                     self.policy.fingerprint), compute)
+        side = {sd: {n: s[f"{sd}_{n}"] for n in ("sum", "mean", "misses", "T")} for sd in ("chosen", "rejected")}
+        out = rgd_accuracy_from_scores(side["chosen"], side["rejected"], [p.user_id for p in pairs], w,
+                                       tie=self.cfg.tie_policy, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)
+        out["k"] = k
         return out
 
     # ---------------------------------------------------------------- downstream
@@ -254,29 +312,48 @@ class Runner:
             out += [(prompt, u) for u in users]
         return out
 
+    def _decoder(self, spec: Component) -> Any:
+        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark."""
+        from perbench import registry
+
+        decoder = registry.decoders.get(spec.name)(**spec.params)
+        if hasattr(decoder, "bind_benchmark"):
+            decoder.bind_benchmark(self.bench)
+        return decoder
+
+    def _requests(self, decoder: Any, targets: list[tuple[Prompt, str]]) -> list[Any]:
+        """One request per target for decoders that share one seed per prompt (Best-of-N's sample pool)."""
+        from perbench.decoding.base import GenRequest
+
+        return [GenRequest(p, u, seed=_seed(self.cfg.seed, prompt_key(p))) for p, u in targets]
+
     def _generate(self, decoder_spec: Component, h: MethodHandle | None, targets: list[tuple[Prompt, str]],
                   label: str) -> dict[tuple[str, str], str]:
         """Generate each (prompt, user) unit once; user-agnostic decoders generate once per prompt."""
-        from perbench import registry
         from perbench.decoding.base import GenRequest, batched
 
         cfg = self.cfg
-        decoder = registry.decoders.get(decoder_spec.name)(**decoder_spec.params)
-        per_user = h is not None and not h.user_agnostic
+        decoder = self._decoder(decoder_spec)
+        own_data = bool(getattr(decoder, "per_user", False))  # the prompt depends on the user's own data
+        per_user = (h is not None and not h.user_agnostic) or own_data
+        shared_seed = bool(getattr(decoder, "shared_seed", False))
+        extra = [self.bench.fingerprint()] if own_data else []
         units: dict[str, tuple[Prompt, str]] = {}
         slot: dict[tuple[str, str], str] = {}
         for prompt, user in targets:
             gen_user = user if per_user else "*"
             key = unit_key("gen", decoder.config_key(), self.policy.fingerprint,
                            h.key(cfg.shots) if h is not None else None, prompt_key(prompt), gen_user, cfg.seed,
-                           cfg.max_new_tokens)
+                           cfg.max_new_tokens, *extra)
             units.setdefault(key, (prompt, gen_user))
             slot[(prompt_key(prompt), user)] = key
         todo = self.units.missing(list(units))
         self.units.reused["generate"] += len(units) - len(todo)
         if todo:
             rm = h.adapted(cfg.shots) if h is not None else None
-            reqs = [GenRequest(units[k][0], units[k][1], seed=_seed(cfg.seed, k)) for k in todo]
+            reqs = [GenRequest(units[k][0], units[k][1],
+                               seed=_seed(cfg.seed, prompt_key(units[k][0]) if shared_seed else k))
+                    for k in todo]
             bar = progress(total=len(reqs), desc=f"decode {label}", unit="gen")
             for batch_keys, batch in zip(batched(todo, cfg.batch_size), batched(reqs, cfg.batch_size), strict=True):
                 gens = decoder.generate(self.policy, batch, rm, max_new_tokens=cfg.max_new_tokens)
@@ -285,17 +362,32 @@ class Runner:
                     self.units.computed["generate"] += 1
                 bar.update(len(batch))
             bar.close()
-        texts = {k: self.units.store.get_json(k)["text"] for k in units}
+            self._count_samples(decoder)
+        texts: dict[str, str] = {}
+        for k in units:
+            unit = self.units.store.get_json(k)
+            assert unit is not None, "a generation unit vanished from the store"
+            texts[k] = unit["text"]
         return {s: texts[k] for s, k in slot.items()}
+
+    def _count_samples(self, decoder: Any) -> None:
+        if getattr(decoder, "sampled", 0):
+            self.units.computed["bon_samples"] += int(decoder.sampled)
+            decoder.sampled = 0
+        if getattr(decoder, "reused", 0):
+            self.units.reused["bon_samples"] += int(decoder.reused)
+            decoder.reused = 0
 
     def _downstream(self, handles: list[MethodHandle]) -> dict[str, Any]:
         from perbench import registry
+        from perbench.rewards.base import FeatureRM
 
         targets = self._eval_targets()
         if not targets:
             return {}
         outputs: dict[str, dict[tuple[str, str], str]] = {}
         guides: dict[str, MethodHandle] = {}
+        bon: dict[str, tuple[Component, MethodHandle]] = {}
         for d in self.cfg.decoders:
             cls = registry.decoders.get(d.name)
             if not cls.uses_rm:
@@ -306,74 +398,234 @@ class Runner:
                     continue
                 if h.baseline:
                     continue
-                if not h.is_feature_rm:
-                    self.skipped_combos.append({"decoder": d.label(), "method": h.label,
-                                                "reason": "decoder needs a frozen-feature RM (per-prefix rewards)"})
+                check = getattr(cls, "rm_problem", None)
+                problem = check(h.cls) if check is not None else (
+                    None if issubclass(h.cls, FeatureRM) else "needs per-prefix rewards (a FeatureRM)")
+                if problem:
+                    self.skipped_combos.append({"decoder": d.label(), "method": h.label, "reason": problem})
                     continue
                 label = f"{d.label()}[{h.label}]"
                 outputs[label] = self._generate(d, h, targets, label)
                 guides[label] = h
-        return self._score_outputs(outputs, guides, targets)
+                if getattr(cls, "shared_seed", False) and hasattr(cls, "pool"):
+                    bon[label] = (d, h)
+        result = self._score_outputs(outputs, guides, targets)
+        if bon:
+            for label, curves in self._bon_curves(bon, targets).items():
+                result[label]["bon_curve"] = curves
+        return result
 
+    # ---------------------------------------------------------------- quality of any text
+    def _quality(self, texts: list[str], targets: list[tuple[Prompt, str]]) -> list[dict[str, float]]:
+        """Ground-truth quality of ``texts[i]`` for target i: exact rubric satisfaction where the rubric is
+        checkable, ROUGE-1/L against the user's reference where there is one, the judge's rubric score
+        where a judge is configured and the user has answer-key aspects."""
+        from perbench.metrics.rubric import rubric_satisfaction
+        from perbench.metrics.text import rouge
+
+        bench = self.bench
+        refs = self._refs()
+        out: list[dict[str, float]] = []
+        for text, (prompt, user) in zip(texts, targets, strict=True):
+            u = bench.users[user]
+            row: dict[str, float] = {}
+            if u.rubric:
+                rs = rubric_satisfaction(text, u)
+                row["rubric_satisfaction"], row["rubric_all"] = rs["satisfaction"], rs["all"]
+            ref = refs.get((prompt_key(prompt), user))
+            if ref is not None:
+                rg = rouge([text], [ref])
+                row["rouge1"], row["rougeL"] = float(rg["rouge1"][0]), float(rg["rougeL"][0])
+            out.append(row)
+        if self.judge is not None:
+            for row, judged in zip(out, self._judge(texts, targets), strict=True):
+                row.update(judged)
+        return out
+
+    def _refs(self) -> dict[tuple[str, str], str]:
+        if not hasattr(self, "_ref_table"):
+            self._ref_table = {(prompt_key(r.prompt), r.user_id): r.text for r in self.bench.references}
+        return self._ref_table
+
+    def _judge(self, texts: list[str], targets: list[tuple[Prompt, str]]) -> list[dict[str, float]]:
+        """Judge rubric scores (0..1) and parse-failure counts, one cached unit per (user, prompt, text)."""
+        from perbench.metrics.judge import rubric_aspects
+
+        assert self.judge is not None
+        keys: list[str | None] = []
+        todo: dict[str, tuple[str, Prompt, str]] = {}
+        for text, (prompt, user) in zip(texts, targets, strict=True):
+            if not rubric_aspects(self.bench.users[user]):
+                keys.append(None)
+                continue
+            k = unit_key("judge", self.judge_lm.fingerprint, user, prompt_key(prompt), text)
+            keys.append(k)
+            todo.setdefault(k, (text, prompt, user))
+        missing = self.units.missing(list(todo))
+        self.units.reused["judge"] += len(todo) - len(missing)
+        if missing:
+            users = [self.bench.users[todo[k][2]] for k in missing]
+            questions = [str(u.meta.get("question") or prompt_text(todo[k][1]))
+                         for u, k in zip(users, missing, strict=True)]
+            judged = self.judge.score([todo[k][0] for k in missing], users, questions)
+            for k, j in zip(missing, judged, strict=True):
+                self.units.store.put_json(k, {"judge_score": j.score, "judge_failures": j.n_failed,
+                                              "judge_aspects": len(j.scores), "raw": j.raw})
+                self.units.computed["judge"] += 1
+        out: list[dict[str, float]] = []
+        for key in keys:
+            if key is None:
+                out.append({})
+                continue
+            rec = self.units.store.get_json(key)
+            assert rec is not None, "a judge unit vanished from the store"
+            out.append({"judge_score": float(rec["judge_score"]),
+                        "judge_failures": float(rec["judge_failures"]),
+                        "judge_aspects": float(rec["judge_aspects"])})
+        return out
+
+    # ---------------------------------------------------------------- Best-of-N curves
+    def _bon_curves(self, bon: dict[str, tuple[Component, MethodHandle]],
+                    targets: list[tuple[Prompt, str]]) -> dict[str, dict[str, Any]]:
+        """Quality vs N for every (Best-of-N decoder, RM): one sample pool per decoder (sampled once, cached),
+        each sample's quality computed once, each RM only scores the pool."""
+        from perbench.decoding.best_of_n import BestOfN, bon_curve
+
+        cfg = self.cfg
+        users = [u for _, u in targets]
+        out: dict[str, dict[str, Any]] = {}
+        pools: dict[str, tuple[list[Any], list[list[Any]], dict[str, np.ndarray]]] = {}
+        for label, (spec, h) in bon.items():
+            decoder = self._decoder(spec)
+            pk = decoder.config_key()
+            if pk not in pools:
+                reqs = self._requests(decoder, targets)
+                pool = decoder.pool(self.policy, reqs, max_new_tokens=cfg.max_new_tokens)
+                self._count_samples(decoder)
+                n = len(pool[0]) if pool else 0
+                qkey = unit_key("bon_quality", pk, self.policy.fingerprint, cfg.seed, cfg.max_new_tokens,
+                                self.bench.fingerprint(), [prompt_key(p) + "|" + u for p, u in targets],
+                                self.judge_lm.fingerprint if self.judge is not None else None)
+
+                def quality(pool: list[list[Any]] = pool, n: int = n) -> dict[str, np.ndarray]:
+                    flat = [g.text for row in pool for g in row]
+                    rows = self._quality(flat, [t for t in targets for _ in range(n)])
+                    names = sorted({m for r in rows for m in r})
+                    return {m: np.array([r.get(m, np.nan) for r in rows], np.float64).reshape(len(pool), n)
+                            for m in names}
+
+                pools[pk] = (reqs, pool, self.units.arrays("bon_quality", qkey, quality))
+            reqs, pool, qual = pools[pk]
+
+            def scores(h: MethodHandle = h, reqs: list[Any] = reqs, pool: list[list[Any]] = pool
+                       ) -> dict[str, np.ndarray]:
+                return {"scores": np.stack(BestOfN.score_pool(h.adapted(cfg.shots), reqs, pool))}
+
+            skey = h.key(cfg.shots, "bon_scores", pk, self.policy.fingerprint, cfg.seed, cfg.max_new_tokens,
+                         [prompt_key(p) + "|" + u for p, u in targets])
+            S = self.units.arrays("bon_scores", skey, scores)["scores"]
+            curves: dict[str, Any] = {}
+            for metric in ("rubric_satisfaction", "rougeL", "rouge1", "judge_score"):
+                if metric not in qual:
+                    continue
+                Q = qual[metric]
+                ok = ~np.isnan(Q).any(1)
+                if not ok.any():
+                    continue
+                kept = [u for u, m in zip(users, ok, strict=True) if m]
+                curves[metric] = bon_curve(list(S[ok]), list(Q[ok]), users=kept, n_boot=cfg.bootstrap,
+                                           seed=cfg.seed)
+            out[label] = curves
+        return out
+
+    # ---------------------------------------------------------------- scoring the outputs
     def _score_outputs(self, outputs: dict[str, dict[tuple[str, str], str]], guides: dict[str, MethodHandle],
                        targets: list[tuple[Prompt, str]]) -> dict[str, Any]:
-        from perbench.metrics.rubric import rubric_satisfaction
         from perbench.metrics.stats import bootstrap_by_group, pair_weighted
-        from perbench.metrics.text import rouge
+        from perbench.metrics.win_rate import win_outcomes
         from perbench.rewards.base import ScoreItem
 
         bench = self.bench
-        refs = {(prompt_key(r.prompt), r.user_id): r.text for r in bench.references}
         zero_label = next((lab for lab in outputs if lab.startswith("zero_shot")), None)
+        icl_label = next((lab for lab in outputs if lab.startswith("icl_rag")), None)
         result: dict[str, Any] = {}
+        all_rows: dict[str, list[dict[str, Any]]] = {}
         for label, texts in outputs.items():
-            rows = []
-            for prompt, user in targets:
-                pk = prompt_key(prompt)
-                text = texts[(pk, user)]
+            gen = [texts[(prompt_key(p), u)] for p, u in targets]
+            rows: list[dict[str, Any]] = []
+            for text, (prompt, user), q in zip(gen, targets, self._quality(gen, targets), strict=True):
                 u = bench.users[user]
-                row: dict[str, Any] = {"kind": "generation", "decoder": label, "user_id": user, "seen": u.seen,
-                                       "prompt": prompt_text(prompt), "text": text, "words": len(text.split())}
-                if u.rubric:
-                    rs = rubric_satisfaction(text, u)
-                    row["rubric_satisfaction"], row["rubric_all"] = rs["satisfaction"], rs["all"]
-                if (pk, user) in refs:
-                    rg = rouge([text], [refs[(pk, user)]])
-                    row["rouge1"], row["rougeL"] = float(rg["rouge1"][0]), float(rg["rougeL"][0])
-                rows.append(row)
+                rows.append({"kind": "generation", "decoder": label, "user_id": user, "seen": u.seen,
+                             "prompt": prompt_text(prompt), "text": text, "words": len(text.split()), **q})
             if label in guides and zero_label is not None:
                 h = guides[label]
 
                 def compute(label: str = label, h: MethodHandle = h) -> dict[str, np.ndarray]:
                     rm = h.adapted(self.cfg.shots)
                     mine = rm.score([ScoreItem(u, p, outputs[label][(prompt_key(p), u)]) for p, u in targets])
-                    base = rm.score([ScoreItem(u, p, outputs[zero_label][(prompt_key(p), u)]) for p, u in targets])
+                    base = rm.score([ScoreItem(u, p, outputs[zero_label][(prompt_key(p), u)])
+                                     for p, u in targets])
                     return {"guided": mine, "zero_shot": base}
 
                 key = h.key(self.cfg.shots, "winrate", label, zero_label,
                             [unit_key(prompt_key(p), u, outputs[label][(prompt_key(p), u)],
                                       outputs[zero_label][(prompt_key(p), u)]) for p, u in targets])
                 s = self.units.arrays("win_rate", key, compute)
-                for row, a, b in zip(rows, s["guided"], s["zero_shot"], strict=True):
-                    row["rm_win"] = 1.0 if a > b else (0.5 if a == b else 0.0)
+                for row, o in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), strict=True):
+                    if not np.isnan(o):
+                        row["rm_win"] = float(o)
             self.samples.extend(rows)
+            all_rows[label] = rows
             summary: dict[str, Any] = {"n": len(rows)}
             users = [r["user_id"] for r in rows]
-            for metric in ("rubric_satisfaction", "rubric_all", "rouge1", "rougeL", "rm_win", "words"):
+            for metric in ("rubric_satisfaction", "rubric_all", "rouge1", "rougeL", "judge_score", "rm_win",
+                           "words"):
                 vals = np.array([r[metric] for r in rows if metric in r], dtype=np.float64)
                 if not len(vals):
                     continue
                 us = [r["user_id"] for r in rows if metric in r]
-                lo, hi = bootstrap_by_group(vals, us, pair_weighted, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)
+                lo, hi = bootstrap_by_group(vals, us, pair_weighted, n_boot=self.cfg.bootstrap,
+                                            seed=self.cfg.seed)
                 entry: dict[str, Any] = {"mean": float(vals.mean()), "ci": [lo, hi], "n": len(vals)}
                 for group, flag in (("seen", True), ("unseen", False)):
                     g = np.array([r[metric] for r in rows if metric in r and r["seen"] == flag], dtype=np.float64)
                     entry[group] = float(g.mean()) if len(g) else None
                 summary[metric] = entry
+            if "rm_win" in summary:
+                w = np.array([r["rm_win"] for r in rows if "rm_win" in r])
+                summary["rm_win"].update(wins=int((w == 1.0).sum()), ties=int((w == 0.5).sum()),
+                                         losses=int((w == 0.0).sum()), invalid=len(rows) - len(w))
+            if "judge_score" in summary:
+                summary["judge_score"]["parse_failures"] = int(sum(r.get("judge_failures", 0) for r in rows))
+                summary["judge_score"]["aspects"] = int(sum(r.get("judge_aspects", 0) for r in rows))
             summary["users"] = len(set(users))
             summary["guide"] = guides[label].label if label in guides else None
             result[label] = summary
+        for label, rows in all_rows.items():
+            vs = {}
+            for ref in (zero_label, icl_label):
+                if ref is None or ref == label:
+                    continue
+                vs[ref] = self._paired_deltas(rows, all_rows[ref])
+            if vs:
+                result[label]["vs"] = vs
         return result
+
+    def _paired_deltas(self, rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
+        """Mean per-(prompt, user) difference ``mine − ref`` of each quality metric, CI by user."""
+        from perbench.metrics.stats import bootstrap_by_group, pair_weighted
+
+        out: dict[str, Any] = {}
+        for metric in ("rubric_satisfaction", "rougeL", "rouge1", "judge_score"):
+            d = [(a["user_id"], a[metric] - b[metric]) for a, b in zip(rows, ref, strict=True)
+                 if metric in a and metric in b]
+            if not d:
+                continue
+            vals = np.array([x for _, x in d], np.float64)
+            lo, hi = bootstrap_by_group(vals, [u for u, _ in d], pair_weighted, n_boot=self.cfg.bootstrap,
+                                        seed=self.cfg.seed)
+            out[metric] = {"delta": float(vals.mean()), "ci": [lo, hi], "n": len(vals)}
+        return out
 
 
 def _seed(base: int, key: str) -> int:
