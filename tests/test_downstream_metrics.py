@@ -216,3 +216,29 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
     html = (again.run_dir / "report.html").read_text()
     assert "Best-of-N" in html and "difference to zero-shot" in html and "RGD-induced" in html
     assert again.results["work"]["computed"] == {} and again.results["downstream"] == down
+
+
+def test_runner_quality_uses_the_judge_for_answer_key_rubrics(tiny_lm, tmp_path):  # type: ignore[no-untyped-def]
+    from perbench.config import RunConfig
+    from perbench.data.records import Benchmark, PreferencePair
+    from perbench.runner.run import Runner
+
+    aspects = [{"aspect": "mentions cost"}, {"aspect": "gives an example"}]
+    users = {"a": User("a", seen=False, meta={"question": "Q?", "answer_key": {"rubric_aspects": aspects}}),
+             "b": User("b", seen=False)}
+    pairs = [PreferencePair(f"p{u}", u, "Q?", "yes", "no") for u in users]
+    runner = Runner(RunConfig.from_dict({"out_dir": str(tmp_path), "policy": "tiny-random",
+                                         "rm_backbone": "tiny-random"}))
+    runner.bench = Benchmark("t", pairs, users)
+    calls: list[str] = []
+
+    def fake(prompts):  # type: ignore[no-untyped-def]
+        calls.extend(prompts)
+        return ["Score: 2" if "Requirement: mentions cost" in p else "no idea" for p in prompts]
+
+    runner.judge, runner.judge_lm = RubricJudge(fake), tiny_lm
+    q = runner._quality(["it costs 5 euros", "it costs 5 euros"], [("Q?", "a"), ("Q?", "b")])
+    assert q[0] == {"judge_score": 0.5, "judge_failures": 1.0, "judge_aspects": 2.0} and q[1] == {}
+    assert len(calls) == 2
+    runner._quality(["it costs 5 euros"], [("Q?", "a")])  # cached by (judge, user, prompt, text)
+    assert len(calls) == 2 and runner.units.reused["judge"] == 1

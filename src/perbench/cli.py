@@ -34,7 +34,7 @@ def _run(args: argparse.Namespace) -> int:
     from perbench.config import Component, RunConfig, parse_set
     from perbench.runner.run import run
 
-    cfg = RunConfig.from_yaml(args.config) if args.config else RunConfig.default()
+    cfg = RunConfig.from_yaml(_config_path(args.config)) if args.config else RunConfig.default()
     changes: dict[str, Any] = {}
     if args.benchmark:
         entry = registry.benchmarks.entry(args.benchmark)
@@ -55,6 +55,18 @@ def _run(args: argparse.Namespace) -> int:
     result = run(cfg)
     _print_summary(result.results)
     return 0
+
+
+def _config_path(name: str) -> str:
+    """A YAML path, or the name of an embedded config (``default``, ``all_methods``)."""
+    if Path(name).exists():
+        return name
+    from importlib import resources
+
+    embedded = resources.files("perbench") / "configs" / f"{name.removesuffix('.yaml')}.yaml"
+    if embedded.is_file():
+        return str(embedded)
+    raise FileNotFoundError(f"config {name!r} is neither a file nor an embedded config")
 
 
 def _print_summary(results: dict[str, Any]) -> None:

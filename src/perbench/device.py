@@ -46,11 +46,16 @@ def resolve_device(device: str | None = None, dtype: str | None = None) -> Devic
 
 
 def set_threads() -> None:
-    """Use every core the process may use (CI runners often report more cores than they grant)."""
+    """Use every core the process may use (``PERBENCH_THREADS`` overrides: on a machine shared with other
+    busy processes one thread can be much faster than a contended two)."""
     import torch
 
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        n = os.cpu_count() or 1
+    env = os.environ.get("PERBENCH_THREADS")
+    if env:
+        n = int(env)
+    else:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - non-Linux
+            n = os.cpu_count() or 1
     torch.set_num_threads(max(1, n))
