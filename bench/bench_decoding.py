@@ -17,10 +17,14 @@ from collections.abc import Callable
 import numpy as np
 
 PROMPTS = [
-    "How can I keep basil alive on a windowsill?", "What is a good way to start running as a beginner?",
-    "How do I make my emails sound more professional?", "What should I pack for a weekend camping trip?",
-    "How do I remove a coffee stain from a white shirt?", "Any tips for learning to touch type?",
-    "How do I split a restaurant bill fairly with friends?", "What is the easiest way to back up my phone photos?",
+    "How can I keep basil alive on a windowsill?",
+    "What is a good way to start running as a beginner?",
+    "How do I make my emails sound more professional?",
+    "What should I pack for a weekend camping trip?",
+    "How do I remove a coffee stain from a white shirt?",
+    "Any tips for learning to touch type?",
+    "How do I split a restaurant bill fairly with friends?",
+    "What is the easiest way to back up my phone photos?",
 ]
 
 
@@ -64,8 +68,13 @@ def main() -> None:
         rm = GlobalBT()
         d = lm.hidden_size
         rng = np.random.default_rng(0)
-        rm.load_state({"w": rng.standard_normal(d).astype(np.float32) * 0.05, "mu": np.zeros(d, np.float32),
-                       "sd": np.ones(d, np.float32)})
+        rm.load_state(
+            {
+                "w": rng.standard_normal(d).astype(np.float32) * 0.05,
+                "mu": np.zeros(d, np.float32),
+                "sd": np.ones(d, np.float32),
+            }
+        )
         rm.bind(FeatureExtractor(lm, store))
         return rm
 
@@ -74,9 +83,11 @@ def main() -> None:
     variants: dict[str, Callable[[], object]] = {
         "greedy (ours)": lambda: ZeroShot().generate(policy, reqs, None, max_new_tokens=args.tokens),
         f"ARGS k={args.k}, shared backbone": lambda: ARGS(k=args.k, w=1.0).generate(
-            policy, reqs, shared_rm, max_new_tokens=args.tokens),
+            policy, reqs, shared_rm, max_new_tokens=args.tokens
+        ),
         f"ARGS k={args.k}, separate RM": lambda: ARGS(k=args.k, w=1.0).generate(
-            policy, reqs, separate_rm, max_new_tokens=args.tokens),
+            policy, reqs, separate_rm, max_new_tokens=args.tokens
+        ),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
     ntok: dict[str, int] = {}
@@ -88,8 +99,10 @@ def main() -> None:
             times[name].append(time.perf_counter() - t)
             ntok[name] = sum(len(g.token_ids) for g in out)  # type: ignore[attr-defined]
     base = statistics.median(times["greedy (ours)"])
-    print(f"\npolicy {policy.name}, batch {len(reqs)}, {args.tokens} new tokens, k={args.k}, "
-          f"{torch.get_num_threads()} threads, median of {args.rounds} interleaved rounds\n")
+    print(
+        f"\npolicy {policy.name}, batch {len(reqs)}, {args.tokens} new tokens, k={args.k}, "
+        f"{torch.get_num_threads()} threads, median of {args.rounds} interleaved rounds\n"
+    )
     print("| variant | tokens | seconds | tokens/s | × greedy time |")
     print("|---|---:|---:|---:|---:|")
     for name in variants:

@@ -29,9 +29,12 @@ from typing import Any
 import numpy as np
 
 PROMPTS = [
-    "How can I keep basil alive on a windowsill?", "What is a good way to start running as a beginner?",
-    "How do I make my emails sound more professional?", "What should I pack for a weekend camping trip?",
-    "How do I remove a coffee stain from a white shirt?", "Any tips for learning to touch type?",
+    "How can I keep basil alive on a windowsill?",
+    "What is a good way to start running as a beginner?",
+    "How do I make my emails sound more professional?",
+    "What should I pack for a weekend camping trip?",
+    "How do I remove a coffee stain from a white shirt?",
+    "Any tips for learning to touch type?",
     "How do I split a restaurant bill fairly with friends?",
     "What is the easiest way to back up my phone photos?",
 ]
@@ -102,16 +105,20 @@ def main() -> None:
     import copy
 
     sep_model = copy.deepcopy(loaded.model).eval()  # a second copy of the weights = "another backbone"
-    separate = NoEOS(sep_model, loaded.tokenizer, loaded.fingerprint + ":copy", loaded.name + "-copy",
-                     loaded.policy)
+    separate = NoEOS(sep_model, loaded.tokenizer, loaded.fingerprint + ":copy", loaded.name + "-copy", loaded.policy)
     store = Store(tempfile.mkdtemp() + "/features.sqlite")
 
     def head(lm: LoadedLM) -> GlobalBT:
         rm = GlobalBT()
         d = lm.hidden_size
         rng = np.random.default_rng(0)
-        rm.load_state({"w": rng.standard_normal(d).astype(np.float32) * 0.05, "mu": np.zeros(d, np.float32),
-                       "sd": np.ones(d, np.float32)})
+        rm.load_state(
+            {
+                "w": rng.standard_normal(d).astype(np.float32) * 0.05,
+                "mu": np.zeros(d, np.float32),
+                "sd": np.ones(d, np.float32),
+            }
+        )
         rm.bind(FeatureExtractor(lm, store))
         return rm
 
@@ -122,16 +129,21 @@ def main() -> None:
     n_ref = max(1, min(args.ref_prompts, len(PROMPTS)))
     variants: dict[str, Callable[[], list[list[int]]]] = {
         "greedy": lambda: [g.token_ids for g in ZeroShot().generate(policy, reqs, None, max_new_tokens=T)],
-        f"ARGS k={k}, token-level ranker": lambda: [g.token_ids for g in ARGS(k=k, w=w).generate(
-            policy, reqs, ranker, max_new_tokens=T)],
-        f"ARGS k={k}, shared backbone": lambda: [g.token_ids for g in ARGS(k=k, w=w).generate(
-            policy, reqs, shared_rm, max_new_tokens=T)],
-        f"ARGS k={k}, separate RM": lambda: [g.token_ids for g in ARGS(k=k, w=w).generate(
-            policy, reqs, separate_rm, max_new_tokens=T)],
-        "GenARM (separate π_r)": lambda: [g.token_ids for g in GenARMDecoder(beta=1.0).generate(
-            policy, reqs, separate, max_new_tokens=T)],
+        f"ARGS k={k}, token-level ranker": lambda: [
+            g.token_ids for g in ARGS(k=k, w=w).generate(policy, reqs, ranker, max_new_tokens=T)
+        ],
+        f"ARGS k={k}, shared backbone": lambda: [
+            g.token_ids for g in ARGS(k=k, w=w).generate(policy, reqs, shared_rm, max_new_tokens=T)
+        ],
+        f"ARGS k={k}, separate RM": lambda: [
+            g.token_ids for g in ARGS(k=k, w=w).generate(policy, reqs, separate_rm, max_new_tokens=T)
+        ],
+        "GenARM (separate π_r)": lambda: [
+            g.token_ids for g in GenARMDecoder(beta=1.0).generate(policy, reqs, separate, max_new_tokens=T)
+        ],
         f"reference ARGS loop k={k}, separate RM": lambda: [
-            reference_args(policy, separate_rm, p, k, w, T) for p in PROMPTS[:n_ref]],
+            reference_args(policy, separate_rm, p, k, w, T) for p in PROMPTS[:n_ref]
+        ],
     }
     ref_name = f"reference ARGS loop k={k}, separate RM"
     sep_name = f"ARGS k={k}, separate RM"
@@ -147,18 +159,21 @@ def main() -> None:
     scale[ref_name] = len(PROMPTS) / n_ref
     med = {name: statistics.median(ts) * scale[name] for name, ts in times.items()}
     base = med["greedy"]
-    print(f"\npolicy {policy.name}, batch {len(reqs)}, {T} new tokens, k={k}, "
-          f"{torch.get_num_threads()} threads, median of {args.rounds} interleaved rounds\n")
+    print(
+        f"\npolicy {policy.name}, batch {len(reqs)}, {T} new tokens, k={k}, "
+        f"{torch.get_num_threads()} threads, median of {args.rounds} interleaved rounds\n"
+    )
     print("| variant | tokens | seconds | tokens/s | × greedy time |")
     print("|---|---:|---:|---:|---:|")
     for name in variants:
         ntok = int(sum(len(o) for o in outs[name]) * scale[name])
         note = f" (timed on {n_ref} prompt(s), scaled ×{scale[name]:g})" if scale[name] != 1.0 else ""
-        print(f"| {name}{note} | {ntok} | {med[name]:.2f} | {ntok / med[name]:.1f} | "
-              f"{med[name] / base:.2f} |")
+        print(f"| {name}{note} | {ntok} | {med[name]:.2f} | {ntok / med[name]:.1f} | {med[name] / base:.2f} |")
     same = outs[ref_name] == outs[sep_name][:n_ref]
-    print(f"\nbatched ARGS (separate RM) is {med[ref_name] / med[sep_name]:.1f}× faster than the reference "
-          f"loop; same tokens on the timed prompts: {'yes' if same else 'no'}")
+    print(
+        f"\nbatched ARGS (separate RM) is {med[ref_name] / med[sep_name]:.1f}× faster than the reference "
+        f"loop; same tokens on the timed prompts: {'yes' if same else 'no'}"
+    )
 
 
 if __name__ == "__main__":

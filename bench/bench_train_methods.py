@@ -20,17 +20,44 @@ from typing import Any
 
 import numpy as np
 
-METHODS = ["mpu", "mpu_avg", "lore", "lore_reg", "lore_alt", "pal_a", "pal_b", "vpl", "pref",
-           "factorized_ranker"]
-TOPICS = ["basil", "running", "emails", "camping", "coffee stains", "touch typing", "restaurant bills",
-          "phone backups", "bread baking", "bike repair", "tax forms", "house plants", "job interviews",
-          "jet lag", "sourdough", "public speaking", "budgeting", "composting", "chess openings", "guitar"]
+METHODS = [
+    "mpu",
+    "mpu_avg",
+    "lore",
+    "lore_reg",
+    "lore_alt",
+    "pal_a",
+    "pal_b",
+    "vpl",
+    "pref",
+    "factorized_ranker",
+]
+TOPICS = [
+    "basil",
+    "running",
+    "emails",
+    "camping",
+    "coffee stains",
+    "touch typing",
+    "restaurant bills",
+    "phone backups",
+    "bread baking",
+    "bike repair",
+    "tax forms",
+    "house plants",
+    "job interviews",
+    "jet lag",
+    "sourdough",
+    "public speaking",
+    "budgeting",
+    "composting",
+    "chess openings",
+    "guitar",
+]
 ASPECTS = ["getting started", "common mistakes", "saving time", "doing it cheaply", "doing it safely"]
 
 
-def make_pairs(
-    n_train: int, n_users: int, n_unseen: int, seed: int = 0
-) -> tuple[list[Any], list[Any], dict[str, Any]]:
+def make_pairs(n_train: int, n_users: int, n_unseen: int, seed: int = 0) -> tuple[list[Any], list[Any], dict[str, Any]]:
     from perbench.data.records import PreferencePair
 
     rng = np.random.default_rng(seed)
@@ -113,18 +140,23 @@ def main() -> None:
     one_total = t_extract + base["fit"]
     all_total = t_extract + t_prompt + sum(r["fit"] for r in rows.values())
 
-    print(f"\n## Fitting frozen-feature RMs on shared features — {lm.name} (d = {lm.hidden_size}), "
-          f"{len(train)} train pairs, {args.users} seen + {args.unseen} unseen users, "
-          f"{torch.get_num_threads()} torch threads\n")
-    print(f"model load {t_load:.1f} s (not counted); feature extraction (train pairs, {2 * len(train)} "
-          f"texts) {t_extract:.2f} s; prompt features (PAL only) {t_prompt:.2f} s\n")
-    print("| method | fit (s) | adapt: every unseen user × n ∈ {1,2,5,10,20} (s) | seen acc | "
-          "unseen acc, n=20 |")
+    print(
+        f"\n## Fitting frozen-feature RMs on shared features — {lm.name} (d = {lm.hidden_size}), "
+        f"{len(train)} train pairs, {args.users} seen + {args.unseen} unseen users, "
+        f"{torch.get_num_threads()} torch threads\n"
+    )
+    print(
+        f"model load {t_load:.1f} s (not counted); feature extraction (train pairs, {2 * len(train)} "
+        f"texts) {t_extract:.2f} s; prompt features (PAL only) {t_prompt:.2f} s\n"
+    )
+    print("| method | fit (s) | adapt: every unseen user × n ∈ {1,2,5,10,20} (s) | seen acc | unseen acc, n=20 |")
     print("|---|---:|---:|---:|---:|")
     for name, r in {"global_bt": base, **rows}.items():
         print(f"| {name} | {r['fit']:.2f} | {r['adapt']:.2f} | {r['seen']:.3f} | {r['new']:.3f} |")
-    print(f"\none method (global_bt) incl. extraction: {one_total:.2f} s; all {len(rows)} methods incl. "
-          f"extraction: {all_total:.2f} s; ratio {all_total / one_total:.2f}× (goal ≤ 1.5×)")
+    print(
+        f"\none method (global_bt) incl. extraction: {one_total:.2f} s; all {len(rows)} methods incl. "
+        f"extraction: {all_total:.2f} s; ratio {all_total / one_total:.2f}× (goal ≤ 1.5×)"
+    )
 
 
 if __name__ == "__main__":

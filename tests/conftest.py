@@ -38,7 +38,12 @@ def random_linear_rm(extractor, seed: int = 0, scale: float = 1.0):  # type: ign
     rm = GlobalBT()
     rng = np.random.default_rng(seed)
     d = extractor.dim
-    rm.load_state({"w": (scale * rng.standard_normal(d)).astype(np.float32),
-                   "mu": np.zeros(d, np.float32), "sd": np.ones(d, np.float32)})
+    rm.load_state(
+        {
+            "w": (scale * rng.standard_normal(d)).astype(np.float32),
+            "mu": np.zeros(d, np.float32),
+            "sd": np.ones(d, np.float32),
+        }
+    )
     rm.bind(extractor)
     return rm

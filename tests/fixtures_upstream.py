@@ -48,37 +48,61 @@ PRB_SECRET = "ZEBRAKEY"  # appears in every rubric aspect / narrative and nowher
 
 def prb_rows() -> Rows:
     topics = [
-        ("How do I keep my sourdough starter alive while travelling?", "Lifestyle_and_Personal_Development",
-         ["I bake sourdough bread every weekend and feed my starter twice a day.",
-          "My garden tomatoes did badly this year because of the rain.",
-          "Travelling with a sourdough starter: dry it into flakes and rehydrate it later.",
-          "I prefer short practical answers over long essays."]),
-        ("Which jazz albums should a beginner listen to first?", "Art_and_Entertainment",
-         ["Kind of Blue was the first jazz album I loved.",
-          "I play piano badly but with enthusiasm.",
-          "Beginner jazz listening: start with Blue Train and Time Out.",
-          "My cat hates loud music."]),
-        ("Is it rude to skip a coworker's wedding?", "Society_and_Culture",
-         ["Office etiquette matters to me; I always send cards.",
-          "I skipped a wedding once and sent a generous gift instead.",
-          "Cycling to work keeps me sane."]),
+        (
+            "How do I keep my sourdough starter alive while travelling?",
+            "Lifestyle_and_Personal_Development",
+            [
+                "I bake sourdough bread every weekend and feed my starter twice a day.",
+                "My garden tomatoes did badly this year because of the rain.",
+                "Travelling with a sourdough starter: dry it into flakes and rehydrate it later.",
+                "I prefer short practical answers over long essays.",
+            ],
+        ),
+        (
+            "Which jazz albums should a beginner listen to first?",
+            "Art_and_Entertainment",
+            [
+                "Kind of Blue was the first jazz album I loved.",
+                "I play piano badly but with enthusiasm.",
+                "Beginner jazz listening: start with Blue Train and Time Out.",
+                "My cat hates loud music.",
+            ],
+        ),
+        (
+            "Is it rude to skip a coworker's wedding?",
+            "Society_and_Culture",
+            [
+                "Office etiquette matters to me; I always send cards.",
+                "I skipped a wedding once and sent a generous gift instead.",
+                "Cycling to work keeps me sane.",
+            ],
+        ),
     ]
     rows = []
     for i, (question, category, posts) in enumerate(topics):
-        rows.append({
-            "id": f"q{i}",
-            "question": question,
-            "profile": [{"id": f"p{i}-{j}", "category": category, "text": t} for j, t in enumerate(posts)],
-            "rubric_aspects": [
-                {"aspect": f"{PRB_SECRET} aspect {i}-a mentions practical steps",
-                 "evidence": f"{PRB_SECRET} evidence {i}", "reason": f"{PRB_SECRET} reason {i}"},
-                {"aspect": f"{PRB_SECRET} aspect {i}-b stays under 100 words", "evidence": "", "reason": ""},
-            ],
-            "narrative": f"{PRB_SECRET} narrative: I want concise, practical advice for question {i}.",
-            "category": category,
-            "chosen": f"Here are practical steps for question {i}: plan ahead, be concise, follow up.",
-            "rejected": f"There are many philosophical perspectives on question {i} to consider at length.",
-        })
+        rows.append(
+            {
+                "id": f"q{i}",
+                "question": question,
+                "profile": [{"id": f"p{i}-{j}", "category": category, "text": t} for j, t in enumerate(posts)],
+                "rubric_aspects": [
+                    {
+                        "aspect": f"{PRB_SECRET} aspect {i}-a mentions practical steps",
+                        "evidence": f"{PRB_SECRET} evidence {i}",
+                        "reason": f"{PRB_SECRET} reason {i}",
+                    },
+                    {
+                        "aspect": f"{PRB_SECRET} aspect {i}-b stays under 100 words",
+                        "evidence": "",
+                        "reason": "",
+                    },
+                ],
+                "narrative": f"{PRB_SECRET} narrative: I want concise, practical advice for question {i}.",
+                "category": category,
+                "chosen": f"Here are practical steps for question {i}: plan ahead, be concise, follow up.",
+                "rejected": f"There are many philosophical perspectives on question {i} to consider at length.",
+            }
+        )
     return rows
 
 
@@ -87,22 +111,30 @@ LAMP5_PREFIX = "Generate a title for the following abstract of a paper: "
 
 # Four topics; users on one topic share many title words, titles on different topics share none.
 LAMP_TOPICS: dict[str, list[str]] = {
-    "graph": ["Graph Neural Networks for Molecular Property Prediction",
-              "Graph Neural Networks for Traffic Forecasting",
-              "Scalable Graph Neural Networks with Sampling",
-              "Graph Attention Networks for Molecular Graphs"],
-    "rl": ["Deep Reinforcement Learning for Robotic Grasping",
-           "Reinforcement Learning for Robotic Manipulation Policies",
-           "Offline Reinforcement Learning with Conservative Critics",
-           "Reward Shaping in Deep Reinforcement Learning"],
-    "speech": ["End-to-End Speech Recognition with Transformers",
-               "Streaming Speech Recognition on Mobile Devices",
-               "Self-Supervised Speech Representations for Recognition",
-               "Multilingual Speech Recognition at Scale"],
-    "protein": ["Protein Structure Prediction using Evolutionary Couplings",
-                "Protein Folding Dynamics from Molecular Simulation",
-                "Predicting Protein Function from Sequence Alone",
-                "Protein Design by Structure Prediction Inversion"],
+    "graph": [
+        "Graph Neural Networks for Molecular Property Prediction",
+        "Graph Neural Networks for Traffic Forecasting",
+        "Scalable Graph Neural Networks with Sampling",
+        "Graph Attention Networks for Molecular Graphs",
+    ],
+    "rl": [
+        "Deep Reinforcement Learning for Robotic Grasping",
+        "Reinforcement Learning for Robotic Manipulation Policies",
+        "Offline Reinforcement Learning with Conservative Critics",
+        "Reward Shaping in Deep Reinforcement Learning",
+    ],
+    "speech": [
+        "End-to-End Speech Recognition with Transformers",
+        "Streaming Speech Recognition on Mobile Devices",
+        "Self-Supervised Speech Representations for Recognition",
+        "Multilingual Speech Recognition at Scale",
+    ],
+    "protein": [
+        "Protein Structure Prediction using Evolutionary Couplings",
+        "Protein Folding Dynamics from Molecular Simulation",
+        "Predicting Protein Function from Sequence Alone",
+        "Protein Design by Structure Prediction Inversion",
+    ],
 }
 
 
@@ -123,12 +155,16 @@ def lamp5_user_based(root: Path) -> Path:
             profile_titles = [titles[2 + k], other[3 - k]]
             split = "dev" if (topic in ("speech", "protein") and k == 1) else "train"
             qid = f"{topic}{k}"
-            questions[split].append({
-                "id": qid,
-                "input": LAMP5_PREFIX + _abstract(gold),
-                "profile": [{"id": f"{qid}-p{j}", "title": t, "abstract": _abstract(t)}
-                            for j, t in enumerate(profile_titles)],
-            })
+            questions[split].append(
+                {
+                    "id": qid,
+                    "input": LAMP5_PREFIX + _abstract(gold),
+                    "profile": [
+                        {"id": f"{qid}-p{j}", "title": t, "abstract": _abstract(t)}
+                        for j, t in enumerate(profile_titles)
+                    ],
+                }
+            )
             golds[split].append({"id": qid, "output": gold})
             n += 1
     for split in ("train", "dev"):
@@ -146,11 +182,14 @@ def lamp5_time_based(root: Path) -> Path:
         for k, title in enumerate(titles[:3]):
             split = "dev" if k == 2 else "train"
             qid = f"t{u}{k}"
-            questions[split].append({
-                "id": qid, "user_id": f"user{u}",
-                "input": LAMP5_PREFIX + _abstract(title),
-                "profile": [{"id": f"{qid}-p0", "title": titles[3], "abstract": _abstract(titles[3])}],
-            })
+            questions[split].append(
+                {
+                    "id": qid,
+                    "user_id": f"user{u}",
+                    "input": LAMP5_PREFIX + _abstract(title),
+                    "profile": [{"id": f"{qid}-p0", "title": titles[3], "abstract": _abstract(titles[3])}],
+                }
+            )
             golds[split].append({"id": qid, "output": title})
     for split in ("train", "dev"):
         write_json(folder / f"{split}_questions.json", questions[split])
@@ -160,26 +199,55 @@ def lamp5_time_based(root: Path) -> Path:
 
 # ----------------------------------------------------------------------------------------------- PRISM
 def prism_survey(n_users: int = 8) -> Rows:
-    return [{
-        "user_id": f"user{u}", "self_description": f"I am participant {u} and I like direct answers.",
-        "system_string": f"Be brief and cite sources, participant {u}.", "age": "25-34",
-        "order_stated_prefs": ["values", "fluency"], "location": {"birth_country": "Narnia"},
-    } for u in range(n_users)]
+    return [
+        {
+            "user_id": f"user{u}",
+            "self_description": f"I am participant {u} and I like direct answers.",
+            "system_string": f"Be brief and cite sources, participant {u}.",
+            "age": "25-34",
+            "order_stated_prefs": ["values", "fluency"],
+            "location": {"birth_country": "Narnia"},
+        }
+        for u in range(n_users)
+    ]
 
 
 def prism_conversation(cid: str, user: str, n_turns: int = 2) -> dict[str, Any]:
     history: Rows = []
     for t in range(n_turns):
-        history.append({"turn": t, "role": "user", "content": f"{cid} question at turn {t}?",
-                        "model_provider": None, "model_name": None, "score": None, "if_chosen": None,
-                        "within_turn_id": None})
+        history.append(
+            {
+                "turn": t,
+                "role": "user",
+                "content": f"{cid} question at turn {t}?",
+                "model_provider": None,
+                "model_name": None,
+                "score": None,
+                "if_chosen": None,
+                "within_turn_id": None,
+            }
+        )
         n_resp = 4 if t == 0 else 2
         for r in range(n_resp):
-            history.append({"turn": t, "role": "model", "content": f"{cid} answer {r} at turn {t}.",
-                            "model_provider": "acme", "model_name": f"model-{r}", "score": 90 - 10 * r,
-                            "if_chosen": r == 0, "within_turn_id": r})
-    return {"conversation_id": cid, "user_id": user, "conversation_type": "unguided",
-            "opening_prompt": history[0]["content"], "conversation_history": history}
+            history.append(
+                {
+                    "turn": t,
+                    "role": "model",
+                    "content": f"{cid} answer {r} at turn {t}.",
+                    "model_provider": "acme",
+                    "model_name": f"model-{r}",
+                    "score": 90 - 10 * r,
+                    "if_chosen": r == 0,
+                    "within_turn_id": r,
+                }
+            )
+    return {
+        "conversation_id": cid,
+        "user_id": user,
+        "conversation_type": "unguided",
+        "opening_prompt": history[0]["content"],
+        "conversation_history": history,
+    }
 
 
 def prism_conversations(dialogues: dict[str, int]) -> Rows:
@@ -210,18 +278,38 @@ def tldr_rows() -> Rows:
             short = f"Short summary {k} of {post_id}."
             long = f"A considerably longer summary number {k} of {post_id}, with extra detail and nuance."
             a, b = (short, long) if k % 2 == 0 else (long, short)
-            rows.append({
-                "info": {"id": post_id, "post": f"Post {post_id}: my roommate keeps eating my food.",
-                         "title": "roommate", "subreddit": "relationships", "article": None, "site": None},
-                "split": "train" if k % 3 else "valid1",
-                "summaries": [{"text": " " + a, "policy": "sup2", "note": None},
-                              {"text": " " + b, "policy": "sup4_6b", "note": None}],
-                "choice": k % 2, "worker": worker, "batch": "batch3", "extra": {"confidence": 7},
-            })
+            rows.append(
+                {
+                    "info": {
+                        "id": post_id,
+                        "post": f"Post {post_id}: my roommate keeps eating my food.",
+                        "title": "roommate",
+                        "subreddit": "relationships",
+                        "article": None,
+                        "site": None,
+                    },
+                    "split": "train" if k % 3 else "valid1",
+                    "summaries": [
+                        {"text": " " + a, "policy": "sup2", "note": None},
+                        {"text": " " + b, "policy": "sup4_6b", "note": None},
+                    ],
+                    "choice": k % 2,
+                    "worker": worker,
+                    "batch": "batch3",
+                    "extra": {"confidence": 7},
+                }
+            )
         n += count
     # a comparison with a non-supervised policy, and a CNN/DM row without a post
-    rows.append({**rows[0], "summaries": [{"text": "x summary", "policy": "ppo_xl", "note": None},
-                                          {"text": "y summary longer", "policy": "sup2", "note": None}]})
+    rows.append(
+        {
+            **rows[0],
+            "summaries": [
+                {"text": "x summary", "policy": "ppo_xl", "note": None},
+                {"text": "y summary longer", "policy": "sup2", "note": None},
+            ],
+        }
+    )
     rows.append({**rows[0], "info": {"id": "cnn1", "post": None, "article": "Some news article."}})
     return rows
 
@@ -230,25 +318,52 @@ def tldr_rows() -> Rows:
 def persona_rows() -> Rows:
     hist_a = [{"prompt": "Recommend a snack.", "chosen": "Apple slices.", "rejected": "A large cake."}]
     base = [
-        ("I am a health-conscious runner.", "What should I eat before a race?", "Oatmeal and a banana.",
-         "A double cheeseburger."),
-        ("I am a health-conscious runner.", "Best drink after training?", "Water with electrolytes.",
-         "Cola."),
+        (
+            "I am a health-conscious runner.",
+            "What should I eat before a race?",
+            "Oatmeal and a banana.",
+            "A double cheeseburger.",
+        ),
+        (
+            "I am a health-conscious runner.",
+            "Best drink after training?",
+            "Water with electrolytes.",
+            "Cola.",
+        ),
         ("I love baroque music.", "Suggest a composer.", "Johann Sebastian Bach.", "A random pop band."),
         ("I love baroque music.", "What instrument should I learn?", "The harpsichord.", "The kazoo."),
     ]
     rows: Rows = []
     for persona, prompt, chosen, rejected in base:
-        rows.append({"persona": persona, "prompt": prompt, "chosen": chosen, "rejected": rejected,
-                     "profile": f"Profile text for {persona}",
-                     "history": hist_a if "runner" in persona else []})
+        rows.append(
+            {
+                "persona": persona,
+                "prompt": prompt,
+                "chosen": chosen,
+                "rejected": rejected,
+                "profile": f"Profile text for {persona}",
+                "history": hist_a if "runner" in persona else [],
+            }
+        )
     # the same pair again with different profile/history text: a duplicate by (user, prompt, chosen, rejected)
     rows.append({**rows[0], "profile": "Another profile wording.", "history": []})
     rows.append({**rows[2], "profile": "Yet another wording.", "history": []})
     # a history pair that repeats one of the user's row pairs
-    rows.append({**rows[1], "prompt": "Favourite fruit?", "chosen": "Berries.", "rejected": "Candy.",
-                 "history": [{"prompt": "Best drink after training?", "chosen": "Water with electrolytes.",
-                              "rejected": "Cola."}]})
+    rows.append(
+        {
+            **rows[1],
+            "prompt": "Favourite fruit?",
+            "chosen": "Berries.",
+            "rejected": "Candy.",
+            "history": [
+                {
+                    "prompt": "Best drink after training?",
+                    "chosen": "Water with electrolytes.",
+                    "rejected": "Cola.",
+                }
+            ],
+        }
+    )
     return rows
 
 

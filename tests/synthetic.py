@@ -69,9 +69,7 @@ class Problem:
         return sorted(self.shots)
 
 
-def _pair(
-    ext: FakeExtractor, user: str, w: np.ndarray, prompt: str, split: str, margin: float = 0.5
-) -> PreferencePair:
+def _pair(ext: FakeExtractor, user: str, w: np.ndarray, prompt: str, split: str, margin: float = 0.5) -> PreferencePair:
     """The pair of ``prompt``'s two responses, labelled by ``w``; near-ties (|w·Δ| < margin·‖w‖) are redrawn
     so that the known answer is learnable from a few dozen pairs."""
     a, b = f"{prompt}/a", f"{prompt}/b"

@@ -9,8 +9,12 @@ from perbench.models.chat import encode_prompt
 from perbench.rewards.features import FeatureExtractor
 from tests.conftest import random_linear_rm
 
-PROMPTS = ["How do I boil an egg?", "Name three colours.", "Why is the sky blue? Explain briefly please.",
-           "hi"]
+PROMPTS = [
+    "How do I boil an egg?",
+    "Name three colours.",
+    "Why is the sky blue? Explain briefly please.",
+    "hi",
+]
 
 
 def reqs(users=None):  # type: ignore[no-untyped-def]
@@ -22,7 +26,7 @@ def test_greedy_matches_hf_generate(tiny_lm):  # type: ignore[no-untyped-def]
     for r, g in zip(reqs(), ours, strict=True):
         ids = torch.tensor([encode_prompt(tiny_lm.tokenizer, r.prompt)])
         ref = tiny_lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
-        ref_ids = [int(i) for i in ref[0, ids.shape[1]:] if int(i) not in tiny_lm.eos_ids]
+        ref_ids = [int(i) for i in ref[0, ids.shape[1] :] if int(i) not in tiny_lm.eos_ids]
         assert g.token_ids == ref_ids[: len(g.token_ids)] and len(g.token_ids) == len(ref_ids)
 
 
@@ -53,8 +57,9 @@ def _uncached_args(lm, rm_lm, rm, prompt, k, w, steps):  # type: ignore[no-untyp
             h = dec(input_ids=torch.tensor([ids + out])).last_hidden_state[0, -1]
             lp = torch.log_softmax(lm.model.get_output_embeddings()(h), -1)
             top, cands = lp.topk(k)
-            feats = torch.stack([rdec(input_ids=torch.tensor([ids + out + [int(c)]])).last_hidden_state[0, -1]
-                                 for c in cands])
+            feats = torch.stack(
+                [rdec(input_ids=torch.tensor([ids + out + [int(c)]])).last_hidden_state[0, -1] for c in cands]
+            )
             r = rm.reward_from_features(["u"] * k, feats)
             out.append(int(cands[(top + w * r).argmax()]))
             if out[-1] in lm.eos_ids:

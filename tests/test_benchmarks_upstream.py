@@ -94,19 +94,22 @@ def test_prb_include_profile_bm25_top_k_format(tmp_path: Path) -> None:
     assert prompt.endswith("How do I keep my sourdough starter alive while travelling?")
     plain = load_prb(tmp_path / "prb.jsonl")
     assert plain.pairs[0].prompt == "How do I keep my sourdough starter alive while travelling?"
-    assert bm25_rank("jazz album", ["my cat", "a jazz album", "jazz"]) [0] == 1
+    assert bm25_rank("jazz album", ["my cat", "a jazz album", "jazz"])[0] == 1
     assert bm25_rank("nothing matches", ["a", "b"]) == [0, 1]
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"chosen": None}, "chosen': missing"),
-    ({"question": 5}, "question': expected a string, got int"),
-    ({"rejected": "  "}, "rejected': empty text"),
-    ({"profile": [{"id": "x", "category": "c"}]}, "profile.0.text': missing"),
-    ({"profile": "not a list"}, "profile': expected a list, got str"),
-    ({"rubric_aspects": [{"aspect": 3}]}, "rubric_aspects.0.aspect': expected a string, got int"),
-    ({"id": "q0"}, "id': duplicate id 'q0'"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"chosen": None}, "chosen': missing"),
+        ({"question": 5}, "question': expected a string, got int"),
+        ({"rejected": "  "}, "rejected': empty text"),
+        ({"profile": [{"id": "x", "category": "c"}]}, "profile.0.text': missing"),
+        ({"profile": "not a list"}, "profile': expected a list, got str"),
+        ({"rubric_aspects": [{"aspect": 3}]}, "rubric_aspects.0.aspect': expected a string, got int"),
+        ({"id": "q0"}, "id': duplicate id 'q0'"),
+    ],
+)
 def test_prb_malformed_rows_name_file_line_field(tmp_path: Path, change: dict[str, Any], field: str) -> None:
     rows = prb_rows()
     rows[1].update(change)
@@ -181,8 +184,7 @@ def test_pref_lamp_same_profile_pool_and_time_layout(tmp_path: Path) -> None:
         titles = [i.meta["title"] for i in bench.users[p.user_id].profile]
         assert p.meta["negative_source"] == "same_profile" and p.rejected in titles
     lamp5_time_based(tmp_path)
-    timed = load_pref_lamp(tmp_path, layout="time", encoder=HashEncoder(), unseen_fraction=0.0,
-                           with_table1=False)
+    timed = load_pref_lamp(tmp_path, layout="time", encoder=HashEncoder(), unseen_fraction=0.0, with_table1=False)
     assert sorted(timed.users) == ["user0", "user1", "user2", "user3"] and timed.meta["layout"] == "time"
     for u in timed.users:
         assert len(timed.select(user=u, split="train")) == 2 and len(timed.select(user=u, split="test")) == 1
@@ -199,14 +201,19 @@ def _break_lamp(root: Path, split: str, edit: Callable[[list[dict[str, Any]], di
     write_json(folder / f"{split}_outputs.json", outputs)
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda q, o: o["golds"].pop(1), "train_questions.json:2: field 'id': no gold title with this id"),
-    (lambda q, o: q[1]["profile"][0].update(title=7),
-     "train_questions.json:2: field 'profile.0.title': expected"),
-    (lambda q, o: q[1].update(input=LAMP5_PREFIX + "  "), "train_questions.json:2: field 'input': empty"),
-    (lambda q, o: q[1].pop("input"), "train_questions.json:2: field 'input': missing"),
-    (lambda q, o: o["golds"][0].update(output=""), "train_outputs.json:1: field 'output': empty text"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda q, o: o["golds"].pop(1), "train_questions.json:2: field 'id': no gold title with this id"),
+        (
+            lambda q, o: q[1]["profile"][0].update(title=7),
+            "train_questions.json:2: field 'profile.0.title': expected",
+        ),
+        (lambda q, o: q[1].update(input=LAMP5_PREFIX + "  "), "train_questions.json:2: field 'input': empty"),
+        (lambda q, o: q[1].pop("input"), "train_questions.json:2: field 'input': missing"),
+        (lambda q, o: o["golds"][0].update(output=""), "train_outputs.json:1: field 'output': empty text"),
+    ],
+)
 def test_pref_lamp_malformed_rows(tmp_path: Path, edit: Any, message: str) -> None:
     root = lamp5_user_based(tmp_path)
     _break_lamp(root, "train", edit)
@@ -225,8 +232,7 @@ def test_pref_lamp_time_layout_needs_user_id(tmp_path: Path) -> None:
         load_pref_lamp(tmp_path, layout="time", encoder=HashEncoder(), with_table1=False)
 
 
-def test_pref_lamp_download_layout_and_embedding_cache(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pref_lamp_download_layout_and_embedding_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = lamp5_user_based(tmp_path / "flat")
     nested = tmp_path / "nested" / "LaMP_5"
     for split in ("train", "dev"):
@@ -263,14 +269,17 @@ def test_prism_pairs_prompts_and_lore_split(tmp_path: Path) -> None:
         assert len(train_dialogues) == 3 and len(test_dialogues) == 3 and not train_dialogues & test_dialogues
     turn1 = next(p for p in bench.pairs if p.meta["turn"] == 1)
     cid = turn1.meta["conversation_id"]
-    assert turn1.prompt == (Message("user", f"{cid} question at turn 0?"),
-                            Message("assistant", f"{cid} answer 0 at turn 0."),
-                            Message("user", f"{cid} question at turn 1?"))
+    assert turn1.prompt == (
+        Message("user", f"{cid} question at turn 0?"),
+        Message("assistant", f"{cid} answer 0 at turn 0."),
+        Message("user", f"{cid} question at turn 1?"),
+    )
     assert turn1.chosen == f"{cid} answer 0 at turn 1." and turn1.rejected == f"{cid} answer 1 at turn 1."
     unseen = bench.unseen_users[0]
     shots = bench.fewshot(unseen)
     assert len(shots) == 12 and [s.meta["conversation_id"] for s in shots] == sorted(
-        (s.meta["conversation_id"] for s in shots), key=lambda c: int(c.rsplit("-", 1)[1]))
+        (s.meta["conversation_id"] for s in shots), key=lambda c: int(c.rsplit("-", 1)[1])
+    )
     again = load_prism(tmp_path)
     assert again.fingerprint() == bench.fingerprint()
 
@@ -293,16 +302,25 @@ def test_prism_counts_turns_without_a_choice(tmp_path: Path) -> None:
     assert len(bench.pairs) == 2 * 6 * 4 - 1
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda c: c.update(user_id="stranger"), "field 'user_id': unknown user 'stranger'"),
-    (lambda c: c["conversation_history"][1].pop("if_chosen"),
-     "field 'conversation_history.1.if_chosen': missing"),
-    (lambda c: c["conversation_history"][0].update(content=5),
-     "field 'conversation_history.0.content': expected a string, got int"),
-    (lambda c: c["conversation_history"][2].update(content=" "),
-     "field 'conversation_history.2.content': empty"),
-    (lambda c: c.pop("conversation_history"), "field 'conversation_history': missing"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c.update(user_id="stranger"), "field 'user_id': unknown user 'stranger'"),
+        (
+            lambda c: c["conversation_history"][1].pop("if_chosen"),
+            "field 'conversation_history.1.if_chosen': missing",
+        ),
+        (
+            lambda c: c["conversation_history"][0].update(content=5),
+            "field 'conversation_history.0.content': expected a string, got int",
+        ),
+        (
+            lambda c: c["conversation_history"][2].update(content=" "),
+            "field 'conversation_history.2.content': empty",
+        ),
+        (lambda c: c.pop("conversation_history"), "field 'conversation_history': missing"),
+    ],
+)
 def test_prism_malformed_conversations(tmp_path: Path, edit: Any, message: str) -> None:
     convs = prism_conversations({"user0": 6})
     edit(convs[3])
@@ -334,7 +352,8 @@ def test_tldr_pal_protocol(tmp_path: Path) -> None:
         assert (len(p.chosen) < len(p.rejected)) == shorter
         assert p.chosen == p.chosen.strip()
     assert [bench.users[f"w0{r}"].meta["prefers"] for r in range(10)] == ["longer"] * 3 + ["shorter"] * 3 + [
-        "longer"] * 4
+        "longer"
+    ] * 4
     for u in bench.unseen_users:
         assert len(bench.fewshot(u)) == 2 and len(bench.select(user=u, split="test")) >= 3
     for u in bench.seen_users:
@@ -367,21 +386,27 @@ def test_tldr_reads_every_split_of_a_saved_dataset(tmp_path: Path) -> None:
     valid = [r for r in rows if r["split"] != "train"]
     import datasets
 
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(train),
-                          "validation": datasets.Dataset.from_list(valid)}).save_to_disk(str(tmp_path / "ds"))
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(train), "validation": datasets.Dataset.from_list(valid)}
+    ).save_to_disk(str(tmp_path / "ds"))
     bench = load_tldr(tmp_path / "ds", protocol="lore")
     assert bench.meta["rows_read"] == len(rows)
     assert any("[validation]" in p.meta["source"] for p in bench.pairs)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"choice": 2}, "field 'choice': expected 0 or 1, got 2"),
-    ({"summaries": [{"text": 5, "policy": "sup2"}, {"text": "b", "policy": "sup2"}]},
-     "field 'summaries.0.text': expected a string, got int"),
-    ({"summaries": [{"text": "a", "policy": "sup2"}]}, "field 'summaries': expected 2 summaries, got 1"),
-    ({"worker": None}, "field 'worker': missing (null)"),
-    ({"info": {"id": "p", "post": "  "}}, "field 'info.post': empty text"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"choice": 2}, "field 'choice': expected 0 or 1, got 2"),
+        (
+            {"summaries": [{"text": 5, "policy": "sup2"}, {"text": "b", "policy": "sup2"}]},
+            "field 'summaries.0.text': expected a string, got int",
+        ),
+        ({"summaries": [{"text": "a", "policy": "sup2"}]}, "field 'summaries': expected 2 summaries, got 1"),
+        ({"worker": None}, "field 'worker': missing (null)"),
+        ({"info": {"id": "p", "post": "  "}}, "field 'info.post': empty text"),
+    ],
+)
 def test_tldr_malformed_rows(tmp_path: Path, change: dict[str, Any], message: str) -> None:
     rows = tldr_rows()
     rows[4].update(change)
@@ -417,8 +442,10 @@ def test_persona_rows_dedup_history_and_rubric(tmp_path: Path) -> None:
     assert bench.skipped.counts["history_equals_row_pair"] == 1
     assert [p.prompt for p in bench.train_pairs()] == ["Recommend a snack."]
     assert len(bench.test_pairs()) == 5 and bench.weighting == "pair"
-    assert [i.text for i in bench.users[runner].profile] == [f"Profile text for {runner}",
-                                                            "Another profile wording."]
+    assert [i.text for i in bench.users[runner].profile] == [
+        f"Profile text for {runner}",
+        "Another profile wording.",
+    ]
     rows_weighted = load_persona(path, dedup=False)
     assert rows_weighted.weighting == "row" and len(rows_weighted.test_pairs()) == 7
 
@@ -435,6 +462,7 @@ def _hash_score(seed: int) -> Callable[[str, Prompt, str], float]:
         del user  # user-agnostic: the same (prompt, response) gets the same score for every user
         digest = hashlib.sha256(f"{seed}|{prompt_text(prompt)}|{response}".encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
+
     return score
 
 
@@ -454,11 +482,11 @@ def test_domain_styles_user_agnostic_scorers_get_exactly_half(tmp_path: Path) ->
 
 
 def test_domain_styles_list_form_split_and_errors(tmp_path: Path) -> None:
-    rows = [{"query": r["query"],
-             "responses": [{"style": s, "response": t} for s, t in r["responses"].items()]}
-            for r in domain_rows()]
-    bench = load_domain_styles(write_jsonl(tmp_path / "dom.jsonl", rows), train_fraction=0.4,
-                               unseen_styles=["playful"])
+    rows = [
+        {"query": r["query"], "responses": [{"style": s, "response": t} for s, t in r["responses"].items()]}
+        for r in domain_rows()
+    ]
+    bench = load_domain_styles(write_jsonl(tmp_path / "dom.jsonl", rows), train_fraction=0.4, unseen_styles=["playful"])
     assert len(bench.pairs) == 60 and len(bench.train_pairs()) == 2 * 12 - 6
     assert bench.unseen_users == ["playful"]
     bad = domain_rows()
@@ -466,8 +494,7 @@ def test_domain_styles_list_form_split_and_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"dom2\.jsonl:3: field 'responses\.formal': empty text"):
         load_domain_styles(write_jsonl(tmp_path / "dom2.jsonl", bad))
     one = [{"query": "q", "responses": {"concise": "x"}}, *domain_rows(1)]
-    assert load_domain_styles(write_jsonl(tmp_path / "dom3.jsonl", one)).skipped.counts[
-        "fewer_than_two_styles"] == 1
+    assert load_domain_styles(write_jsonl(tmp_path / "dom3.jsonl", one)).skipped.counts["fewer_than_two_styles"] == 1
 
 
 # -------------------------------------------------------------------------------------------- registry

@@ -20,8 +20,12 @@ from perbench.rewards.base import RMContext, ScoreItem
 from perbench.rewards.baselines import LengthRM
 from perbench.rewards.features import FeatureExtractor
 
-PROMPTS = ["How do I boil an egg?", "Name three colours.", "Why is the sky blue? Explain briefly please.",
-           "hi"]
+PROMPTS = [
+    "How do I boil an egg?",
+    "Name three colours.",
+    "Why is the sky blue? Explain briefly please.",
+    "hi",
+]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -58,7 +62,8 @@ def test_genarm_with_uniform_rm_equals_base_decoding(tiny_lm, uniform_rm):  # ty
     sampler = ZeroShot(sample=True, temperature=0.8, top_p=0.9)
     sampled = sampler.generate(tiny_lm, reqs(), None, max_new_tokens=10)
     gs = GenARMDecoder(beta=0.5, sample=True, temperature=0.8, top_p=0.9).generate(
-        tiny_lm, reqs(), uniform_rm, max_new_tokens=10)
+        tiny_lm, reqs(), uniform_rm, max_new_tokens=10
+    )
     assert ids_of(gs) == ids_of(sampled)
 
 
@@ -69,8 +74,10 @@ class FakeGenARM:
         self.lm, self.beta = lm, beta
 
     def prompt_ids(self, user_ids, prompts):  # type: ignore[no-untyped-def]
-        return [encode_prompt(self.lm.tokenizer, (Message("system", f"user {u}"), Message("user", str(p))))
-                for u, p in zip(user_ids, prompts, strict=True)]
+        return [
+            encode_prompt(self.lm.tokenizer, (Message("system", f"user {u}"), Message("user", str(p))))
+            for u, p in zip(user_ids, prompts, strict=True)
+        ]
 
 
 def _uncached_genarm(policy, rm, req, beta, steps):  # type: ignore[no-untyped-def]
@@ -154,11 +161,11 @@ PROFILE = (
 
 def _icl_users() -> tuple[dict[str, User], list[PreferencePair]]:
     users = {"u": User("u", profile=PROFILE), "v": User("v")}
-    pairs = [PreferencePair(f"t{i}", "v", f"question {i} about {topic}", f"good answer {i}",
-                            f"bad answer {i}", "train")
-             for i, topic in enumerate(["cats", "sourdough baking", "cars"])]
-    pairs.append(PreferencePair("test0", "v", "secret test question", "SECRET CHOSEN", "SECRET REJECTED",
-                                "test"))
+    pairs = [
+        PreferencePair(f"t{i}", "v", f"question {i} about {topic}", f"good answer {i}", f"bad answer {i}", "train")
+        for i, topic in enumerate(["cats", "sourdough baking", "cars"])
+    ]
+    pairs.append(PreferencePair("test0", "v", "secret test question", "SECRET CHOSEN", "SECRET REJECTED", "test"))
     return users, pairs
 
 
@@ -227,8 +234,10 @@ def test_token_ranker_args(tiny_lm, store):  # type: ignore[no-untyped-def]
 
 def test_token_ranker_fits_and_adapts(tiny_lm, store):  # type: ignore[no-untyped-def]
     good, bad = "yes, certainly, here you go", "no"
-    pairs = [PreferencePair(f"p{i}", f"u{i % 2}", PROMPTS[i % 4], good if i % 3 else good + " indeed", bad,
-                            "train") for i in range(8)]
+    pairs = [
+        PreferencePair(f"p{i}", f"u{i % 2}", PROMPTS[i % 4], good if i % 3 else good + " indeed", bad, "train")
+        for i in range(8)
+    ]
     rm = TokenRanker(steps=60, batch_pairs=8, lr=1e-2)
     rm.fit(pairs, RMContext(features=FeatureExtractor(tiny_lm, store), seed=0))
     assert rm.losses[-1] < rm.losses[0]

@@ -36,9 +36,11 @@ def _one_thread():  # type: ignore[no-untyped-def]
     torch.set_num_threads(n)
 
 
-ITEMS = [ScoreItem("u", "How do I boil an egg?", "Put it in boiling water for seven minutes."),
-         ScoreItem("v", "Name three colours.", "Red, green and blue."),
-         ScoreItem("u", "hi", "")]
+ITEMS = [
+    ScoreItem("u", "How do I boil an egg?", "Put it in boiling water for seven minutes."),
+    ScoreItem("v", "Name three colours.", "Red, green and blue."),
+    ScoreItem("u", "hi", ""),
+]
 
 
 # ---------------------------------------------------------------------------------------------- RGD policy
@@ -52,8 +54,14 @@ def _brute_force(policy, rm_lm, rm, item, k):  # type: ignore[no-untyped-def]
             h = policy.model.get_decoder()(input_ids=torch.tensor([ids[: P + t]])).last_hidden_state[0, -1]
             lp = torch.log_softmax(policy.model.get_output_embeddings()(h), -1)
             tl, c = lp.topk(k)
-            feats = torch.stack([rm_lm.model.get_decoder()(input_ids=torch.tensor([[*ids[: P + t], int(v)]]))
-                                 .last_hidden_state[0, -1] for v in c])
+            feats = torch.stack(
+                [
+                    rm_lm.model.get_decoder()(input_ids=torch.tensor([[*ids[: P + t], int(v)]])).last_hidden_state[
+                        0, -1
+                    ]
+                    for v in c
+                ]
+            )
             top.append(tl.numpy())
             rew.append(rm.reward_from_features([item.user_id] * k, feats).numpy())
             hit.append(next((j for j in range(k) if int(c[j]) == ids[P + t]), -1))
@@ -107,8 +115,11 @@ def test_win_rate_of_an_rm_against_itself_is_one_half(tiny_lm, store):  # type: 
     texts = [g.text or "(empty)" for g in ZeroShot().generate(tiny_lm, reqs, None, max_new_tokens=4)]
     res = win_rate(rm, targets, texts, texts)
     assert res["win_rate"] == 0.5 and res["ties"] == 2
-    assert win_outcomes(np.array([2.0, 1.0, 1.0, np.nan]), np.array([1.0, 2.0, 1.0, 0.0])).tolist()[:3] == \
-        [1.0, 0.0, 0.5]
+    assert win_outcomes(np.array([2.0, 1.0, 1.0, np.nan]), np.array([1.0, 2.0, 1.0, 0.0])).tolist()[:3] == [
+        1.0,
+        0.0,
+        0.5,
+    ]
     other = win_rate(rm, targets, ["Put it in boiling water.", "Red."], ["A B C", "Blue."])
     assert other["wins"] + other["ties"] + other["losses"] == 2
 
@@ -120,8 +131,10 @@ def test_rouge_hand_checked() -> None:
     # "running dogs" vs reference "the dog runs": stemmed run, dog vs the, dog, run -> P = 2/2, R = 2/3,
     # F1 = 0.8; LCS = 1 (order differs) -> P = 1/2, R = 1/3, F1 = 2·(1/6)/(5/6) = 0.4.
     # Disjoint strings score 0.
-    r = rouge(["the cat sat on the mat", "running dogs", "apple"],
-              ["the cat lay on the mat", "the dog runs", "pear"])
+    r = rouge(
+        ["the cat sat on the mat", "running dogs", "apple"],
+        ["the cat lay on the mat", "the dog runs", "pear"],
+    )
     assert r["rouge1"] == pytest.approx([5 / 6, 0.8, 0.0])
     assert r["rougeL"] == pytest.approx([5 / 6, 0.4, 0.0])
     from rouge_score import rouge_scorer
@@ -148,11 +161,15 @@ def test_judge_parsing_and_failure_counting(tiny_lm) -> None:  # type: ignore[no
     assert parse_score("Score: 2.") == 2 and parse_score(" 1 ") == 1
     assert parse_score("Score: 5") is None and parse_score("Score: 1.5") is None
     assert parse_score("great!") is None
-    aspects = [{"aspect": "mentions budget", "evidence": "", "reason": "user is frugal"},
-               {"aspect": "uses metric units", "evidence": "posts in km", "reason": ""}]
-    users = [User("a", meta={"question": "Q1", "answer_key": {"rubric_aspects": aspects}}),
-             User("b", meta={"question": "Q2", "answer_key": {"rubric_aspects": aspects[:1]}}),
-             User("c")]  # no rubric: NaN, no judge call
+    aspects = [
+        {"aspect": "mentions budget", "evidence": "", "reason": "user is frugal"},
+        {"aspect": "uses metric units", "evidence": "posts in km", "reason": ""},
+    ]
+    users = [
+        User("a", meta={"question": "Q1", "answer_key": {"rubric_aspects": aspects}}),
+        User("b", meta={"question": "Q2", "answer_key": {"rubric_aspects": aspects[:1]}}),
+        User("c"),
+    ]  # no rubric: NaN, no judge call
     answers = iter(["Score: 2", "I think it is fine", "**Score:** 1"])
     seen: list[str] = []
 
@@ -184,15 +201,32 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
     monkeypatch.setattr("perbench.device.set_threads", lambda: None)  # keep this module's single thread
 
     cfg = tiny_config(tiny_pool, tmp_path).override(
-        methods=[{"name": "global_bt"}, {"name": "genarm", "steps": 2, "batch_size": 2}], baselines=[],
-        decoders=["zero_shot", {"name": "args", "k": 4, "w": 1.0}, {"name": "genarm"},
-                  {"name": "best_of_n", "n": 4}, {"name": "icl_rag", "k": 2}],
-        max_new_tokens=6, max_test_prompts=2, max_gen_users=2, pa_rgd_k=4, shot_curve=[1])
+        methods=[{"name": "global_bt"}, {"name": "genarm", "steps": 2, "batch_size": 2}],
+        baselines=[],
+        decoders=[
+            "zero_shot",
+            {"name": "args", "k": 4, "w": 1.0},
+            {"name": "genarm"},
+            {"name": "best_of_n", "n": 4},
+            {"name": "icl_rag", "k": 2},
+        ],
+        max_new_tokens=6,
+        max_test_prompts=2,
+        max_gen_users=2,
+        pa_rgd_k=4,
+        shot_curve=[1],
+    )
     res = run(cfg).results
     down = res["downstream"]
     g = "genarm(batch_size=2,steps=2)"
-    assert set(down) == {"zero_shot", "args(k=4,w=1.0)[global_bt]", f"genarm[{g}]",
-                         "best_of_n(n=4)[global_bt]", f"best_of_n(n=4)[{g}]", "icl_rag(k=2)"}
+    assert set(down) == {
+        "zero_shot",
+        "args(k=4,w=1.0)[global_bt]",
+        f"genarm[{g}]",
+        "best_of_n(n=4)[global_bt]",
+        f"best_of_n(n=4)[{g}]",
+        "icl_rag(k=2)",
+    }
     skipped = {(s["decoder"], s["method"]) for s in res["skipped_combinations"]}
     assert skipped == {("args(k=4,w=1.0)", g), ("genarm", "global_bt")}
     for label, d in down.items():
@@ -224,11 +258,14 @@ def test_runner_quality_uses_the_judge_for_answer_key_rubrics(tiny_lm, tmp_path)
     from perbench.runner.run import Runner
 
     aspects = [{"aspect": "mentions cost"}, {"aspect": "gives an example"}]
-    users = {"a": User("a", seen=False, meta={"question": "Q?", "answer_key": {"rubric_aspects": aspects}}),
-             "b": User("b", seen=False)}
+    users = {
+        "a": User("a", seen=False, meta={"question": "Q?", "answer_key": {"rubric_aspects": aspects}}),
+        "b": User("b", seen=False),
+    }
     pairs = [PreferencePair(f"p{u}", u, "Q?", "yes", "no") for u in users]
-    runner = Runner(RunConfig.from_dict({"out_dir": str(tmp_path), "policy": "tiny-random",
-                                         "rm_backbone": "tiny-random"}))
+    runner = Runner(
+        RunConfig.from_dict({"out_dir": str(tmp_path), "policy": "tiny-random", "rm_backbone": "tiny-random"})
+    )
     runner.bench = Benchmark("t", pairs, users)
     calls: list[str] = []
 

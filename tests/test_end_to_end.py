@@ -23,7 +23,7 @@ def tiny_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "list": "Here are some tips:\n- Plan ahead.\n- Keep notes.\n- Review weekly.\n- Ask for help early.",
         "casual": "Hey, you're gonna love this! Just try it and see what works for you, it's super easy.",
         "formal": "It is advisable to proceed methodically. For example, one may allocate 30 minutes each day "
-                  "to the task. Consistency over 4 weeks typically produces measurable improvement.",
+        "to the task. Consistency over 4 weeks typically produces measurable improvement.",
     }
     bases = {p.prompt_id: dict(styles) for p in RUBRIC_PROMPTS[:16]}
     out = tmp_path_factory.mktemp("pool") / "pool.jsonl"
@@ -32,12 +32,20 @@ def tiny_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tiny_config(pool: Path, out: Path) -> RunConfig:
-    return RunConfig.from_dict({
-        "benchmark": {"name": "rubrics", "pool": str(pool)},
-        "policy": "tiny-random", "rm_backbone": "tiny-random",
-        "max_new_tokens": 12, "max_test_prompts": 2, "max_gen_users": 2, "bootstrap": 20,
-        "shot_curve": [1, 5], "out_dir": str(out), "device": "cpu",
-    })
+    return RunConfig.from_dict(
+        {
+            "benchmark": {"name": "rubrics", "pool": str(pool)},
+            "policy": "tiny-random",
+            "rm_backbone": "tiny-random",
+            "max_new_tokens": 12,
+            "max_test_prompts": 2,
+            "max_gen_users": 2,
+            "bootstrap": 20,
+            "shot_curve": [1, 5],
+            "out_dir": str(out),
+            "device": "cpu",
+        }
+    )
 
 
 def test_default_config_is_valid() -> None:
@@ -97,8 +105,21 @@ def test_cli_run_with_overrides(tiny_pool: Path, tmp_path: Path, capsys: pytest.
 
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(tiny_config(tiny_pool, tmp_path).to_dict()))
-    assert main(["run", str(cfg_path), "--decoders", "zero_shot", "--set", "baselines=[length]",
-                 "--run-name", "cli"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(cfg_path),
+                "--decoders",
+                "zero_shot",
+                "--set",
+                "baselines=[length]",
+                "--run-name",
+                "cli",
+            ]
+        )
+        == 0
+    )
     res = json.loads((tmp_path / "cli" / "results.json").read_text())
     assert set(res["downstream"]) == {"zero_shot"} and set(res["upstream"]) == {"global_bt", "length"}
     assert "RM accuracy" in capsys.readouterr().out

@@ -124,33 +124,47 @@ def test_resolve_dotted_paths_and_indices() -> None:
 
 
 def test_mapping_dotted_paths_and_chat_prompts(tmp_path: Path) -> None:
-    rows = [{"worker": "w1", "info": {"post": "Long post."},
-             "summaries": [{"text": "good"}, {"text": "bad"}]},
-            {"worker": "w2", "info": {"post": [{"role": "system", "content": "Be brief."},
-                                               {"role": "user", "content": "Hi"}]},
-             "summaries": [{"text": "hey"}, {"text": "greetings, esteemed"}]}]
+    rows = [
+        {"worker": "w1", "info": {"post": "Long post."}, "summaries": [{"text": "good"}, {"text": "bad"}]},
+        {
+            "worker": "w2",
+            "info": {"post": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]},
+            "summaries": [{"text": "hey"}, {"text": "greetings, esteemed"}],
+        },
+    ]
     p = write_jsonl(tmp_path / "d.jsonl", rows)
     bench = load_benchmark_file(
-        p, mapping="user_id=worker,prompt=info.post,chosen=summaries.0.text,rejected=summaries.1.text")
+        p, mapping="user_id=worker,prompt=info.post,chosen=summaries.0.text,rejected=summaries.1.text"
+    )
     assert bench.pairs[0].prompt == "Long post." and bench.pairs[0].chosen == "good"
     assert bench.pairs[1].prompt == (Message("system", "Be brief."), Message("user", "Hi"))
 
 
 def test_trl_conversations_and_implicit_prompt(tmp_path: Path) -> None:
     conv = [{"role": "user", "content": "Q?"}]
-    rows = [{"user_id": "u", "chosen": [*conv, {"role": "assistant", "content": "yes"}],
-             "rejected": [*conv, {"role": "assistant", "content": "no"}]}]
+    rows = [
+        {
+            "user_id": "u",
+            "chosen": [*conv, {"role": "assistant", "content": "yes"}],
+            "rejected": [*conv, {"role": "assistant", "content": "no"}],
+        }
+    ]
     bench = load_benchmark_file(write_jsonl(tmp_path / "t.jsonl", rows))
     assert bench.pairs[0].prompt == (Message("user", "Q?"),) and bench.pairs[0].chosen == "yes"
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"chosen": 5}, "d.jsonl:2: field 'chosen': expected a string or a list of messages, got int"),
-    ({"question": None}, "d.jsonl:2: field 'question': missing (null)"),
-    ({"rejected": "   "}, "d.jsonl:2: field 'rejected': empty text"),
-    ({"ground_truth_persona": ["x"]},
-     "d.jsonl:2: field 'ground_truth_persona': expected a string or integer id, got list"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"chosen": 5}, "d.jsonl:2: field 'chosen': expected a string or a list of messages, got int"),
+        ({"question": None}, "d.jsonl:2: field 'question': missing (null)"),
+        ({"rejected": "   "}, "d.jsonl:2: field 'rejected': empty text"),
+        (
+            {"ground_truth_persona": ["x"]},
+            "d.jsonl:2: field 'ground_truth_persona': expected a string or integer id, got list",
+        ),
+    ],
+)
 def test_bad_rows_raise_located_errors(tmp_path: Path, change: dict[str, Any], message: str) -> None:
     rows = [dict(r) for r in ROWS]
     rows[1].update(change)
@@ -214,8 +228,10 @@ def test_seen_policies(tmp_path: Path) -> None:
 def test_profile_rubric_and_reference_fields(tmp_path: Path) -> None:
     posts = ["post one", {"id": 7, "text": "post two"}]
     rows = [{**r, "persona_text": r["ground_truth_persona"], "posts": posts, "gold": "gold"} for r in ROWS]
-    bench = load_benchmark_file(write_jsonl(tmp_path / "d.jsonl", rows),
-                                mapping=MAP + ",rubric_text=persona_text,profile=posts,reference=gold")
+    bench = load_benchmark_file(
+        write_jsonl(tmp_path / "d.jsonl", rows),
+        mapping=MAP + ",rubric_text=persona_text,profile=posts,reference=gold",
+    )
     user = bench.users["likes cats"]
     assert user.rubric_text == "likes cats" and [p.text for p in user.profile] == ["post one", "post two"]
     assert user.profile[1].item_id == "7"

@@ -21,8 +21,18 @@ from perbench.rewards.base import RMContext, ScoreItem
 from perbench.rewards.personal import PersonalFeatureRM
 from tests.synthetic import FakeExtractor, Problem, accuracy, make_problem
 
-FEATURE_METHODS = ["mpu", "mpu_avg", "lore", "lore_reg", "lore_alt", "pal_a", "pal_b", "vpl", "pref",
-                   "factorized_ranker"]
+FEATURE_METHODS = [
+    "mpu",
+    "mpu_avg",
+    "lore",
+    "lore_reg",
+    "lore_alt",
+    "pal_a",
+    "pal_b",
+    "vpl",
+    "pref",
+    "factorized_ranker",
+]
 #: Methods whose unseen users are personalized from their shots (MPU-Avg gives them the average head).
 ADAPTIVE = [m for m in FEATURE_METHODS if m != "mpu_avg"]
 #: Methods with a shared structure learnt from the seen users: 10 shots suffice on the conflict fixture.
@@ -160,8 +170,12 @@ def test_state_round_trip(name: str) -> None:
     u = prob.unseen[1]
     rm.adapt(u, prob.shots[u][:10])
     again.adapt(u, prob.shots[u][:10])
-    np.testing.assert_allclose(again.score(items_for(prob.test_unseen[:5], user=u)),
-                               rm.score(items_for(prob.test_unseen[:5], user=u)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        again.score(items_for(prob.test_unseen[:5], user=u)),
+        rm.score(items_for(prob.test_unseen[:5], user=u)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("name", FEATURE_METHODS)
@@ -247,8 +261,11 @@ def test_pref_svd_init_separates_user_groups() -> None:
     # Users who answer the *same* pairs in opposite ways: M has rank 1 and its top user factor has opposite
     # signs for the two groups; the init alone already orders those users' pairs correctly.
     shared = [p for p in prob.test_unseen]  # every unseen user answers the same pairs
-    data = rm._pair_data(shared, prob.ext.last([(p.prompt, p.chosen) for p in shared]),
-                         prob.ext.last([(p.prompt, p.rejected) for p in shared]))
+    data = rm._pair_data(
+        shared,
+        prob.ext.last([(p.prompt, p.chosen) for p in shared]),
+        prob.ext.last([(p.prompt, p.rejected) for p in shared]),
+    )
     U0, A0 = rm.svd_init(data)
     sign = {u: float(np.sign(U0[i, 0])) for i, u in enumerate(data.users)}
     groups = {u: float(np.sign(prob.directions[u] @ prob.directions[data.users[0]])) for u in data.users}
@@ -265,9 +282,16 @@ def test_pref_active_selection_prefers_new_directions() -> None:
     vecs = {"q0": (0, 0), "q1": (0, 0), "q0/a": (1, 0), "q0/b": (0, 0), "q1/a": (0, 1), "q1/b": (0, 0)}
     ext.table.update({k: np.asarray(v, np.float32) for k, v in vecs.items()})
     rm = new("pref", J=2, select_lambda=0.1)
-    rm.load_state({"mu": np.zeros(2, np.float32), "sd": np.ones(2, np.float32), "users": np.asarray(["s"]),
-                   "seed": np.asarray(0), "m.A": np.eye(2, dtype=np.float32),
-                   "m.U": np.zeros((1, 2), np.float32)})
+    rm.load_state(
+        {
+            "mu": np.zeros(2, np.float32),
+            "sd": np.ones(2, np.float32),
+            "users": np.asarray(["s"]),
+            "seed": np.asarray(0),
+            "m.A": np.eye(2, dtype=np.float32),
+            "m.U": np.zeros((1, 2), np.float32),
+        }
+    )
     rm.bind(ext)
     x = PreferencePair("x", "new", "q0", "q0/a", "q0/b")
     y = PreferencePair("y", "new", "q1", "q1/a", "q1/b")

@@ -43,8 +43,11 @@ def pair(i: int, user: str, split: str = "train") -> PreferencePair:
 
 TRAIN = [pair(i, u) for i in range(12) for u in ("u0", "u1")]
 TEST = [pair(i, u, "test") for i in range(12, 18) for u in ("u0", "u1")]
-USERS = {"u0": User("u0", rubric_text="Likes a clear yes."), "u1": User("u1", rubric_text="Likes a firm no."),
-         "u2": User("u2", seen=False)}
+USERS = {
+    "u0": User("u0", rubric_text="Likes a clear yes."),
+    "u1": User("u1", rubric_text="Likes a firm no."),
+    "u2": User("u2", seen=False),
+}
 
 
 def ctx_for(lm: Any, store: Any, seed: int = 0) -> RMContext:
@@ -56,8 +59,9 @@ def new(name: str, **kw: Any) -> Any:
 
 
 def probe() -> list[ScoreItem]:
-    return [ScoreItem(p.user_id, p.prompt, y) for p in TEST[:3] for y in (p.chosen, p.rejected)] + \
-        [ScoreItem("stranger", "hi", "hello there")]
+    return [ScoreItem(p.user_id, p.prompt, y) for p in TEST[:3] for y in (p.chosen, p.rejected)] + [
+        ScoreItem("stranger", "hi", "hello there")
+    ]
 
 
 # ---- global_bt_v2 -------------------------------------------------------------------------------------
@@ -182,9 +186,18 @@ def _save_tiny(tiny_lm, path: Path, kind: str, seed: int) -> str:  # type: ignor
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
     tok = tiny_lm.tokenizer
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, pad_token_id=tok.pad_token_id,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, num_labels=1)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        num_labels=1,
+    )
     torch.manual_seed(seed)
     model = (LlamaForSequenceClassification if kind == "cls" else LlamaForCausalLM)(cfg)
     model.save_pretrained(path)
@@ -216,8 +229,14 @@ def test_dpo_implicit_variants(tiny_lm, tmp_path) -> None:  # type: ignore[no-un
         rm = new("dpo_implicit", model=pol, ref=ref, variant=v)
         rm.fit([], RMContext())
         scores[v] = rm.score(items)
-    n = np.asarray([len(encode_pair(tiny_lm.tokenizer, it.prompt, it.response, 1024)[0])
-                    - len(encode_prompt(tiny_lm.tokenizer, it.prompt)) for it in items], dtype=float)
+    n = np.asarray(
+        [
+            len(encode_pair(tiny_lm.tokenizer, it.prompt, it.response, 1024)[0])
+            - len(encode_prompt(tiny_lm.tokenizer, it.prompt))
+            for it in items
+        ],
+        dtype=float,
+    )
     ref_lp = scores["ref_free"] - scores["sum"]  # Σ log π_ref
     np.testing.assert_allclose(scores["mean"], scores["ref_free"] / n - ref_lp / n, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(scores["ref_free_mean"], scores["ref_free"] / n, rtol=1e-6)
@@ -243,10 +262,18 @@ def test_prompt_features_are_the_last_prompt_token(tiny_lm, store) -> None:  # t
     assert ext.stats.computed == computed  # cached
 
 
-FAST = {"lore": {"steps": 30, "adapt_steps": 20}, "lore_reg": {"steps": 30, "adapt_steps": 20},
-        "lore_alt": {"steps": 30, "adapt_steps": 20}, "pal_a": {"steps": 30, "adapt_steps": 20},
-        "pal_b": {"steps": 30, "adapt_steps": 20}, "vpl": {"steps": 30}, "pref": {"steps": 30},
-        "factorized_ranker": {"steps": 30}, "mpu": {}, "mpu_avg": {}}
+FAST = {
+    "lore": {"steps": 30, "adapt_steps": 20},
+    "lore_reg": {"steps": 30, "adapt_steps": 20},
+    "lore_alt": {"steps": 30, "adapt_steps": 20},
+    "pal_a": {"steps": 30, "adapt_steps": 20},
+    "pal_b": {"steps": 30, "adapt_steps": 20},
+    "vpl": {"steps": 30},
+    "pref": {"steps": 30},
+    "factorized_ranker": {"steps": 30},
+    "mpu": {},
+    "mpu_avg": {},
+}
 
 
 def test_feature_methods_on_a_real_backbone(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]

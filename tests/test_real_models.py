@@ -42,7 +42,7 @@ def test_real_greedy_matches_generate_and_speaks(smol) -> None:  # type: ignore[
     g = ZeroShot().generate(smol, [req], None, max_new_tokens=12)[0]
     ids = torch.tensor([encode_prompt(smol.tokenizer, req.prompt)])
     ref = smol.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
-    ref_ids = [int(t) for t in ref[0, ids.shape[1]:] if int(t) not in smol.eos_ids]
+    ref_ids = [int(t) for t in ref[0, ids.shape[1] :] if int(t) not in smol.eos_ids]
     assert g.token_ids == ref_ids
     assert "Paris" in g.text
 

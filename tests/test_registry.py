@@ -39,7 +39,9 @@ def test_importing_perbench_is_light() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, perbench, perbench.registry, perbench.config, perbench.data; "
-            "print(int(any(m in sys.modules for m in ('torch', 'transformers'))))")
+    code = (
+        "import sys, perbench, perbench.registry, perbench.config, perbench.data; "
+        "print(int(any(m in sys.modules for m in ('torch', 'transformers'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "0"

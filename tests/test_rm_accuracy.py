@@ -8,16 +8,20 @@ from perbench.metrics.stats import bootstrap_by_group, macro, pair_weighted
 
 
 def test_strict_ties_count_as_wrong_and_are_counted() -> None:
-    res = rm_accuracy(np.array([2.0, 1.0, 1.0, 0.0]), np.array([1.0, 1.0, 2.0, 0.0]), ["a", "a", "b", "b"],
-                      n_boot=0)
+    res = rm_accuracy(np.array([2.0, 1.0, 1.0, 0.0]), np.array([1.0, 1.0, 2.0, 0.0]), ["a", "a", "b", "b"], n_boot=0)
     assert res["accuracy"] == 0.25
     assert res["ties"] == 2
     assert res["tie_policy"] == "strict"
 
 
 def test_half_ties() -> None:
-    res = rm_accuracy(np.array([2.0, 1.0, 1.0, 0.0]), np.array([1.0, 1.0, 2.0, 0.0]), ["a", "a", "b", "b"],
-                      tie="half", n_boot=0)
+    res = rm_accuracy(
+        np.array([2.0, 1.0, 1.0, 0.0]),
+        np.array([1.0, 1.0, 2.0, 0.0]),
+        ["a", "a", "b", "b"],
+        tie="half",
+        n_boot=0,
+    )
     assert res["accuracy"] == pytest.approx((1 + 0.5 + 0 + 0.5) / 4)
 
 

@@ -39,8 +39,7 @@ TEXTS: list[str] = [
     "Just grab a pan and you're set!",
     "Have you tried turning it off and on again?",
     "Why does this happen? Usually the cache is full. Clearing it helps. Does that make sense?",
-    "What's your budget? That's the first thing to figure out.\n\nThen you can pick a plan that fits. "
-    "Want me to help?",
+    "What's your budget? That's the first thing to figure out.\n\nThen you can pick a plan that fits. Want me to help?",
     "   Indented line with trailing spaces.   \n\n\n   Another paragraph here.   \n",
     "For example, you could try apples, pears, e.g. fruits such as these. Example: an apple a day.",
     "The answer depends on many factors including the season, the weather, the region, the kind of soil, "
@@ -49,8 +48,7 @@ TEXTS: list[str] = [
     " ".join(["This is a sentence with exactly ten words in it."] * 15),
     "**Note:** this is important.\n\nKeep the pan hot. Add oil. Add the eggs. Stir gently. Serve warm.",
     "Step one: gather supplies\nStep two: clean the area\nStep three: paint",
-    "It costs about $1,200 per year, roughly 15% of the budget, or 3.5 times more than in 2019. "
-    "Pay it on the 1st.",
+    "It costs about $1,200 per year, roughly 15% of the budget, or 3.5 times more than in 2019. Pay it on the 1st.",
     "I can't say for sure, but it isn't hard. We'll see. They'd agree, I'm sure. Won't hurt to try!",
     "- single bullet line\n- second bullet",
     "???",
@@ -61,8 +59,7 @@ TEXTS: list[str] = [
     "If it still fails, call support. Is it working now?",
     "Sure thing\r\n\r\nJust do it",
     "## Steps\n\n1. Mix.\n2. Bake.\n\n3. Serve.\n\n**Enjoy!**  \n",
-    "Honestly it's kinda simple: 1/2 cup of sugar, 5:30 bake time, and 10-15 minutes to cool. "
-    "Sound good? Cool. " * 6,
+    "Honestly it's kinda simple: 1/2 cup of sugar, 5:30 bake time, and 10-15 minutes to cool. Sound good? Cool. " * 6,
 ]
 
 

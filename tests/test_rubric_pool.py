@@ -21,8 +21,10 @@ def test_pool_build_is_deterministic_and_covers_every_user(tmp_path: Path) -> No
 
 
 def test_pairs_follow_rubrics(tmp_path: Path) -> None:
-    bases = {"p01": {"x": "Boil water. Add the egg.", "y": "Well, you know, it's easy! Just do it, it's fine."},
-             "p04": {"x": "Pick a time. Stick to it.", "y": "Honestly? You'll figure it out, it's no big deal."}}
+    bases = {
+        "p01": {"x": "Boil water. Add the egg.", "y": "Well, you know, it's easy! Just do it, it's fine."},
+        "p04": {"x": "Pick a time. Stick to it.", "y": "Honestly? You'll figure it out, it's no big deal."},
+    }
     path = tmp_path / "pool.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in assemble_pool(bases, seed=1)))
     bench = load_rubrics(pool=str(path))

@@ -25,8 +25,13 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--dtype")
     p.add_argument("--out-dir")
     p.add_argument("--run-name")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any config key (value parsed as YAML), repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config key (value parsed as YAML), repeatable",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -42,8 +47,18 @@ def _run(args: argparse.Namespace) -> int:
         for k in ("rm_backbone", "policy"):  # the benchmark's defaults, unless given explicitly
             if k in entry.defaults:
                 changes[k] = entry.defaults[k]
-    for flag in ("policy", "rm_backbone", "max_new_tokens", "max_test_prompts", "shots", "seed", "device", "dtype",
-                 "out_dir", "run_name"):
+    for flag in (
+        "policy",
+        "rm_backbone",
+        "max_new_tokens",
+        "max_test_prompts",
+        "shots",
+        "seed",
+        "device",
+        "dtype",
+        "out_dir",
+        "run_name",
+    ):
         if getattr(args, flag) is not None:
             changes[flag] = getattr(args, flag)
     if args.methods:
@@ -80,14 +95,21 @@ def _print_summary(results: dict[str, Any]) -> None:
         for label, d in results["downstream"].items():
             rs = d.get("rubric_satisfaction", {}).get("mean")
             rl = d.get("rougeL", {}).get("mean")
-            print(f"  {label:<40} {'' if rs is None else f'{100 * rs:.1f}'} / {'' if rl is None else f'{100 * rl:.1f}'}")
+            print(
+                f"  {label:<40} {'' if rs is None else f'{100 * rs:.1f}'} / {'' if rl is None else f'{100 * rl:.1f}'}"
+            )
 
 
 def _list(args: argparse.Namespace) -> int:
     from perbench import registry
 
-    kinds = {"benchmarks": registry.benchmarks, "methods": registry.reward_models, "decoders": registry.decoders,
-             "metrics": registry.metrics, "executors": registry.executors}
+    kinds = {
+        "benchmarks": registry.benchmarks,
+        "methods": registry.reward_models,
+        "decoders": registry.decoders,
+        "metrics": registry.metrics,
+        "executors": registry.executors,
+    }
     chosen = [args.kind] if args.kind else list(kinds)
     for kind in chosen:
         if kind not in kinds:
@@ -117,8 +139,9 @@ def _build(args: argparse.Namespace) -> int:
     if args.what == "rubrics":
         from perbench.data.rubrics.build import build_pool
 
-        path = build_pool(out=Path(args.out) if args.out else None, seed=args.seed, policy=args.policy,
-                          limit=args.limit)
+        path = build_pool(
+            out=Path(args.out) if args.out else None, seed=args.seed, policy=args.policy, limit=args.limit
+        )
         print(f"wrote {path}")
         return 0
     return _build_pref_lamp(args)
@@ -135,10 +158,22 @@ def _build_pref_lamp(args: argparse.Namespace) -> int:
     table = bench.meta.get("table1", {})
     print(format_table1(table))
     out = Path(args.out or "pref_lamp")
-    atomic_write_jsonl(out / "pairs.jsonl", [
-        {"pair_id": p.pair_id, "user_id": p.user_id, "prompt": p.prompt, "chosen": p.chosen,
-         "rejected": p.rejected, "split": p.split, "seen": bench.users[p.user_id].seen, **dict(p.meta)}
-        for p in bench.pairs])
+    atomic_write_jsonl(
+        out / "pairs.jsonl",
+        [
+            {
+                "pair_id": p.pair_id,
+                "user_id": p.user_id,
+                "prompt": p.prompt,
+                "chosen": p.chosen,
+                "rejected": p.rejected,
+                "split": p.split,
+                "seen": bench.users[p.user_id].seen,
+                **dict(p.meta),
+            }
+            for p in bench.pairs
+        ],
+    )
     atomic_write_json(out / "table1.json", table)
     print(f"wrote {out / 'pairs.jsonl'} ({len(bench.pairs)} pairs) and {out / 'table1.json'}")
     return 0

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Component:
             if "name" in value:
                 return cls(str(value["name"]), {k: v for k, v in value.items() if k != "name"})
             if len(value) == 1:
-                (name, params), = value.items()
+                ((name, params),) = value.items()
                 return cls(str(name), dict(params or {}))
         raise ValueError(f"{where}: expected a name or {{name: ..., <params>}}, got {value!r}")
 
@@ -65,7 +65,7 @@ class RunConfig:
     pa_weight: float = 1.0
     #: policy accuracy also under the RGD-induced policy (top-k softmax) with this k (None: off)
     pa_rgd_k: int | None = None
-    tie_policy: str = "strict"
+    tie_policy: Literal["strict", "half"] = "strict"
     bootstrap: int = 1000
     max_new_tokens: int = 96
     max_test_prompts: int | None = 16

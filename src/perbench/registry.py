@@ -36,9 +36,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
 
-    def register(
-        self, name: str, target: T | str, *, help: str = "", defaults: dict[str, Any] | None = None
-    ) -> None:
+    def register(self, name: str, target: T | str, *, help: str = "", defaults: dict[str, Any] | None = None) -> None:
         if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = Entry(name, target, help, dict(defaults or {}))
@@ -96,97 +94,176 @@ benchmarks.register(
     help="any JSON/JSONL/CSV/Parquet file or HF dataset with a field mapping",
 )
 benchmarks.register(
-    "prb", "perbench.data.benchmarks.prb:load_prb",
+    "prb",
+    "perbench.data.benchmarks.prb:load_prb",
     help="Personalized RewardBench (one user per row; rubric/narrative never reach a pair)",
-    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct",
-              "k": 10, "w": 1.0},
+    defaults={
+        "rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct",
+        "policy": "Qwen/Qwen2.5-0.5B-Instruct",
+        "k": 10,
+        "w": 1.0,
+    },
 )
 benchmarks.register(
-    "pref_lamp", "perbench.data.benchmarks.pref_lamp:load_pref_lamp",
+    "pref_lamp",
+    "perbench.data.benchmarks.pref_lamp:load_pref_lamp",
     help="Pref-LaMP built from LaMP-5 files: real title vs mined hard-negative title",
-    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct",
-              "k": 10, "w": 1.0},
+    defaults={
+        "rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct",
+        "policy": "Qwen/Qwen2.5-0.5B-Instruct",
+        "k": 10,
+        "w": 1.0,
+    },
 )
 benchmarks.register(
-    "prism", "perbench.data.benchmarks.prism:load_prism",
+    "prism",
+    "perbench.data.benchmarks.prism:load_prism",
     help="PRISM survey + conversations, LoRe's per-turn pairs and split",
-    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct",
-              "k": 10, "w": 1.0},
+    defaults={
+        "rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct",
+        "policy": "Qwen/Qwen2.5-0.5B-Instruct",
+        "k": 10,
+        "w": 1.0,
+    },
 )
 benchmarks.register(
-    "tldr", "perbench.data.benchmarks.tldr:load_tldr",
+    "tldr",
+    "perbench.data.benchmarks.tldr:load_tldr",
     help="Personalized TL;DR from summarize_from_feedback (protocol 'pal' or 'lore')",
-    defaults={"rm_backbone": "HuggingFaceTB/SmolLM2-135M-Instruct",
-              "policy": "HuggingFaceTB/SmolLM2-135M-Instruct", "k": 10, "w": 1.0},
+    defaults={
+        "rm_backbone": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "policy": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "k": 10,
+        "w": 1.0,
+    },
 )
 benchmarks.register(
-    "persona", "perbench.data.benchmarks.persona:load_persona",
+    "persona",
+    "perbench.data.benchmarks.persona:load_persona",
     help="persona-style rows (persona = user id and rubric; history pairs = train)",
     defaults={"rm_backbone": "smollm2", "policy": "smollm2", "k": 10, "w": 1.0},
 )
 benchmarks.register(
-    "domain_styles", "perbench.data.benchmarks.persona:load_domain_styles",
+    "domain_styles",
+    "perbench.data.benchmarks.persona:load_domain_styles",
     help="domain-style rows: each style is a user; user-agnostic scorers get exactly 0.5",
     defaults={"rm_backbone": "smollm2", "policy": "smollm2", "k": 10, "w": 1.0},
 )
 
-reward_models.register("global_bt", "perbench.rewards.global_bt:GlobalBT", help="Bradley-Terry linear head on frozen features")
+reward_models.register(
+    "global_bt", "perbench.rewards.global_bt:GlobalBT", help="Bradley-Terry linear head on frozen features"
+)
 reward_models.register("length", "perbench.rewards.baselines:LengthRM", help="baseline: longer is better")
 reward_models.register("random", "perbench.rewards.baselines:RandomRM", help="baseline: seeded random scores")
-reward_models.register("global_bt_v2", "perbench.rewards.global_bt_v2:GlobalBTv2",
-                       help="global BT with the backbone LoRA-fine-tuned (our reading of Global RM-v2)")
-reward_models.register("mpu", "perbench.rewards.mpu:MPU",
-                       help="one BT head per user; unseen users: head fit on their shots (our reading)")
-reward_models.register("mpu_avg", "perbench.rewards.mpu:MPUAvg",
-                       help="one BT head per user; unseen users: average of seen heads (our interpretation)")
+reward_models.register(
+    "global_bt_v2",
+    "perbench.rewards.global_bt_v2:GlobalBTv2",
+    help="global BT with the backbone LoRA-fine-tuned (our reading of Global RM-v2)",
+)
+reward_models.register(
+    "mpu",
+    "perbench.rewards.mpu:MPU",
+    help="one BT head per user; unseen users: head fit on their shots (our reading)",
+)
+reward_models.register(
+    "mpu_avg",
+    "perbench.rewards.mpu:MPUAvg",
+    help="one BT head per user; unseen users: average of seen heads (our interpretation)",
+)
 reward_models.register("lore", "perbench.rewards.lore:LoRe", help="LoRe low-rank reward basis, joint Adam")
-reward_models.register("lore_reg", "perbench.rewards.lore:LoReReg",
-                       help="LoRe, alternating steps + cosine pull to the global RM + unused-column drop")
-reward_models.register("lore_alt", "perbench.rewards.lore:LoReAlt",
-                       help="LoRe, alternating block minimisation")
+reward_models.register(
+    "lore_reg",
+    "perbench.rewards.lore:LoReReg",
+    help="LoRe, alternating steps + cosine pull to the global RM + unused-column drop",
+)
+reward_models.register("lore_alt", "perbench.rewards.lore:LoReAlt", help="LoRe, alternating block minimisation")
 reward_models.register("pal_a", "perbench.rewards.pal:PALA", help="PAL ideal-point form, K prototypes")
 reward_models.register("pal_b", "perbench.rewards.pal:PALB", help="PAL cosine form, K prototypes")
-reward_models.register("vpl", "perbench.rewards.vpl:VPL",
-                       help="variational preference learning (set encoder)")
-reward_models.register("pref", "perbench.rewards.pref:PReF",
-                       help="PReF reward factorisation (SVD init, logistic user vectors, active selection)")
-reward_models.register("pdpo", "perbench.rewards.pdpo:PDPO",
-                       help="personalized DPO with user soft tokens (LoRA)")
-reward_models.register("genarm", "perbench.rewards.genarm:GenARM",
-                       help="GenARM autoregressive RM (LoRA), user text in the system prompt")
-reward_models.register("icl_judge", "perbench.rewards.icl_judge:ICLJudge",
-                       help="pairwise LLM judge with the user's rubric/profile in context")
+reward_models.register("vpl", "perbench.rewards.vpl:VPL", help="variational preference learning (set encoder)")
+reward_models.register(
+    "pref",
+    "perbench.rewards.pref:PReF",
+    help="PReF reward factorisation (SVD init, logistic user vectors, active selection)",
+)
+reward_models.register("pdpo", "perbench.rewards.pdpo:PDPO", help="personalized DPO with user soft tokens (LoRA)")
+reward_models.register(
+    "genarm",
+    "perbench.rewards.genarm:GenARM",
+    help="GenARM autoregressive RM (LoRA), user text in the system prompt",
+)
+reward_models.register(
+    "icl_judge",
+    "perbench.rewards.icl_judge:ICLJudge",
+    help="pairwise LLM judge with the user's rubric/profile in context",
+)
 reward_models.register("hub_rm", "perbench.rewards.hub_rm:HubRM", help="any one-logit sequence-classifier RM")
-reward_models.register("dpo_implicit", "perbench.rewards.hub_rm:DPOImplicit",
-                       help="DPO implicit reward log pi - log pi_ref (sum / mean / ref_free)")
-reward_models.register("token_ranker", "perbench.decoding.token_ranker:TokenRanker",
-                       help="token-level ranker on the policy's hidden states (no extra forward in ARGS)")
-reward_models.register("factorized_ranker", "perbench.rewards.factorized_ranker:FactorizedRanker",
-                       help="small MLP on the policy's hidden states with per-user embeddings")
+reward_models.register(
+    "dpo_implicit",
+    "perbench.rewards.hub_rm:DPOImplicit",
+    help="DPO implicit reward log pi - log pi_ref (sum / mean / ref_free)",
+)
+reward_models.register(
+    "token_ranker",
+    "perbench.decoding.token_ranker:TokenRanker",
+    help="token-level ranker on the policy's hidden states (no extra forward in ARGS)",
+)
+reward_models.register(
+    "factorized_ranker",
+    "perbench.rewards.factorized_ranker:FactorizedRanker",
+    help="small MLP on the policy's hidden states with per-user embeddings",
+)
 
 decoders.register("zero_shot", "perbench.decoding.greedy:ZeroShot", help="the policy alone (greedy or sampled)")
 decoders.register("args", "perbench.decoding.args:ARGS", help="ARGS reward-guided decoding (top-k, weight w)")
-decoders.register("genarm", "perbench.decoding.genarm:GenARMDecoder",
-                  help="GenARM: log pi_base + (1/beta) log pi_r over the whole vocabulary")
-decoders.register("best_of_n", "perbench.decoding.best_of_n:BestOfN",
-                  help="Best-of-N: N cached samples (T=1.0, top_p=0.9) re-ranked by each RM")
-decoders.register("icl", "perbench.decoding.icl:ICL",
-                  help="policy with k of the user's items in the prompt (random; chosen-only or pairs)")
-decoders.register("icl_rag", "perbench.decoding.icl:ICLRAG",
-                  help="ICL with retrieved items (bm25 default, or dense with the bundled encoder)")
+decoders.register(
+    "genarm",
+    "perbench.decoding.genarm:GenARMDecoder",
+    help="GenARM: log pi_base + (1/beta) log pi_r over the whole vocabulary",
+)
+decoders.register(
+    "best_of_n",
+    "perbench.decoding.best_of_n:BestOfN",
+    help="Best-of-N: N cached samples (T=1.0, top_p=0.9) re-ranked by each RM",
+)
+decoders.register(
+    "icl",
+    "perbench.decoding.icl:ICL",
+    help="policy with k of the user's items in the prompt (random; chosen-only or pairs)",
+)
+decoders.register(
+    "icl_rag",
+    "perbench.decoding.icl:ICLRAG",
+    help="ICL with retrieved items (bm25 default, or dense with the bundled encoder)",
+)
 
 metrics.register("rm_accuracy", "perbench.metrics.rm_accuracy:rm_accuracy", help="pairwise RM accuracy with tie policy")
-metrics.register("policy_accuracy", "perbench.metrics.policy_accuracy:policy_accuracy", help="teacher-forced RGD score accuracy")
+metrics.register(
+    "policy_accuracy",
+    "perbench.metrics.policy_accuracy:policy_accuracy",
+    help="teacher-forced RGD score accuracy",
+)
 metrics.register("rubric", "perbench.metrics.rubric:rubric_satisfaction", help="exact rubric satisfaction via checkers")
 metrics.register("rouge", "perbench.metrics.text:rouge", help="ROUGE-1/ROUGE-L F1 vs the user's reference")
-metrics.register("rgd_policy_accuracy", "perbench.metrics.policy_accuracy:rgd_policy_accuracy",
-                 help="PA under the RGD-induced policy (top-k softmax; misses counted)")
-metrics.register("win_rate", "perbench.metrics.win_rate:win_rate",
-                 help="reward-hacking win rate: own guided output vs zero-shot (ties 1/2)")
+metrics.register(
+    "rgd_policy_accuracy",
+    "perbench.metrics.policy_accuracy:rgd_policy_accuracy",
+    help="PA under the RGD-induced policy (top-k softmax; misses counted)",
+)
+metrics.register(
+    "win_rate",
+    "perbench.metrics.win_rate:win_rate",
+    help="reward-hacking win rate: own guided output vs zero-shot (ties 1/2)",
+)
 metrics.register("bertscore", "perbench.metrics.text:bertscore", help="BERTScore F1 with a local encoder")
-metrics.register("rubric_judge", "perbench.metrics.judge:RubricJudge",
-                 help="LLM judge, 0/1/2 per rubric aspect, parse failures counted")
-metrics.register("bon_curve", "perbench.decoding.best_of_n:bon_curve",
-                 help="ground-truth quality of Best-of-n vs n (first n samples)")
+metrics.register(
+    "rubric_judge",
+    "perbench.metrics.judge:RubricJudge",
+    help="LLM judge, 0/1/2 per rubric aspect, parse failures counted",
+)
+metrics.register(
+    "bon_curve",
+    "perbench.decoding.best_of_n:bon_curve",
+    help="ground-truth quality of Best-of-n vs n (first n samples)",
+)
 
 executors.register("local", "perbench.runner.executors:LocalExecutor", help="in-process, sequential")

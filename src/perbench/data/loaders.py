@@ -50,18 +50,39 @@ Source = str | Path | Sequence[Mapping[str, Any]]
 
 FORMATS: tuple[str, ...] = ("jsonl", "json", "csv", "tsv", "parquet", "hf_disk", "hub", "rows")
 CANONICAL_FIELDS: tuple[str, ...] = (
-    "pair_id", "user_id", "prompt", "chosen", "rejected", "split", "seen", "profile", "rubric_text",
+    "pair_id",
+    "user_id",
+    "prompt",
+    "chosen",
+    "rejected",
+    "split",
+    "seen",
+    "profile",
+    "rubric_text",
     "reference",
 )
 REQUIRED_FIELDS: tuple[str, ...] = ("user_id", "prompt", "chosen", "rejected")
 
-_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
-             ".parquet": "parquet", ".pq": "parquet"}
+_SUFFIXES = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SPLIT_ALIASES: dict[str, Split] = {
-    "train": "train", "training": "train",
-    "test": "test", "eval": "test", "evaluation": "test", "validation": "test", "valid": "test",
-    "val": "test", "dev": "test",
+    "train": "train",
+    "training": "train",
+    "test": "test",
+    "eval": "test",
+    "evaluation": "test",
+    "validation": "test",
+    "valid": "test",
+    "val": "test",
+    "dev": "test",
 }
 _TRUE = {"true", "1", "yes", "y", "seen"}
 _FALSE = {"false", "0", "no", "n", "unseen"}
@@ -258,8 +279,7 @@ def parse_response(row: Row, path: str, value: Any) -> tuple[str, tuple[Message,
         msgs = parse_messages(row, path, value)
         last = msgs[-1]
         if last.role != "assistant":
-            raise row.error(f"{path}.{len(msgs) - 1}.role",
-                            f"the last message must be 'assistant', got {last.role!r}")
+            raise row.error(f"{path}.{len(msgs) - 1}.role", f"the last message must be 'assistant', got {last.role!r}")
         return last.content, msgs[:-1]
     raise row.error(path, f"expected a string or a list of messages, got {type_name(value)}")
 
@@ -327,13 +347,21 @@ def detect_format(source: Source) -> str:
     if path.is_dir():
         if any((path / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
             return "hf_disk"
-        raise DataError(source, None, None, "a folder that is not a saved HF dataset (save_to_disk); "
-                        "point at a file or pass fmt=")
+        raise DataError(
+            source,
+            None,
+            None,
+            "a folder that is not a saved HF dataset (save_to_disk); point at a file or pass fmt=",
+        )
     if path.exists():
         fmt = _SUFFIXES.get(path.suffix.lower())
         if fmt is None:
-            raise DataError(source, None, None, f"unknown file type {path.suffix!r}; pass fmt= one of "
-                            f"{', '.join(FORMATS[:5])}")
+            raise DataError(
+                source,
+                None,
+                None,
+                f"unknown file type {path.suffix!r}; pass fmt= one of {', '.join(FORMATS[:5])}",
+            )
         return fmt
     if isinstance(source, str) and _HUB_ID.match(source) and path.suffix.lower() not in _SUFFIXES:
         return "hub"
@@ -341,7 +369,11 @@ def detect_format(source: Source) -> str:
 
 
 def read_rows(
-    source: Source, *, fmt: str | None = None, split: str | None = None, config: str | None = None,
+    source: Source,
+    *,
+    fmt: str | None = None,
+    split: str | None = None,
+    config: str | None = None,
 ) -> Iterator[tuple[str, int, dict[str, Any]]]:
     """Yield ``(file label, 1-based line/row number, row)`` from any supported source.
 
@@ -400,8 +432,12 @@ def _read_json(label: str, text: str) -> Iterator[tuple[str, int, dict[str, Any]
         if isinstance(obj.get("data"), list):
             obj = obj["data"]
         else:
-            raise DataError(label, None, None, 'expected a list of objects or {"data": [...]}, got an object '
-                            f"with keys {sorted(obj)[:8]}")
+            raise DataError(
+                label,
+                None,
+                None,
+                f'expected a list of objects or {{"data": [...]}}, got an object with keys {sorted(obj)[:8]}',
+            )
     if not isinstance(obj, list):
         raise DataError(label, None, None, f"expected a list of objects, got {type_name(obj)}")
     for i, row in enumerate(obj, 1):
@@ -430,8 +466,13 @@ def _read_parquet(label: str, path: Path) -> Iterator[tuple[str, int, dict[str, 
             yield label, i, row
 
 
-def _read_hf(label: str, source: str, fmt: str, split: str | None, config: str | None,
-             ) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def _read_hf(
+    label: str,
+    source: str,
+    fmt: str,
+    split: str | None,
+    config: str | None,
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
     import datasets
 
     every = split == "*"
@@ -491,8 +532,7 @@ class FieldMap:
         elif isinstance(spec, Mapping):
             for key, value in spec.items():
                 if not isinstance(value, str):
-                    raise DataError("mapping", None, str(key),
-                                    f"expected a source path string, got {type_name(value)}")
+                    raise DataError("mapping", None, str(key), f"expected a source path string, got {type_name(value)}")
                 items.append((str(key).strip(), value.strip()))
         else:
             raise TypeError(f"mapping must be a string, a dict or a FieldMap, got {type_name(spec)}")
@@ -612,9 +652,18 @@ class LoadStats:
 
 
 def load_with_stats(
-    source: Source, *, mapping: str | Mapping[str, str] | FieldMap | None, name: str | None,
-    unseen_users: Sequence[str] | None, unseen_fraction: float, seed: int, fmt: str | None,
-    split: str | None, config: str | None, on_error: OnError, dedup: bool,
+    source: Source,
+    *,
+    mapping: str | Mapping[str, str] | FieldMap | None,
+    name: str | None,
+    unseen_users: Sequence[str] | None,
+    unseen_fraction: float,
+    seed: int,
+    fmt: str | None,
+    split: str | None,
+    config: str | None,
+    on_error: OnError,
+    dedup: bool,
     row_hook: RowHook | None = None,
 ) -> tuple[Benchmark, LoadStats]:
     fmap = FieldMap.parse(mapping)
@@ -636,8 +685,9 @@ def load_with_stats(
             if item.seen is not None:
                 first = user_seen.setdefault(item.pair.user_id, (item.seen, row.where))
                 if first[0] != item.seen:
-                    raise row.error(fmap.source("seen"),
-                                    f"user {item.pair.user_id!r} was seen={first[0]} at {first[1]}")
+                    raise row.error(
+                        fmap.source("seen"), f"user {item.pair.user_id!r} was seen={first[0]} at {first[1]}"
+                    )
         except DataError as e:
             stats.rows_with_errors += 1
             sink(e)
@@ -671,8 +721,14 @@ def load_with_stats(
         prior = first_seen.setdefault(p.pair_id, (key, where))
         if prior[0] != key:
             stats.rows_with_errors += 1
-            sink(DataError(label, int(p.meta.get("line", 0)) or None, fmap.source("pair_id"),
-                           f"duplicate pair id {p.pair_id!r} with different content (first at {prior[1]})"))
+            sink(
+                DataError(
+                    label,
+                    int(p.meta.get("line", 0)) or None,
+                    fmap.source("pair_id"),
+                    f"duplicate pair id {p.pair_id!r} with different content (first at {prior[1]})",
+                )
+            )
             continue
         unique_ids.append(p)
     pairs = unique_ids
@@ -695,12 +751,8 @@ def load_with_stats(
         seen_policy = "unseen_users list"
     else:
         unseen = assign_unseen(user_ids, unseen_fraction, seed)
-        seen_policy = (f"seeded fraction {unseen_fraction} (seed {seed})" if unseen_fraction
-                       else "all users seen")
-    users = {
-        u: User(u, seen=u not in unseen, profile=tuple(profiles[u]), rubric_text=rubrics.get(u))
-        for u in user_ids
-    }
+        seen_policy = f"seeded fraction {unseen_fraction} (seed {seed})" if unseen_fraction else "all users seen"
+    users = {u: User(u, seen=u not in unseen, profile=tuple(profiles[u]), rubric_text=rubrics.get(u)) for u in user_ids}
 
     references: list[Reference] = []
     ref_keys: set[str] = set()
@@ -724,7 +776,11 @@ def load_with_stats(
     }
     bench = Benchmark(
         name=name or (Path(label).stem if isinstance(source, str | Path) else "rows"),
-        pairs=pairs, users=users, references=references, skipped=skipped, meta=meta,
+        pairs=pairs,
+        users=users,
+        references=references,
+        skipped=skipped,
+        meta=meta,
         weighting="pair" if dedup else "row",
     )
     return bench, stats
@@ -741,58 +797,116 @@ def _split_policy(fmap: FieldMap, parsed: list[_Parsed]) -> str:
 
 
 def dedup_or_degenerate(
-    pairs: list[PreferencePair], skipped: SkipReport, dedup: bool,
+    pairs: list[PreferencePair],
+    skipped: SkipReport,
+    dedup: bool,
 ) -> list[PreferencePair]:
     """Pair weighting (dedup, the default) or row weighting (keep duplicates); degenerate pairs always go."""
     return dedup_pairs(pairs, skipped) if dedup else drop_degenerate(pairs, skipped)
 
 
 def load_benchmark_file(
-    source: Source, *, mapping: str | Mapping[str, str] | FieldMap | None = None, name: str | None = None,
-    unseen_users: Sequence[str] | None = None, unseen_fraction: float = 0.0, seed: int = 0,
-    fmt: str | None = None, split: str | None = None, config: str | None = None,
-    on_error: OnError = "raise", dedup: bool = True,
+    source: Source,
+    *,
+    mapping: str | Mapping[str, str] | FieldMap | None = None,
+    name: str | None = None,
+    unseen_users: Sequence[str] | None = None,
+    unseen_fraction: float = 0.0,
+    seed: int = 0,
+    fmt: str | None = None,
+    split: str | None = None,
+    config: str | None = None,
+    on_error: OnError = "raise",
+    dedup: bool = True,
 ) -> Benchmark:
     """Load any supported file/dataset with a field mapping into a :class:`Benchmark`.
 
     Without a mapped ``split`` field every pair is ``test`` (the file is treated as evaluation data).
     ``on_error="skip"`` counts bad rows in ``Benchmark.skipped`` instead of raising :class:`DataError`.
     """
-    bench, _ = load_with_stats(source, mapping=mapping, name=name, unseen_users=unseen_users,
-                     unseen_fraction=unseen_fraction, seed=seed, fmt=fmt, split=split, config=config,
-                     on_error=on_error, dedup=dedup)
+    bench, _ = load_with_stats(
+        source,
+        mapping=mapping,
+        name=name,
+        unseen_users=unseen_users,
+        unseen_fraction=unseen_fraction,
+        seed=seed,
+        fmt=fmt,
+        split=split,
+        config=config,
+        on_error=on_error,
+        dedup=dedup,
+    )
     return bench
 
 
 # ------------------------------------------------------------------------------------------ validation
 def validate_file(
-    source: Source, mapping: str | Mapping[str, str] | FieldMap | None = None, *, fmt: str | None = None,
-    split: str | None = None, config: str | None = None, unseen_users: Sequence[str] | None = None,
-    unseen_fraction: float = 0.0, seed: int = 0, dedup: bool = True,
+    source: Source,
+    mapping: str | Mapping[str, str] | FieldMap | None = None,
+    *,
+    fmt: str | None = None,
+    split: str | None = None,
+    config: str | None = None,
+    unseen_users: Sequence[str] | None = None,
+    unseen_fraction: float = 0.0,
+    seed: int = 0,
+    dedup: bool = True,
 ) -> dict[str, Any]:
     """Read everything, collect every problem, and report (for ``perbench validate FILE``)."""
     report: dict[str, Any] = {
-        "source": source_label(source), "format": fmt, "mapping": None, "rows_read": 0, "pairs_kept": 0,
-        "users": 0, "users_seen": 0, "users_unseen": 0, "splits": {s: 0 for s in SPLITS},
-        "skipped": {}, "rows_with_errors": 0, "first_error": None, "fatal": None, "ok": False,
-        "weighting": "pair" if dedup else "row", "split_policy": None, "seen_policy": None,
+        "source": source_label(source),
+        "format": fmt,
+        "mapping": None,
+        "rows_read": 0,
+        "pairs_kept": 0,
+        "users": 0,
+        "users_seen": 0,
+        "users_unseen": 0,
+        "splits": {s: 0 for s in SPLITS},
+        "skipped": {},
+        "rows_with_errors": 0,
+        "first_error": None,
+        "fatal": None,
+        "ok": False,
+        "weighting": "pair" if dedup else "row",
+        "split_policy": None,
+        "seen_policy": None,
     }
     try:
         report["mapping"] = FieldMap.parse(mapping).to_dict()
-        bench, stats = load_with_stats(source, mapping=mapping, name=None, unseen_users=unseen_users,
-                             unseen_fraction=unseen_fraction, seed=seed, fmt=fmt, split=split, config=config,
-                             on_error="skip", dedup=dedup)
+        bench, stats = load_with_stats(
+            source,
+            mapping=mapping,
+            name=None,
+            unseen_users=unseen_users,
+            unseen_fraction=unseen_fraction,
+            seed=seed,
+            fmt=fmt,
+            split=split,
+            config=config,
+            on_error="skip",
+            dedup=dedup,
+        )
     except (DataError, FileNotFoundError, ValueError) as e:
         report["fatal"] = report["first_error"] = str(e)
         return report
     report.update(
-        format=stats.fmt, rows_read=stats.rows_read, pairs_kept=len(bench.pairs), users=len(bench.users),
-        users_seen=len(bench.seen_users), users_unseen=len(bench.unseen_users),
+        format=stats.fmt,
+        rows_read=stats.rows_read,
+        pairs_kept=len(bench.pairs),
+        users=len(bench.users),
+        users_seen=len(bench.seen_users),
+        users_unseen=len(bench.unseen_users),
         splits={s: sum(p.split == s for p in bench.pairs) for s in SPLITS},
-        skipped={r: {"count": n, "examples": bench.skipped.examples.get(r, [])}
-                 for r, n in sorted(bench.skipped.counts.items())},
-        rows_with_errors=stats.rows_with_errors, first_error=stats.first_error,
-        split_policy=bench.meta["split_policy"], seen_policy=bench.meta["seen_policy"],
+        skipped={
+            r: {"count": n, "examples": bench.skipped.examples.get(r, [])}
+            for r, n in sorted(bench.skipped.counts.items())
+        },
+        rows_with_errors=stats.rows_with_errors,
+        first_error=stats.first_error,
+        split_policy=bench.meta["split_policy"],
+        seen_policy=bench.meta["seen_policy"],
         references=len(bench.references),
     )
     report["ok"] = stats.rows_with_errors == 0 and len(bench.pairs) > 0
@@ -812,8 +926,7 @@ def format_validation(report: Mapping[str, Any]) -> str:
         f"  pairs kept   : {report['pairs_kept']} ({report['weighting']}-weighted)",
         f"  users        : {report['users']} ({report['users_seen']} seen, {report['users_unseen']} unseen;"
         f" {report.get('seen_policy')})",
-        f"  splits       : train {splits.get('train', 0)}, test {splits.get('test', 0)}"
-        f" ({report.get('split_policy')})",
+        f"  splits       : train {splits.get('train', 0)}, test {splits.get('test', 0)} ({report.get('split_policy')})",
     ]
     skipped = report.get("skipped") or {}
     total = sum(v["count"] for v in skipped.values())

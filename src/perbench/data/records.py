@@ -153,7 +153,9 @@ class Benchmark:
     def unseen_users(self) -> list[str]:
         return sorted(u for u, rec in self.users.items() if not rec.seen)
 
-    def select(self, *, split: str | None = None, seen: bool | None = None, user: str | None = None) -> list[PreferencePair]:
+    def select(
+        self, *, split: str | None = None, seen: bool | None = None, user: str | None = None
+    ) -> list[PreferencePair]:
         out = []
         for p in self.pairs:
             if split is not None and p.split != split:

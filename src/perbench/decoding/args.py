@@ -29,8 +29,9 @@ class ARGS(Decoder):
     name: ClassVar[str] = "args"
     uses_rm: ClassVar[bool] = True
 
-    def __init__(self, k: int = 10, w: float = 1.0, sample: bool = False, temperature: float = 0.7,
-                 **params: Any) -> None:
+    def __init__(
+        self, k: int = 10, w: float = 1.0, sample: bool = False, temperature: float = 0.7, **params: Any
+    ) -> None:
         p: dict[str, Any] = {"k": k, "w": w}
         if sample:
             p.update(sample=True, temperature=temperature)
@@ -70,8 +71,7 @@ class ARGS(Decoder):
             hc = scorer.expand(cands)  # (B, k, d)
             B, k, d = hc.shape
             with torch.inference_mode():
-                r = rm.reward_from_features([u for u in users for _ in range(k)],
-                                            hc.reshape(B * k, d).float())
+                r = rm.reward_from_features([u for u in users for _ in range(k)], hc.reshape(B * k, d).float())
             score = top_lp + self.w * r.view(B, k).to(top_lp.device)
             idx = sample_rows(score, self.temperature, gens) if self.sample else score.argmax(-1)
             tokens = cands.gather(1, idx[:, None])[:, 0]
@@ -82,12 +82,15 @@ class ARGS(Decoder):
 
         return decode_loop(policy, requests, max_new_tokens, choose)
 
-    def _generate_token_level(self, policy: LoadedLM, requests: Sequence[GenRequest], rm: TokenScorer,
-                              max_new_tokens: int) -> list[Generation]:
+    def _generate_token_level(
+        self, policy: LoadedLM, requests: Sequence[GenRequest], rm: TokenScorer, max_new_tokens: int
+    ) -> list[Generation]:
         """A token-level scorer reads the policy's own hidden state: no candidate forward at all."""
         if rm.backbone_fingerprint != policy.fingerprint:
-            raise ValueError(f"ARGS: the token-level ranker was built on {rm.backbone_fingerprint}, not on "
-                             f"the policy {policy.fingerprint} (set rm_backbone to the policy)")
+            raise ValueError(
+                f"ARGS: the token-level ranker was built on {rm.backbone_fingerprint}, not on "
+                f"the policy {policy.fingerprint} (set rm_backbone to the policy)"
+            )
         users = [r.user_id for r in requests]
         gens = row_generators(requests, policy.policy.device) if self.sample else []
 
@@ -109,8 +112,7 @@ class TokenScorer(Protocol):
     @property
     def backbone_fingerprint(self) -> str: ...
 
-    def candidate_rewards(self, user_ids: Sequence[str], hidden: torch.Tensor,
-                          cands: torch.Tensor) -> torch.Tensor: ...
+    def candidate_rewards(self, user_ids: Sequence[str], hidden: torch.Tensor, cands: torch.Tensor) -> torch.Tensor: ...
 
 
 def is_token_scorer(rm: object) -> bool:

@@ -59,8 +59,9 @@ class BestOfN(Decoder):
     #: the runner seeds requests per prompt (not per method or user), so every RM re-ranks one pool
     shared_seed: ClassVar[bool] = True
 
-    def __init__(self, n: int = 16, temperature: float = 1.0, top_p: float = 0.9, sample_batch: int = 32,
-                 **params: Any) -> None:
+    def __init__(
+        self, n: int = 16, temperature: float = 1.0, top_p: float = 0.9, sample_batch: int = 32, **params: Any
+    ) -> None:
         super().__init__(n=n, temperature=temperature, top_p=top_p, **params)
         if n < 1:
             raise ValueError(f"best_of_n: n must be ≥ 1, got {n}")
@@ -91,8 +92,9 @@ class BestOfN(Decoder):
         spec = [policy.fingerprint, ids, request.seed, j, self.temperature, self.top_p, max_new_tokens]
         return "bon:" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()
 
-    def pool(self, policy: LoadedLM, requests: Sequence[GenRequest], *, max_new_tokens: int,
-             n: int | None = None) -> list[list[Generation]]:
+    def pool(
+        self, policy: LoadedLM, requests: Sequence[GenRequest], *, max_new_tokens: int, n: int | None = None
+    ) -> list[list[Generation]]:
         """The first ``n`` (default: N) samples of each request, sampled once and cached. Requests that
         differ only in the user share one pool."""
         n = self.n if n is None else n
@@ -111,20 +113,24 @@ class BestOfN(Decoder):
         for s in range(0, len(items), self.sample_batch):
             chunk = items[s : s + self.sample_batch]
             gens = sampler.generate(policy, [req for _, req in chunk], None, max_new_tokens=max_new_tokens)
-            new = {k: {"text": g.text, "token_ids": g.token_ids, "finished": g.finished}
-                   for (k, _), g in zip(chunk, gens, strict=True)}
+            new = {
+                k: {"text": g.text, "token_ids": g.token_ids, "finished": g.finished}
+                for (k, _), g in zip(chunk, gens, strict=True)
+            }
             store.put_many_bytes({k: json.dumps(v).encode() for k, v in new.items()})
             found.update(new)
             self.sampled += len(chunk)
-        return [[Generation(found[k]["text"], list(found[k]["token_ids"]), bool(found[k]["finished"]))
-                 for k in row] for row in keys]
+        return [
+            [Generation(found[k]["text"], list(found[k]["token_ids"]), bool(found[k]["finished"])) for k in row]
+            for row in keys
+        ]
 
     @staticmethod
-    def score_pool(rm: RewardModel, requests: Sequence[GenRequest],
-                   pool: Sequence[Sequence[Generation]]) -> list[np.ndarray]:
+    def score_pool(
+        rm: RewardModel, requests: Sequence[GenRequest], pool: Sequence[Sequence[Generation]]
+    ) -> list[np.ndarray]:
         """r_u(x, y_j) for every sample of every request (one batched ``rm.score`` call)."""
-        items = [ScoreItem(r.user_id, r.prompt, g.text)
-                 for r, row in zip(requests, pool, strict=True) for g in row]
+        items = [ScoreItem(r.user_id, r.prompt, g.text) for r, row in zip(requests, pool, strict=True) for g in row]
         flat = np.asarray(rm.score(items), np.float64)
         out, i = [], 0
         for row in pool:
@@ -143,8 +149,13 @@ class BestOfN(Decoder):
 
 
 def bon_curve(
-    rewards: Sequence[np.ndarray], quality: Sequence[np.ndarray], ns: Sequence[int] | None = None, *,
-    users: Sequence[str] | None = None, n_boot: int = 0, seed: int = 0,
+    rewards: Sequence[np.ndarray],
+    quality: Sequence[np.ndarray],
+    ns: Sequence[int] | None = None,
+    *,
+    users: Sequence[str] | None = None,
+    n_boot: int = 0,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Ground-truth quality of Best-of-n vs n, each n using the first n samples of every target.
 
@@ -160,8 +171,14 @@ def bon_curve(
         return {"n": [], "quality": [], "reward": [], "oracle": [], "sample_mean": [], "targets": 0}
     n_max = min(min(len(r) for r in rewards), min(len(q) for q in quality))
     ns = [n for n in (ns or bon_ns(n_max)) if 1 <= n <= n_max]
-    out: dict[str, Any] = {"n": list(ns), "quality": [], "reward": [], "oracle": [], "sample_mean": [],
-                           "targets": len(rewards)}
+    out: dict[str, Any] = {
+        "n": list(ns),
+        "quality": [],
+        "reward": [],
+        "oracle": [],
+        "sample_mean": [],
+        "targets": len(rewards),
+    }
     if users is not None and n_boot > 0:
         out["ci"] = []
     R = [np.asarray(r, np.float64) for r in rewards]

@@ -56,7 +56,8 @@ def resolve_guide(
     if not isinstance(lm, LoadedLM) or not callable(getattr(rm, "prompt_ids", None)):
         raise TypeError(
             f"GenARM decoding needs an autoregressive RM (lm, beta, prompt_ids) or a LoadedLM, got "
-            f"{type(rm).__name__}" + (" (not fitted yet?)" if hasattr(rm, "prompt_ids") else ""))
+            f"{type(rm).__name__}" + (" (not fitted yet?)" if hasattr(rm, "prompt_ids") else "")
+        )
     ids = rm.prompt_ids([r.user_id for r in requests], [r.prompt for r in requests])  # type: ignore[attr-defined]
     b = float(getattr(rm, "beta", 1.0)) if beta is None else beta
     return lm, [list(x) for x in ids], b
@@ -69,15 +70,22 @@ def is_autoregressive_rm(rm: object) -> bool:
         return True
     cls = type(rm)
     return callable(getattr(cls, "prompt_ids", None)) and all(
-        hasattr(cls, a) or a in getattr(rm, "__dict__", {}) for a in ("lm", "beta"))
+        hasattr(cls, a) or a in getattr(rm, "__dict__", {}) for a in ("lm", "beta")
+    )
 
 
 class GenARMDecoder(Decoder):
     name: ClassVar[str] = "genarm"
     uses_rm: ClassVar[bool] = True
 
-    def __init__(self, beta: float | None = None, sample: bool = False, temperature: float = 1.0,
-                 top_p: float = 1.0, **params: Any) -> None:
+    def __init__(
+        self,
+        beta: float | None = None,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        **params: Any,
+    ) -> None:
         p: dict[str, Any] = {} if beta is None else {"beta": beta}
         if sample:
             p.update(sample=True, temperature=temperature, top_p=top_p)
@@ -94,7 +102,11 @@ class GenARMDecoder(Decoder):
         return "GenARM decoding needs an autoregressive RM (next-token log-probs over the vocabulary)"
 
     def generate(
-        self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | LoadedLM | None, *,
+        self,
+        policy: LoadedLM,
+        requests: Sequence[GenRequest],
+        rm: RewardModel | LoadedLM | None,
+        *,
         max_new_tokens: int,
     ) -> list[Generation]:
         r_lm, r_ids, beta = resolve_guide(rm, requests, self.beta)
@@ -103,8 +115,10 @@ class GenARMDecoder(Decoder):
         gens = row_generators(requests, policy.policy.device) if self.sample else []
         r_state = CachedLM(r_lm, r_ids)
         r_hidden = r_state.prefill()
-        V = min(int(policy.model.get_output_embeddings().weight.shape[0]),
-                int(r_lm.model.get_output_embeddings().weight.shape[0]))
+        V = min(
+            int(policy.model.get_output_embeddings().weight.shape[0]),
+            int(r_lm.model.get_output_embeddings().weight.shape[0]),
+        )
         pending: list[torch.Tensor] = []  # π_r is advanced lazily: no wasted forward after the last token
 
         def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, None]:

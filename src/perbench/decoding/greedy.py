@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from perbench.decoding.base import Decoder, GenRequest, Generation, decode_loop, row_generators, sample_top_p
+from perbench.decoding.base import Decoder, Generation, GenRequest, decode_loop, row_generators, sample_top_p
 from perbench.decoding.stepper import CachedLM
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel

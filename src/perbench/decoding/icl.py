@@ -42,8 +42,7 @@ FORMATS = ("chosen", "pairs")
 HEADERS = {
     "profile": "Here are some items from this user's profile:",
     "chosen": "Here are earlier requests from this user, each with the response they preferred:",
-    "pairs": "Here are earlier requests from this user, each with the response they preferred and one they "
-             "did not:",
+    "pairs": "Here are earlier requests from this user, each with the response they preferred and one they did not:",
 }
 INSTRUCTION = "Now answer the following request the way this user would prefer."
 
@@ -68,9 +67,18 @@ class ICL(Decoder):
     per_user: ClassVar[bool] = True
     default_retrieval: ClassVar[str] = "random"
 
-    def __init__(self, k: int = 4, retrieval: str | None = None, format: str = "chosen", sample: bool = False,
-                 temperature: float = 1.0, top_p: float = 1.0, max_item_chars: int = 600,
-                 encoder: str = "minilm", **params: Any) -> None:
+    def __init__(
+        self,
+        k: int = 4,
+        retrieval: str | None = None,
+        format: str = "chosen",
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_item_chars: int = 600,
+        encoder: str = "minilm",
+        **params: Any,
+    ) -> None:
         retrieval = retrieval or self.default_retrieval
         if retrieval not in RETRIEVALS:
             raise ValueError(f"{self.name}: retrieval must be one of {RETRIEVALS}, got {retrieval!r}")
@@ -87,7 +95,12 @@ class ICL(Decoder):
             p["max_item_chars"] = max_item_chars
         super().__init__(**p, **params)
         self.k, self.retrieval, self.format, self.max_item_chars, self.encoder = (
-            k, retrieval, format, max_item_chars, encoder)
+            k,
+            retrieval,
+            format,
+            max_item_chars,
+            encoder,
+        )
         self.decoder = ZeroShot(sample=sample, temperature=temperature, top_p=top_p)
         self.users: dict[str, User] | None = None
         self.pairs: dict[str, list[PreferencePair]] = {}
@@ -123,8 +136,10 @@ class ICL(Decoder):
             if self.format == "chosen":
                 text = f"Request: {x}\nResponse this user preferred: {_clip(p.chosen, n)}"
             else:
-                text = (f"Request: {x}\nPreferred response: {_clip(p.chosen, n)}\n"
-                        f"Dispreferred response: {_clip(p.rejected, n)}")
+                text = (
+                    f"Request: {x}\nPreferred response: {_clip(p.chosen, n)}\n"
+                    f"Dispreferred response: {_clip(p.rejected, n)}"
+                )
             out.append(ContextItem(p.pair_id, text, f"{prompt_text(p.prompt)}\n{p.chosen}", self.format))
         return out
 
@@ -139,8 +154,11 @@ class ICL(Decoder):
             picks = np.random.default_rng(h).choice(len(items), size=k, replace=False)
             return [items[int(i)] for i in picks]
         query = prompt_text(request.prompt)
-        scores = self._bm25_scores(request.user_id, items, query) if self.retrieval == "bm25" else \
-            self._dense_scores(items, query)
+        scores = (
+            self._bm25_scores(request.user_id, items, query)
+            if self.retrieval == "bm25"
+            else self._dense_scores(items, query)
+        )
         order = sorted(range(len(items)), key=lambda i: (-float(scores[i]), i))[:k]
         return [items[i] for i in order]
 
@@ -149,8 +167,7 @@ class ICL(Decoder):
 
         cache_key = f"{user_id}|{self.format}|{len(items)}"
         if cache_key not in self._bm25:
-            toks = bm25s.tokenize([it.key for it in items], stopwords="en", show_progress=False,
-                                  return_ids=False)
+            toks = bm25s.tokenize([it.key for it in items], stopwords="en", show_progress=False, return_ids=False)
             toks = [t or ["\x00empty"] for t in toks]  # bm25s cannot index an empty document
             index = bm25s.BM25()
             index.index(toks, show_progress=False)

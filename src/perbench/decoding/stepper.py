@@ -43,8 +43,13 @@ class CachedLM:
     def prefill(self) -> torch.Tensor:
         """-> (B, d) last hidden state of each prompt."""
         pos = (self.mask.cumsum(1) - 1).clamp(min=0)
-        out = self.decoder(input_ids=self.prompt, attention_mask=self.mask, position_ids=pos, cache=self.cache,
-                           use_cache=True)
+        out = self.decoder(
+            input_ids=self.prompt,
+            attention_mask=self.mask,
+            position_ids=pos,
+            cache=self.cache,
+            use_cache=True,
+        )
         return out.last_hidden_state[:, -1]  # type: ignore[no-any-return]
 
     @torch.inference_mode()
@@ -52,8 +57,13 @@ class CachedLM:
         """Append one token per row -> (B, d) hidden state at that token."""
         assert self._pending == 0, "commit() the expanded candidates first"
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)
-        out = self.decoder(input_ids=tokens.view(-1, 1).to(self.device), attention_mask=self._mask4(1),
-                           position_ids=self.next_pos[:, None], cache=self.cache, use_cache=True)
+        out = self.decoder(
+            input_ids=tokens.view(-1, 1).to(self.device),
+            attention_mask=self._mask4(1),
+            position_ids=self.next_pos[:, None],
+            cache=self.cache,
+            use_cache=True,
+        )
         self.next_pos = self.next_pos + 1
         return out.last_hidden_state[:, -1]  # type: ignore[no-any-return]
 
@@ -65,8 +75,13 @@ class CachedLM:
         eye = torch.full((k, k), neg, dtype=self.dtype, device=self.device).fill_diagonal_(0.0)
         mask4 = torch.cat([self._mask4(k), eye.expand(B, 1, k, k)], dim=-1)
         pos = self.next_pos[:, None].expand(B, k)
-        out = self.decoder(input_ids=cands.to(self.device), attention_mask=mask4, position_ids=pos,
-                           cache=self.cache, use_cache=True)
+        out = self.decoder(
+            input_ids=cands.to(self.device),
+            attention_mask=mask4,
+            position_ids=pos,
+            cache=self.cache,
+            use_cache=True,
+        )
         self._pending = k
         return out.last_hidden_state  # type: ignore[no-any-return]
 
@@ -80,7 +95,6 @@ class CachedLM:
     @torch.inference_mode()
     def commit(self, idx: torch.Tensor) -> None:
         """Keep only candidate ``idx[b]`` of each row in the cache."""
-        k = self._pending
         L = self.mask.shape[1]
         for layer in self.cache.layers:
             for name in ("keys", "values"):

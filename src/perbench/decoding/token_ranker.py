@@ -52,11 +52,29 @@ class _Net(torch.nn.Module):
 class TokenRanker(FeatureRM):
     name: ClassVar[str] = "token_ranker"
 
-    def __init__(self, hidden: int = 32, emb: int = 8, steps: int = 200, batch_pairs: int = 64,
-                 lr: float = 3e-3, weight_decay: float = 1e-2, emb_l2: float = 1e-3, adapt_l2: float = 0.05,
-                 **params: Any) -> None:
-        super().__init__(hidden=hidden, emb=emb, steps=steps, batch_pairs=batch_pairs, lr=lr,
-                         weight_decay=weight_decay, emb_l2=emb_l2, adapt_l2=adapt_l2, **params)
+    def __init__(
+        self,
+        hidden: int = 32,
+        emb: int = 8,
+        steps: int = 200,
+        batch_pairs: int = 64,
+        lr: float = 3e-3,
+        weight_decay: float = 1e-2,
+        emb_l2: float = 1e-3,
+        adapt_l2: float = 0.05,
+        **params: Any,
+    ) -> None:
+        super().__init__(
+            hidden=hidden,
+            emb=emb,
+            steps=steps,
+            batch_pairs=batch_pairs,
+            lr=lr,
+            weight_decay=weight_decay,
+            emb_l2=emb_l2,
+            adapt_l2=adapt_l2,
+            **params,
+        )
         self.hidden, self.emb, self.steps, self.batch_pairs, self.lr = hidden, emb, steps, batch_pairs, lr
         self.weight_decay, self.emb_l2, self.adapt_l2 = weight_decay, emb_l2, adapt_l2
         self.net: _Net | None = None
@@ -92,8 +110,9 @@ class TokenRanker(FeatureRM):
         assert self.mu is not None and self.sd is not None
         return (h.float() - self.mu) / self.sd
 
-    def init_random(self, extractor: FeatureExtractor, users: Sequence[str] = ("u",), seed: int = 0,
-                    scale: float = 1.0) -> TokenRanker:
+    def init_random(
+        self, extractor: FeatureExtractor, users: Sequence[str] = ("u",), seed: int = 0, scale: float = 1.0
+    ) -> TokenRanker:
         """An untrained ranker with random weights (benchmarks of decoding cost; tests)."""
         self.bind(extractor)
         d = extractor.dim
@@ -109,8 +128,7 @@ class TokenRanker(FeatureRM):
         return self
 
     # ---------------------------------------------------------------- rewards
-    def candidate_rewards(self, user_ids: Sequence[str], hidden: torch.Tensor,
-                          cands: torch.Tensor) -> torch.Tensor:
+    def candidate_rewards(self, user_ids: Sequence[str], hidden: torch.Tensor, cands: torch.Tensor) -> torch.Tensor:
         """(B, d) policy hidden states, (B, k) candidate token ids -> (B, k) token rewards r_u(h, v)."""
         assert self.net is not None
         with torch.inference_mode():
@@ -132,8 +150,7 @@ class TokenRanker(FeatureRM):
             out.append((torch.from_numpy(prev), torch.tensor(ids, dtype=torch.long)))
         return out
 
-    def _token_rewards(self, data: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                       e: torch.Tensor) -> list[torch.Tensor]:
+    def _token_rewards(self, data: Sequence[tuple[torch.Tensor, torch.Tensor]], e: torch.Tensor) -> list[torch.Tensor]:
         """Per-token rewards of each response (differentiable when the net / ``e`` require grad)."""
         assert self.net is not None
         if not data:
@@ -179,8 +196,13 @@ class TokenRanker(FeatureRM):
             torch.manual_seed(ctx.seed)
             self.net = net = _Net(d, self.hidden, self.emb)
             E = (0.1 * torch.randn(len(users), self.emb)).requires_grad_(True)
-            opt = torch.optim.Adam([{"params": list(net.parameters()), "weight_decay": self.weight_decay},
-                                    {"params": [E], "weight_decay": 0.0}], lr=self.lr)
+            opt = torch.optim.Adam(
+                [
+                    {"params": list(net.parameters()), "weight_decay": self.weight_decay},
+                    {"params": [E], "weight_decay": 0.0},
+                ],
+                lr=self.lr,
+            )
             gen = torch.Generator().manual_seed(ctx.seed)
             self.losses = []
             for _ in range(self.steps if pairs else 0):
@@ -238,15 +260,20 @@ class TokenRanker(FeatureRM):
             raise RuntimeError(f"{self.name}: state() before fit")
         out = {f"net.{k}": v.detach().numpy() for k, v in self.net.state_dict().items()}
         users = sorted(self.users, key=self.users.__getitem__)
-        out.update(mu=self.mu.numpy(), sd=self.sd.numpy(), E_users=self.E_users.numpy(),
-                   users=np.asarray(users, dtype=str) if users else np.zeros(0, dtype="<U1"))
+        out.update(
+            mu=self.mu.numpy(),
+            sd=self.sd.numpy(),
+            E_users=self.E_users.numpy(),
+            users=np.asarray(users, dtype=str) if users else np.zeros(0, dtype="<U1"),
+        )
         return out
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         d = int(state["mu"].shape[0])
         self.net = _Net(d, self.hidden, self.emb)
-        self.net.load_state_dict({k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items()
-                                  if k.startswith("net.")})
+        self.net.load_state_dict(
+            {k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("net.")}
+        )
         self.net.eval()
         self.mu, self.sd = torch.from_numpy(np.array(state["mu"])), torch.from_numpy(np.array(state["sd"]))
         self.E_users = torch.from_numpy(np.array(state["E_users"]))

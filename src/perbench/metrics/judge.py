@@ -62,8 +62,12 @@ def judge_prompt(question: str, response: str, aspect: Mapping[str, str]) -> str
         details += f"\nWhy it matters to this user: {aspect['reason']}"
     if aspect.get("evidence"):
         details += f"\nEvidence from the user's history: {aspect['evidence']}"
-    return JUDGE_TEMPLATE.format(question=question.strip(), response=response.strip() or "(empty)",
-                                 aspect=aspect["aspect"].strip(), details=details)
+    return JUDGE_TEMPLATE.format(
+        question=question.strip(),
+        response=response.strip() or "(empty)",
+        aspect=aspect["aspect"].strip(),
+        details=details,
+    )
 
 
 def lm_judge(lm: LoadedLM, *, max_new_tokens: int = 16, batch_size: int = 8) -> JudgeFn:
@@ -110,14 +114,18 @@ class RubricJudge:
     """Score responses against each user's rubric aspects with a judge (a LoadedLM or a judge function)."""
 
     def __init__(self, judge: LoadedLM | JudgeFn, *, max_new_tokens: int = 16, batch_size: int = 8) -> None:
-        self.judge: JudgeFn = lm_judge(judge, max_new_tokens=max_new_tokens, batch_size=batch_size) \
-            if isinstance(judge, LoadedLM) else judge
+        self.judge: JudgeFn = (
+            lm_judge(judge, max_new_tokens=max_new_tokens, batch_size=batch_size)
+            if isinstance(judge, LoadedLM)
+            else judge
+        )
         self.name = judge.name if isinstance(judge, LoadedLM) else getattr(judge, "__name__", "judge")
         self.calls = 0
         self.failures = 0
 
-    def score(self, responses: Sequence[str], users: Sequence[User],
-              questions: Sequence[str] | None = None) -> list[JudgedItem]:
+    def score(
+        self, responses: Sequence[str], users: Sequence[User], questions: Sequence[str] | None = None
+    ) -> list[JudgedItem]:
         """One :class:`JudgedItem` per response; ``questions`` default to ``User.meta["question"]``."""
         if len(responses) != len(users) or (questions is not None and len(questions) != len(users)):
             raise ValueError("RubricJudge.score: responses, users and questions must have the same length")
@@ -147,7 +155,9 @@ class RubricJudge:
         return {
             "score": float(np.nanmean(scores)) if np.isfinite(scores).any() else float("nan"),
             "score_parsed": float(np.nanmean(parsed)) if np.isfinite(parsed).any() else float("nan"),
-            "n": len(items), "aspects": n_aspects, "parse_failures": failed,
+            "n": len(items),
+            "aspects": n_aspects,
+            "parse_failures": failed,
             "parse_failure_rate": failed / n_aspects if n_aspects else float("nan"),
             "failure_policy": "a parse failure scores 0 in 'score' and is excluded from 'score_parsed'",
         }

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from perbench.rewards.base import FeatureRM, RewardModel, ScoreItem
 
 
-def rgd_scores(logprobs: Sequence[np.ndarray], rewards: Sequence[np.ndarray],
-               w: float) -> tuple[np.ndarray, np.ndarray]:
+def rgd_scores(
+    logprobs: Sequence[np.ndarray], rewards: Sequence[np.ndarray], w: float
+) -> tuple[np.ndarray, np.ndarray]:
     """-> (sum variant, length-normalised variant) of S_u(y) per response."""
     s = np.array([float(np.sum(lp) + w * np.sum(r)) for lp, r in zip(logprobs, rewards, strict=True)])
     T = np.array([max(len(lp), 1) for lp in logprobs], dtype=np.float64)
@@ -34,8 +35,13 @@ def rgd_scores(logprobs: Sequence[np.ndarray], rewards: Sequence[np.ndarray],
 
 
 def policy_accuracy(
-    s_chosen: np.ndarray, s_rejected: np.ndarray, users: Sequence[str], *, tie: str = "strict",
-    n_boot: int = 1000, seed: int = 0,
+    s_chosen: np.ndarray,
+    s_rejected: np.ndarray,
+    users: Sequence[str],
+    *,
+    tie: str = "strict",
+    n_boot: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Accuracy of teacher-forced RGD scores (any variant): mean 1[S(y_w) > S(y_l)] with the tie rule."""
     from perbench.metrics.rm_accuracy import rm_accuracy
@@ -81,18 +87,37 @@ def rgd_policy_scores(inputs: Sequence[RGDInputs], w: float) -> dict[str, np.nda
 
 
 def rgd_policy_accuracy(
-    chosen: Sequence[RGDInputs], rejected: Sequence[RGDInputs], users: Sequence[str], w: float, *,
-    tie: str = "strict", n_boot: int = 1000, seed: int = 0,
+    chosen: Sequence[RGDInputs],
+    rejected: Sequence[RGDInputs],
+    users: Sequence[str],
+    w: float,
+    *,
+    tie: str = "strict",
+    n_boot: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """PA under the RGD-induced policy, with the miss accounting: a pair where both responses miss is a tie
     (−inf = −inf, wrong under ``strict``); ``miss_rate`` = share of responses with ≥ 1 missed token."""
-    return rgd_accuracy_from_scores(rgd_policy_scores(chosen, w), rgd_policy_scores(rejected, w), users, w,
-                                    tie=tie, n_boot=n_boot, seed=seed)
+    return rgd_accuracy_from_scores(
+        rgd_policy_scores(chosen, w),
+        rgd_policy_scores(rejected, w),
+        users,
+        w,
+        tie=tie,
+        n_boot=n_boot,
+        seed=seed,
+    )
 
 
 def rgd_accuracy_from_scores(
-    sw: dict[str, np.ndarray], sl: dict[str, np.ndarray], users: Sequence[str], w: float, *,
-    tie: str = "strict", n_boot: int = 1000, seed: int = 0,
+    sw: dict[str, np.ndarray],
+    sl: dict[str, np.ndarray],
+    users: Sequence[str],
+    w: float,
+    *,
+    tie: str = "strict",
+    n_boot: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """:func:`rgd_policy_accuracy` from :func:`rgd_policy_scores` of the chosen and rejected sides."""
     out: dict[str, Any] = {"w": w}
@@ -114,7 +139,12 @@ def rgd_accuracy_from_scores(
 
 
 def rgd_policy_inputs(
-    policy: LoadedLM, rm: RewardModel, items: Sequence[ScoreItem], *, k: int = 10, max_length: int = 1024,
+    policy: LoadedLM,
+    rm: RewardModel,
+    items: Sequence[ScoreItem],
+    *,
+    k: int = 10,
+    max_length: int = 1024,
     chunk_tokens: int = 512,
 ) -> list[RGDInputs]:
     """Top-k candidates and their rewards at every response position, teacher-forced.
@@ -137,12 +167,13 @@ def rgd_policy_inputs(
 
     token_level = is_token_scorer(rm)
     if not token_level and not (isinstance(rm, FeatureRM) and rm.extractor is not None):
-        raise TypeError("RGD policy accuracy needs per-prefix rewards (a FeatureRM or a token-level "
-                        f"scorer), got {type(rm).__name__}")
+        raise TypeError(
+            "RGD policy accuracy needs per-prefix rewards (a FeatureRM or a token-level "
+            f"scorer), got {type(rm).__name__}"
+        )
     rm_lm = policy if token_level else rm.extractor.lm  # type: ignore[attr-defined]
     if rm_lm.tokenizer.get_vocab() != policy.tokenizer.get_vocab():
-        raise ValueError(f"RGD policy accuracy needs the RM backbone ({rm_lm.name}) to share the policy's "
-                         "tokenizer")
+        raise ValueError(f"RGD policy accuracy needs the RM backbone ({rm_lm.name}) to share the policy's tokenizer")
     if token_level and rm.backbone_fingerprint != policy.fingerprint:  # type: ignore[attr-defined]
         raise ValueError("a token-level scorer must be built on the policy's own hidden states")
     shared = rm_lm.model is policy.model
@@ -172,13 +203,26 @@ def rgd_policy_inputs(
                 r = rm.candidate_rewards([it.user_id] * T, hp, cands)  # type: ignore[attr-defined]
             else:
                 r = _tree_rewards(rm, rm_lm, x, P, cands, it.user_id, cache, per)  # type: ignore[arg-type]
-            out.append(RGDInputs(top_lp.double().cpu().numpy(), r.double().cpu().numpy().reshape(T, kk),
-                                 hit.cpu().numpy().astype(np.int64)))
+            out.append(
+                RGDInputs(
+                    top_lp.double().cpu().numpy(),
+                    r.double().cpu().numpy().reshape(T, kk),
+                    hit.cpu().numpy().astype(np.int64),
+                )
+            )
     return out
 
 
-def _tree_rewards(rm: FeatureRM, rm_lm: LoadedLM, x: torch.Tensor, P: int, cands: torch.Tensor, user: str,
-                  cache: Any, per: int) -> torch.Tensor:
+def _tree_rewards(
+    rm: FeatureRM,
+    rm_lm: LoadedLM,
+    x: torch.Tensor,
+    P: int,
+    cands: torch.Tensor,
+    user: str,
+    cache: Any,
+    per: int,
+) -> torch.Tensor:
     """(T, k) rewards of every candidate, from the RM backbone's KV cache of x ⊕ y and tree batches."""
     import torch
     from transformers import DynamicCache
@@ -203,8 +247,13 @@ def _tree_rewards(rm: FeatureRM, rm_lm: LoadedLM, x: torch.Tensor, P: int, cands
         cached = torch.where(torch.arange(Lc, device=dev)[None, :] < pos[:, None], 0.0, neg)
         tree = torch.full((n, n), neg, device=dev).fill_diagonal_(0.0)
         mask = torch.cat([cached, tree], 1).to(dtype)[None, None]
-        h = dec(input_ids=cands[t0:t1].reshape(1, n).to(dev), attention_mask=mask, position_ids=pos[None],
-                cache=cache, use_cache=True).last_hidden_state[0]
+        h = dec(
+            input_ids=cands[t0:t1].reshape(1, n).to(dev),
+            attention_mask=mask,
+            position_ids=pos[None],
+            cache=cache,
+            use_cache=True,
+        ).last_hidden_state[0]
         cache.crop(-n)  # drop this chunk's candidates again
         rewards.append(rm.reward_from_features([user] * n, h.float()).view(t1 - t0, k))
     return torch.cat(rewards)

@@ -20,7 +20,7 @@ def pair_outcomes(s_chosen: np.ndarray, s_rejected: np.ndarray, tie: TiePolicy =
         raise ValueError(f"tie policy must be 'strict' or 'half', got {tie!r}")
     s_w, s_l = np.asarray(s_chosen, np.float64), np.asarray(s_rejected, np.float64)
     out = (s_w > s_l).astype(np.float64)
-    ties = (s_w == s_l)
+    ties = s_w == s_l
     if tie == "half":
         out[ties] = 0.5
     out[np.isnan(s_w) | np.isnan(s_l)] = 0.0
@@ -28,8 +28,14 @@ def pair_outcomes(s_chosen: np.ndarray, s_rejected: np.ndarray, tie: TiePolicy =
 
 
 def accuracy_summary(
-    outcomes: np.ndarray, users: Sequence[str], *, ties: int = 0, tie: TiePolicy = "strict",
-    n_boot: int = 1000, seed: int = 0, invalid: int = 0,
+    outcomes: np.ndarray,
+    users: Sequence[str],
+    *,
+    ties: int = 0,
+    tie: TiePolicy = "strict",
+    n_boot: int = 1000,
+    seed: int = 0,
+    invalid: int = 0,
 ) -> dict[str, Any]:
     """Pair-weighted accuracy, macro (mean of per-user accuracies), CIs by user, per-user table."""
     outcomes = np.asarray(outcomes, np.float64)
@@ -55,18 +61,25 @@ def accuracy_summary(
 
 
 def rm_accuracy(
-    s_chosen: np.ndarray, s_rejected: np.ndarray, users: Sequence[str], *, tie: TiePolicy = "strict",
-    n_boot: int = 1000, seed: int = 0,
+    s_chosen: np.ndarray,
+    s_rejected: np.ndarray,
+    users: Sequence[str],
+    *,
+    tie: TiePolicy = "strict",
+    n_boot: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     s_w, s_l = np.asarray(s_chosen, np.float64), np.asarray(s_rejected, np.float64)
     invalid = int((np.isnan(s_w) | np.isnan(s_l)).sum())
     ties = int((s_w == s_l).sum())
-    return accuracy_summary(pair_outcomes(s_w, s_l, tie), users, ties=ties, tie=tie, n_boot=n_boot, seed=seed,
-                            invalid=invalid)
+    return accuracy_summary(
+        pair_outcomes(s_w, s_l, tie), users, ties=ties, tie=tie, n_boot=n_boot, seed=seed, invalid=invalid
+    )
 
 
-def preference_accuracy(prefs: np.ndarray, users: Sequence[str], *, tie: TiePolicy = "strict", n_boot: int = 1000,
-                        seed: int = 0) -> dict[str, Any]:
+def preference_accuracy(
+    prefs: np.ndarray, users: Sequence[str], *, tie: TiePolicy = "strict", n_boot: int = 1000, seed: int = 0
+) -> dict[str, Any]:
     """Accuracy from a pairwise judge's preferences (1 / 0 / 0.5 tie / NaN parse failure = wrong)."""
     prefs = np.asarray(prefs, np.float64)
     invalid = int(np.isnan(prefs).sum())

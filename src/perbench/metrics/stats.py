@@ -8,8 +8,13 @@ import numpy as np
 
 
 def bootstrap_by_group(
-    values: np.ndarray, groups: Sequence[str], stat: Callable[[np.ndarray, np.ndarray], float],
-    *, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+    values: np.ndarray,
+    groups: Sequence[str],
+    stat: Callable[[np.ndarray, np.ndarray], float],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
 ) -> tuple[float, float]:
     """CI of ``stat(values, group_index)`` when whole groups (users) are resampled with replacement.
 

@@ -34,8 +34,13 @@ BERTSCORE_DEFAULT = {"model": "minilm", "num_layers": 6, "idf": False, "rescale_
 
 
 def bertscore(
-    predictions: Sequence[str], references: Sequence[str], *, model: str = "minilm", num_layers: int = 6,
-    batch_size: int = 64, device: str | None = None,
+    predictions: Sequence[str],
+    references: Sequence[str],
+    *,
+    model: str = "minilm",
+    num_layers: int = 6,
+    batch_size: int = 64,
+    device: str | None = None,
 ) -> np.ndarray:
     """Per-item BERTScore F1. ``model`` is a local folder, a hub id, or ``minilm`` (bundled)."""
     import bert_score
@@ -48,8 +53,13 @@ def bertscore(
     if not predictions:
         return np.zeros(0)
     _, _, f1 = bert_score.score(
-        list(predictions), list(references), model_type=encoder_path(model), num_layers=num_layers,
-        batch_size=batch_size, device=resolve_device(device, "float32").device, verbose=False,
+        list(predictions),
+        list(references),
+        model_type=encoder_path(model),
+        num_layers=num_layers,
+        batch_size=batch_size,
+        device=resolve_device(device, "float32").device,
+        verbose=False,
     )
     return f1.numpy().astype(np.float64)  # type: ignore[no-any-return]
 
@@ -60,6 +70,12 @@ def bertscore_settings(model: str = "minilm", num_layers: int = 6) -> dict[str, 
 
     from perbench.models.encoder import encoder_path
 
-    return {"package": "bert-score", "version": bert_score.__version__, "model": model,
-            "model_path": encoder_path(model), "num_layers": num_layers, "idf": False,
-            "rescale_with_baseline": False}
+    return {
+        "package": "bert-score",
+        "version": bert_score.__version__,
+        "model": model,
+        "model_path": encoder_path(model),
+        "num_layers": num_layers,
+        "idf": False,
+        "rescale_with_baseline": False,
+    }

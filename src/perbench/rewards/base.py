@@ -58,7 +58,9 @@ class RewardModel(ABC):
 
     def config_key(self) -> str:
         """Identity of (method, hyper-parameters) for cache keys."""
-        return hashlib.sha256(json.dumps([self.name, self.params], sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps([self.name, self.params], sort_keys=True, default=str).encode()).hexdigest()[
+            :16
+        ]
 
     @abstractmethod
     def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None: ...
@@ -140,7 +142,6 @@ def pair_feature_arrays(
     fw = feats[[index[(prompt_key(p.prompt), p.chosen)] for p in pairs]]
     fl = feats[[index[(prompt_key(p.prompt), p.rejected)] for p in pairs]]
     return fw, fl
-
 
 
 class PairwiseJudge(RewardModel):

@@ -97,9 +97,7 @@ class FactorizedRanker(PersonalFeatureRM):
     @property
     def n_params(self) -> int:
         return (
-            0
-            if self.net is None or self.E is None
-            else sum(p.numel() for p in self.net.parameters()) + self.E.numel()
+            0 if self.net is None or self.E is None else sum(p.numel() for p in self.net.parameters()) + self.E.numel()
         )
 
     def _hidden_for_budget(self, d: int, n_users: int) -> int:

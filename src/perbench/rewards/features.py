@@ -91,8 +91,12 @@ class FeatureExtractor:
             feats = self._forward([encoded[i][0] for i in batch], [encoded[i][1] for i in batch], kind)
             new = {keys[i]: pack_arrays(**f) for i, f in zip(batch, feats, strict=True)}
             if kind == "tokens":  # the same forward gives φ(x, y): never run it twice for one text
-                new.update({self._key("last", encoded[i][0], encoded[i][1]): pack_arrays(last=f["last"])
-                            for i, f in zip(batch, feats, strict=True)})
+                new.update(
+                    {
+                        self._key("last", encoded[i][0], encoded[i][1]): pack_arrays(last=f["last"])
+                        for i, f in zip(batch, feats, strict=True)
+                    }
+                )
             self.store.put_many_bytes(new)
             results.update({keys[i]: f for i, f in zip(batch, feats, strict=True)})
             self.stats.computed += len(batch)

@@ -151,9 +151,7 @@ class GenARM(RewardModel):
             raise RuntimeError(f"{self.name} used before fit")
         return self.lm
 
-    def _seqs(
-        self, user_ids: Sequence[str], prompts: Sequence[Prompt], responses: Sequence[str]
-    ) -> list[Seq]:
+    def _seqs(self, user_ids: Sequence[str], prompts: Sequence[Prompt], responses: Sequence[str]) -> list[Seq]:
         assert self.base is not None
         return encode_items(
             self.base.tokenizer,
@@ -175,12 +173,8 @@ class GenARM(RewardModel):
             inner = model.get_base_model()
             opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=self.lr)
             self.losses = []
-            for batch in minibatches(
-                len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)
-            ):
-                lp = response_logprobs(
-                    inner, [sw[i] for i in batch] + [sl[i] for i in batch], pad, device=dev
-                )
+            for batch in minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)):
+                lp = response_logprobs(inner, [sw[i] for i in batch] + [sl[i] for i in batch], pad, device=dev)
                 n = len(batch)
                 loss = torch.nn.functional.softplus(-self.beta * (lp[:n] - lp[n:])).mean()
                 opt.zero_grad()
@@ -197,9 +191,7 @@ class GenARM(RewardModel):
     # ---- scoring ---------------------------------------------------------------------------------------
     def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
         lm = self._lm()
-        seqs = self._seqs(
-            [it.user_id for it in items], [it.prompt for it in items], [it.response for it in items]
-        )
+        seqs = self._seqs([it.user_id for it in items], [it.prompt for it in items], [it.response for it in items])
         out = []
         with torch.inference_mode():
             for s in range(0, len(seqs), self.batch_eval):

@@ -38,7 +38,11 @@ class Standardizer:
 
 
 def fit_linear_bt(
-    diff: np.ndarray, *, l2: float = 1e-2, max_iter: int = 200, init: np.ndarray | None = None,
+    diff: np.ndarray,
+    *,
+    l2: float = 1e-2,
+    max_iter: int = 200,
+    init: np.ndarray | None = None,
     weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """Minimise mean −log σ(w·diff_i) + l2‖w‖² (full-batch L-BFGS, deterministic)."""

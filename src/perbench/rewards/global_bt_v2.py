@@ -103,9 +103,7 @@ class GlobalBTv2(RewardModel):
         )
         fw, fl = pair_feature_arrays(frozen, pairs, desc=f"{self.name} init features")
         self.std.fit(np.concatenate([fw, fl]))
-        w0 = fit_linear_bt(
-            self.std(torch.from_numpy(fw)).numpy() - self.std(torch.from_numpy(fl)).numpy(), l2=self.l2
-        )
+        w0 = fit_linear_bt(self.std(torch.from_numpy(fw)).numpy() - self.std(torch.from_numpy(fl)).numpy(), l2=self.l2)
         tok, pad = base.tokenizer, int(base.tokenizer.pad_token_id)
         sw = encode_items(tok, [(p.prompt, p.chosen) for p in pairs], self.max_length)
         sl = encode_items(tok, [(p.prompt, p.rejected) for p in pairs], self.max_length)
@@ -123,9 +121,7 @@ class GlobalBTv2(RewardModel):
                 ]
             )
             self.losses = []
-            for batch in minibatches(
-                len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)
-            ):
+            for batch in minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)):
                 h = last_hidden(inner, [sw[i] for i in batch] + [sl[i] for i in batch], pad, dev).float()
                 r = ((h - mu) / sd) @ w
                 margin = r[: len(batch)] - r[len(batch) :]

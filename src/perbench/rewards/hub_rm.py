@@ -61,9 +61,7 @@ class HubRM(RewardModel):
         spec = ModelSpec.parse(self.spec)
         policy = resolve_device(self.device)
         kw: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
-        self.tokenizer = AutoTokenizer.from_pretrained(
-            spec.name, trust_remote_code=self.trust_remote_code, **kw
-        )
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.name, trust_remote_code=self.trust_remote_code, **kw)
         self.model = (
             AutoModelForSequenceClassification.from_pretrained(
                 spec.name, dtype=policy.torch_dtype(), trust_remote_code=self.trust_remote_code, **kw
@@ -72,9 +70,7 @@ class HubRM(RewardModel):
             .eval()
         )
         if int(self.model.config.num_labels) != 1:
-            raise ValueError(
-                f"hub_rm needs a one-logit reward model; {self.spec} has {self.model.config.num_labels}"
-            )
+            raise ValueError(f"hub_rm needs a one-logit reward model; {self.spec} has {self.model.config.num_labels}")
         path = Path(spec.name)
         ident = str(path.resolve()) if path.is_dir() else f"hf:{spec.name}@{spec.revision or 'main'}"
         self.fingerprint = hashlib.sha256(ident.encode()).hexdigest()[:16]

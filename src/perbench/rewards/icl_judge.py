@@ -114,9 +114,7 @@ class ICLJudge(PairwiseJudge):
 
     def judge_prompt(self, pair: PreferencePair) -> tuple[Message, ...]:
         a, b = (pair.rejected, pair.chosen) if self.swapped(pair) else (pair.chosen, pair.rejected)
-        body = TEMPLATE.format(
-            user=self.texts.get(pair.user_id, NO_INFO), question=prompt_text(pair.prompt), a=a, b=b
-        )
+        body = TEMPLATE.format(user=self.texts.get(pair.user_id, NO_INFO), question=prompt_text(pair.prompt), a=a, b=b)
         return (Message("system", SYSTEM), Message("user", body))
 
     def prefer(self, pairs: Sequence[PreferencePair]) -> np.ndarray:

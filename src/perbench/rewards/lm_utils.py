@@ -38,9 +38,7 @@ def encode_items(tokenizer: Any, items: Sequence[tuple[Prompt, str]], max_length
     return out
 
 
-def pad_right(
-    seqs: Sequence[Seq], pad: int, device: str | torch.device = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_right(seqs: Sequence[Seq], pad: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     L = max(len(s.ids) for s in seqs)
     ids = torch.full((len(seqs), L), pad, dtype=torch.long)
     mask = torch.zeros((len(seqs), L), dtype=torch.long)
@@ -50,9 +48,7 @@ def pad_right(
     return ids.to(device), mask.to(device)
 
 
-def _decoder_hidden(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, prefix: torch.Tensor | None
-) -> torch.Tensor:
+def _decoder_hidden(model: Any, ids: torch.Tensor, mask: torch.Tensor, prefix: torch.Tensor | None) -> torch.Tensor:
     """Last-layer hidden states (B, P + L, d); ``prefix`` (B, P, d) soft embeddings go before the ids."""
     dec = model.get_decoder()
     if prefix is None:
@@ -91,9 +87,7 @@ def response_logprobs(
     return out.index_add(0, r, tok_lp)
 
 
-def last_hidden(
-    model: Any, seqs: Sequence[Seq], pad: int, device: str | torch.device = "cpu"
-) -> torch.Tensor:
+def last_hidden(model: Any, seqs: Sequence[Seq], pad: int, device: str | torch.device = "cpu") -> torch.Tensor:
     """(B, d) hidden state at each sequence's last token (differentiable) — φ(x, y) of a live model."""
     ids, mask = pad_right(seqs, pad, device)
     h = _decoder_hidden(model, ids, mask, None)
@@ -150,9 +144,7 @@ def add_lora(lm: LoadedLM, r: int, alpha: int, target_modules: Sequence[str] | s
 def lora_state(model: Any) -> dict[str, np.ndarray]:
     from peft import get_peft_model_state_dict
 
-    return {
-        f"lora.{k}": v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()
-    }
+    return {f"lora.{k}": v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()}
 
 
 def load_lora_state(model: Any, state: dict[str, np.ndarray]) -> None:

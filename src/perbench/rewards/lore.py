@@ -51,9 +51,7 @@ class LoRe(PersonalFeatureRM):
         adapt_lr: float = 0.05,
         **params: Any,
     ) -> None:
-        super().__init__(
-            K=K, tau=tau, steps=steps, lr=lr, adapt_steps=adapt_steps, adapt_lr=adapt_lr, **params
-        )
+        super().__init__(K=K, tau=tau, steps=steps, lr=lr, adapt_steps=adapt_steps, adapt_lr=adapt_lr, **params)
         self.K, self.tau, self.steps, self.lr = K, tau, steps, lr
         self.adapt_steps, self.adapt_lr = adapt_steps, adapt_lr
         self.V: torch.Tensor | None = None  # (d, K) in reward units (τ included in the formula)
@@ -174,9 +172,7 @@ class LoReReg(LoReAlt):
     name: ClassVar[str] = "lore_reg"
     mode: ClassVar[str] = "reg"
 
-    def __init__(
-        self, alpha: float = 0.1, inner_steps: int = 1, global_l2: float = 1e-2, **params: Any
-    ) -> None:
+    def __init__(self, alpha: float = 0.1, inner_steps: int = 1, global_l2: float = 1e-2, **params: Any) -> None:
         super().__init__(alpha=alpha, inner_steps=inner_steps, global_l2=global_l2, **params)
         self.alpha, self.global_l2 = alpha, global_l2
         self._v_global: torch.Tensor | None = None

@@ -122,16 +122,12 @@ class PAL(PersonalFeatureRM):
         self._require_extractor().prompt_features([p.prompt for p in pairs], desc=f"{self.name} prompts")
 
     def _prompt_z(self, data: PairData) -> torch.Tensor:
-        px = self._require_extractor().prompt_features(
-            [p.prompt for p in data.pairs], desc=f"{self.name} prompts"
-        )
+        px = self._require_extractor().prompt_features([p.prompt for p in data.pairs], desc=f"{self.name} prompts")
         return self.std_x(torch.from_numpy(px))
 
     # ---- training --------------------------------------------------------------------------------------
     def _fit(self, data: PairData, ctx: RMContext) -> None:
-        px = self._require_extractor().prompt_features(
-            [p.prompt for p in data.pairs], desc=f"{self.name} prompts"
-        )
+        px = self._require_extractor().prompt_features([p.prompt for p in data.pairs], desc=f"{self.name} prompts")
         self.std_x.fit(px)
         zx = self.std_x(torch.from_numpy(px))
         d = data.zw.shape[1]
@@ -176,9 +172,7 @@ class PAL(PersonalFeatureRM):
         if prompt_feats is None:
             self._prompt_ctx = None
         elif isinstance(prompt_feats, Mapping):
-            self._prompt_ctx = {
-                u: torch.as_tensor(v, dtype=torch.float32).cpu() for u, v in prompt_feats.items()
-            }
+            self._prompt_ctx = {u: torch.as_tensor(v, dtype=torch.float32).cpu() for u, v in prompt_feats.items()}
         else:
             self._prompt_ctx = torch.as_tensor(prompt_feats, dtype=torch.float32).cpu()
 

@@ -157,9 +157,7 @@ class PDPO(RewardModel):
         with seeded(ctx.seed):
             self.model = add_lora(base, self.lora_r, self.lora_alpha, self.target_modules)
             emb = base.model.get_input_embeddings().weight
-            e0 = torch.nn.Parameter(
-                emb.detach().float().std() * torch.randn(self.n_tokens, emb.shape[1]).to(dev)
-            )
+            e0 = torch.nn.Parameter(emb.detach().float().std() * torch.randn(self.n_tokens, emb.shape[1]).to(dev))
             offsets = torch.nn.Parameter(emb.new_zeros(len(self.users), self.n_tokens, emb.shape[1]).float())
             self.e0 = e0
             opt = torch.optim.AdamW(
@@ -169,18 +167,16 @@ class PDPO(RewardModel):
                 ]
             )
             self.losses = []
-            for batch in minibatches(
-                len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)
-            ):
+            for batch in minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)):
                 both = [sw[i] for i in batch] + [sl[i] for i in batch]
                 off = offsets[uidx[batch]]
                 lp_user = self._policy_lp(both, torch.cat([off, off]))
                 lp_gen = self._policy_lp(both, None)
                 rw, rl = ref_w[batch].to(dev), ref_l[batch].to(dev)
                 n = len(batch)
-                loss = self.alpha * self._dpo(lp_user[:n], lp_user[n:], rw, rl) + (
-                    1 - self.alpha
-                ) * self._dpo(lp_gen[:n], lp_gen[n:], rw, rl)
+                loss = self.alpha * self._dpo(lp_user[:n], lp_user[n:], rw, rl) + (1 - self.alpha) * self._dpo(
+                    lp_gen[:n], lp_gen[n:], rw, rl
+                )
                 opt.zero_grad()
                 loss.backward()  # type: ignore[no-untyped-call]
                 opt.step()

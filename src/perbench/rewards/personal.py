@@ -131,9 +131,7 @@ def fit_logistic(
     w = c.clone().requires_grad_(True)
     if len(Xt) == 0:
         return w.detach()
-    opt = torch.optim.LBFGS(
-        [w], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe", tolerance_grad=1e-7
-    )
+    opt = torch.optim.LBFGS([w], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe", tolerance_grad=1e-7)
 
     def closure() -> torch.Tensor:
         opt.zero_grad()

@@ -115,9 +115,7 @@ class PReF(PersonalFeatureRM):
         super().adapt(user_id, shots)
 
     # ---- active selection ------------------------------------------------------------------------------
-    def select_pairs(
-        self, user_pool: Sequence[PreferencePair], n: int, user_id: str | None = None
-    ) -> list[int]:
+    def select_pairs(self, user_pool: Sequence[PreferencePair], n: int, user_id: str | None = None) -> list[int]:
         """Greedy active elicitation: indices into ``user_pool`` of the ``n`` pairs to ask this user next.
 
         The user is ``user_id`` (default: the pool's first pair's user). Pairs the user already answered

@@ -47,9 +47,7 @@ class VPLNet(torch.nn.Module):
             torch.nn.Linear(d + z_dim, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, 1)
         )
 
-    def encode(
-        self, cw: torch.Tensor, cl: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, cw: torch.Tensor, cl: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(U, C, d) context pairs, (U, C) bool validity -> μ, log σ² of shape (U, z)."""
         h = self.pair(torch.cat([cw, cl], -1))
         a, _ = self.attn(h, h, h, key_padding_mask=~mask, need_weights=False)

@@ -12,7 +12,9 @@ from perbench.runner.units import Units, unit_key
 
 
 class MethodHandle:
-    def __init__(self, spec: Component, bench: Benchmark, ctx: RMContext, units: Units, *, baseline: bool = False) -> None:
+    def __init__(
+        self, spec: Component, bench: Benchmark, ctx: RMContext, units: Units, *, baseline: bool = False
+    ) -> None:
         from perbench import registry
 
         self.spec = spec

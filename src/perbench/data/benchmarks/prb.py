@@ -37,7 +37,9 @@ from perbench.data.records import Benchmark, PreferencePair, ProfileItem, SkipRe
 
 PRB_HUB_ID = "QiyaoMa/Personalized-RewardBench"
 PRB_CONFIGS: tuple[str, ...] = (
-    "Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture",
+    "Art_and_Entertainment",
+    "Lifestyle_and_Personal_Development",
+    "Society_and_Culture",
 )
 PROFILE_HEADER = "Posts previously written by the user:"
 
@@ -103,8 +105,7 @@ def _profile(row: Row) -> list[ProfileItem]:
     items = []
     for i, post in enumerate(row.seq("profile")):
         if not isinstance(post, Mapping):
-            raise row.error(f"profile.{i}",
-                            f"expected an {{id, category, text}} object, got {type_name(post)}")
+            raise row.error(f"profile.{i}", f"expected an {{id, category, text}} object, got {type_name(post)}")
         if post.get("text") is None:
             raise row.error(f"profile.{i}.text", "missing")
         text = check_text(row, f"profile.{i}.text", post["text"])
@@ -126,8 +127,14 @@ def rubric_summary(aspects: Sequence[Mapping[str, str]]) -> str:
 
 
 def load_prb(
-    source: str | Path = PRB_HUB_ID, *, config: str | Sequence[str] | None = None, split: str = "test",
-    include_profile: int = 0, fmt: str | None = None, name: str | None = None, on_error: OnError = "raise",
+    source: str | Path = PRB_HUB_ID,
+    *,
+    config: str | Sequence[str] | None = None,
+    split: str = "test",
+    include_profile: int = 0,
+    fmt: str | None = None,
+    name: str | None = None,
+    on_error: OnError = "raise",
 ) -> Benchmark:
     """Load Personalized RewardBench from a JSONL/JSON/Parquet file, a ``save_to_disk`` folder, or the hub.
 
@@ -139,10 +146,7 @@ def load_prb(
     kind = fmt or detect_format(source)
     sources: list[tuple[str | None, dict[str, Any]]]
     if kind == "hub":
-        if config is None:
-            configs = list(PRB_CONFIGS)
-        else:
-            configs = [config] if isinstance(config, str) else list(config)
+        configs = list(PRB_CONFIGS) if config is None else [config] if isinstance(config, str) else list(config)
         unknown = sorted(set(configs) - set(PRB_CONFIGS))
         if unknown:
             raise ValueError(f"unknown Personalized RewardBench config(s) {unknown}; use {list(PRB_CONFIGS)}")
@@ -178,16 +182,36 @@ def load_prb(
                 continue
             first_at[user_id] = row.where
             prompt = profile_prompt(question, profile, include_profile)
-            pairs.append(PreferencePair(
-                f"prb:{user_id}", user_id, prompt, chosen, rejected, "test",
-                {"source": row.where, "question": question, "category": category,
-                 "profile_posts_in_prompt": min(include_profile, len(profile))},
-            ))
+            pairs.append(
+                PreferencePair(
+                    f"prb:{user_id}",
+                    user_id,
+                    prompt,
+                    chosen,
+                    rejected,
+                    "test",
+                    {
+                        "source": row.where,
+                        "question": question,
+                        "category": category,
+                        "profile_posts_in_prompt": min(include_profile, len(profile)),
+                    },
+                )
+            )
             users[user_id] = User(
-                user_id, seen=False, profile=tuple(profile), rubric_text=None,
-                meta={"category": category, "question": question,
-                      "answer_key": {"rubric_aspects": aspects, "narrative": narrative,
-                                     "rubric_text": rubric_summary(aspects)}},
+                user_id,
+                seen=False,
+                profile=tuple(profile),
+                rubric_text=None,
+                meta={
+                    "category": category,
+                    "question": question,
+                    "answer_key": {
+                        "rubric_aspects": aspects,
+                        "narrative": narrative,
+                        "rubric_text": rubric_summary(aspects),
+                    },
+                },
             )
     pairs = dedup_pairs(pairs, skipped)
     kept = {p.user_id for p in pairs}
@@ -195,10 +219,13 @@ def load_prb(
         skipped.add("user_without_pairs", uid)
         del users[uid]
     meta = {
-        "source": str(source), "configs": [c for c, _ in sources if c] or None, "split": split,
-        "rows_read": rows_read, "rows_with_errors": sink.count, "include_profile": include_profile,
-        "profile_retrieval": ("bm25s (BM25, English stopwords), ties in profile order"
-                              if include_profile else None),
+        "source": str(source),
+        "configs": [c for c, _ in sources if c] or None,
+        "split": split,
+        "rows_read": rows_read,
+        "rows_with_errors": sink.count,
+        "include_profile": include_profile,
+        "profile_retrieval": ("bm25s (BM25, English stopwords), ties in profile order" if include_profile else None),
         "users": "one user per row (user id = row id): per-user results are per-row",
         "seen_policy": "evaluation-only: every user unseen, no few-shot pairs",
         "split_policy": "every pair test",

@@ -90,7 +90,7 @@ def lamp5_file(folder: Path, split: str, kind: str) -> Path:
 def strip_prefix(text: str) -> tuple[str, bool]:
     """The abstract without LaMP-5's instruction prefix; the flag says whether the prefix was there."""
     if text.startswith(LAMP5_PREFIX):
-        return text[len(LAMP5_PREFIX):], True
+        return text[len(LAMP5_PREFIX) :], True
     return text, False
 
 
@@ -139,8 +139,7 @@ def _profile(row: Row) -> list[ProfileItem]:
     items = []
     for i, item in enumerate(row.seq("profile")):
         if not isinstance(item, Mapping):
-            raise row.error(f"profile.{i}",
-                            f"expected an {{id, title, abstract}} object, got {type_name(item)}")
+            raise row.error(f"profile.{i}", f"expected an {{id, title, abstract}} object, got {type_name(item)}")
         sub = Row(row.label, row.line, item)
         try:
             title = sub.text("title")
@@ -184,14 +183,20 @@ def _source_of(owners: set[str], user: str, pool: str) -> str | None:
 
 
 def mine_negatives(
-    queries: Sequence[tuple[str, str]], pool: _Pool, emb_pool: np.ndarray, emb_queries: np.ndarray,
-    negative_pool: str, *, top_m: int = 64, block: int = 64,
+    queries: Sequence[tuple[str, str]],
+    pool: _Pool,
+    emb_pool: np.ndarray,
+    emb_queries: np.ndarray,
+    negative_pool: str,
+    *,
+    top_m: int = 64,
+    block: int = 64,
 ) -> list[tuple[int, str, float] | None]:
     """For each (user, gold title): (pool index, source, cosine) of the most similar admissible title."""
     out: list[tuple[int, str, float] | None] = [None] * len(queries)
     own_cache: dict[str, list[int]] = {}
     for start in range(0, len(queries), block):
-        q = emb_queries[start:start + block]
+        q = emb_queries[start : start + block]
         scores = q @ emb_pool.T if negative_pool != "same_profile" else None
         for j in range(len(q)):
             qi = start + j
@@ -225,8 +230,13 @@ def mine_negatives(
     return out
 
 
-def _first_admissible(ranked: Any, pool: _Pool, user: str, gold_n: str, negative_pool: str,
-                      ) -> tuple[int, str] | None:
+def _first_admissible(
+    ranked: Any,
+    pool: _Pool,
+    user: str,
+    gold_n: str,
+    negative_pool: str,
+) -> tuple[int, str] | None:
     for idx in ranked:
         i = int(idx)
         if _norm(pool.texts[i]) == gold_n:
@@ -270,11 +280,20 @@ def encode_cached(enc: TextEncoder, texts: list[str], cache_key: str | None) -> 
 
 
 def load_pref_lamp(
-    path: str | Path, *, layout: Literal["auto", "user", "time"] = "auto",
-    splits: Sequence[str] = ("train", "dev"), negative_pool: NegativePool = "other_users",
-    unseen_fraction: float = 0.2, seed: int = 0, encoder: str | TextEncoder = "minilm",
-    profile_pairs: int = 0, max_profile: int | None = None, with_table1: bool = True,
-    table1_bertscore: bool = True, cache_embeddings: bool = True, on_error: OnError = "raise",
+    path: str | Path,
+    *,
+    layout: Literal["auto", "user", "time"] = "auto",
+    splits: Sequence[str] = ("train", "dev"),
+    negative_pool: NegativePool = "other_users",
+    unseen_fraction: float = 0.2,
+    seed: int = 0,
+    encoder: str | TextEncoder = "minilm",
+    profile_pairs: int = 0,
+    max_profile: int | None = None,
+    with_table1: bool = True,
+    table1_bertscore: bool = True,
+    cache_embeddings: bool = True,
+    on_error: OnError = "raise",
     name: str | None = None,
 ) -> Benchmark:
     """Build Pref-LaMP from local LaMP-5 files (see the module docstring for the recipe).
@@ -318,8 +337,9 @@ def load_pref_lamp(
             used.add(qid)
             if max_profile is not None:
                 profile = profile[:max_profile]
-            questions.append(_Question(qid, user, abstract, golds[qid][0], _SPLIT_OF[split_name], profile,
-                                       row.where, split_name))
+            questions.append(
+                _Question(qid, user, abstract, golds[qid][0], _SPLIT_OF[split_name], profile, row.where, split_name)
+            )
         for gid in sorted(set(golds) - used):
             skipped.add("gold_without_question", f"{opath}:{golds[gid][1]}")
 
@@ -333,14 +353,28 @@ def load_pref_lamp(
     # what to mine for: every question, plus optional profile-derived train pairs
     todo: list[tuple[str, str, str, Split, dict[str, Any]]] = []  # user, prompt, gold, split, meta
     for q in questions:
-        todo.append((q.user, q.abstract, q.title, q.split, {"source": q.where, "question_id": q.qid,
-                                                      "lamp_split": q.lamp_split}))
+        todo.append(
+            (
+                q.user,
+                q.abstract,
+                q.title,
+                q.split,
+                {"source": q.where, "question_id": q.qid, "lamp_split": q.lamp_split},
+            )
+        )
     if profile_pairs > 0:
         for user, items in profiles.items():
             usable = [p for p in items if str(p.meta.get("abstract", "")).strip()]
             for p in usable[:profile_pairs]:
-                todo.append((user, str(p.meta["abstract"]), str(p.meta["title"]), "train",
-                             {"source": "profile", "profile_item": p.item_id}))
+                todo.append(
+                    (
+                        user,
+                        str(p.meta["abstract"]),
+                        str(p.meta["title"]),
+                        "train",
+                        {"source": "profile", "profile_item": p.item_id},
+                    )
+                )
 
     pool = _Pool()
     for user, items in profiles.items():
@@ -361,7 +395,7 @@ def load_pref_lamp(
             key = f"encoder={encoder_path(encoder)}"
         extra = sorted({g for _, g in queries if g not in pool.index})
         emb_all = encode_cached(enc, pool.texts + extra, key)  # one pass: most golds are pool titles too
-        emb_pool = emb_all[:len(pool.texts)]
+        emb_pool = emb_all[: len(pool.texts)]
         row_of = {t: len(pool.texts) + i for i, t in enumerate(extra)}
         emb_q = emb_all[[pool.index[g] if g in pool.index else row_of[g] for _, g in queries]]
         mined = mine_negatives(queries, pool, emb_pool, emb_q, negative_pool)
@@ -378,9 +412,17 @@ def load_pref_lamp(
             skipped.add("no_negative", pid)
             continue
         idx, source, sim = hit
-        pairs.append(PreferencePair(pid, user, prompt, gold, pool.texts[idx], split,
-                                    {**info, "negative_source": source, "negative_similarity": sim,
-                                     "order": n}))
+        pairs.append(
+            PreferencePair(
+                pid,
+                user,
+                prompt,
+                gold,
+                pool.texts[idx],
+                split,
+                {**info, "negative_source": source, "negative_similarity": sim, "order": n},
+            )
+        )
     pairs = dedup_pairs(pairs, skipped)
     kept = {p.user_id for p in pairs}
     for uid in sorted(set(profiles) - kept):
@@ -390,15 +432,22 @@ def load_pref_lamp(
     users = {u: User(u, seen=u not in unseen, profile=tuple(profiles[u])) for u in user_ids}
     references = [r for r in references if r.user_id in kept]
     meta: dict[str, Any] = {
-        "source": str(folder), "layout": kind, "splits": list(splits), "rows_read": rows_read,
-        "rows_with_errors": sink.count, "negative_pool": negative_pool,
+        "source": str(folder),
+        "layout": kind,
+        "splits": list(splits),
+        "rows_read": rows_read,
+        "rows_with_errors": sink.count,
+        "negative_pool": negative_pool,
         "candidate_pool": "profile titles of all users + train gold titles (dev golds never negatives)",
-        "candidates": len(pool.texts), "encoder": getattr(enc, "name", type(enc).__name__),
-        "profile_pairs": profile_pairs, "missing_instruction_prefix": no_prefix,
+        "candidates": len(pool.texts),
+        "encoder": getattr(enc, "name", type(enc).__name__),
+        "profile_pairs": profile_pairs,
+        "missing_instruction_prefix": no_prefix,
         "split_policy": "LaMP train questions -> train, dev questions -> test",
         "seen_policy": f"seeded fraction {unseen_fraction} unseen (seed {seed})",
-        "negative_sources": {s: sum(p.meta["negative_source"] == s for p in pairs)
-                             for s in ("same_profile", "other_users")},
+        "negative_sources": {
+            s: sum(p.meta["negative_source"] == s for p in pairs) for s in ("same_profile", "other_users")
+        },
     }
     bench = Benchmark(name or "pref_lamp", pairs, users, references, skipped=skipped, meta=meta)
     if with_table1 and len(bench.pairs) >= 2:
@@ -419,8 +468,13 @@ def random_negatives(chosen: Sequence[str], seed: int = 0) -> list[str]:
     return out
 
 
-def table1(bench: Benchmark, *, seed: int = 0, with_bertscore: bool = True, bertscore_model: str = "minilm",
-           ) -> dict[str, Any]:
+def table1(
+    bench: Benchmark,
+    *,
+    seed: int = 0,
+    with_bertscore: bool = True,
+    bertscore_model: str = "minilm",
+) -> dict[str, Any]:
     """Similarity of rejected to chosen titles (x100): mined negatives vs a seeded random permutation.
 
     The paper's Table 1 reports ROUGE-1 24.6 vs 4.7, ROUGE-L 22.2 vs 4.4, BERTScore 60.0 vs 43.7; our
@@ -438,11 +492,13 @@ def table1(bench: Benchmark, *, seed: int = 0, with_bertscore: bool = True, bert
         result[key]["rougeL"] = 100.0 * float(r["rougeL"].mean())
     if with_bertscore:  # one call: bert-score loads its model on every call
         f1 = bertscore(mined + rand, chosen + chosen, model=bertscore_model)
-        result["mined"]["bertscore"] = 100.0 * float(f1[:len(chosen)].mean())
-        result["random"]["bertscore"] = 100.0 * float(f1[len(chosen):].mean())
+        result["mined"]["bertscore"] = 100.0 * float(f1[: len(chosen)].mean())
+        result["random"]["bertscore"] = 100.0 * float(f1[len(chosen) :].mean())
         result["bertscore_settings"] = bertscore_settings(bertscore_model)
-    result["paper"] = {"mined": {"rouge1": 24.6, "rougeL": 22.2, "bertscore": 60.0},
-                       "random": {"rouge1": 4.7, "rougeL": 4.4, "bertscore": 43.7}}
+    result["paper"] = {
+        "mined": {"rouge1": 24.6, "rougeL": 22.2, "bertscore": 60.0},
+        "random": {"rouge1": 4.7, "rougeL": 4.4, "bertscore": 43.7},
+    }
     return result
 
 
@@ -450,14 +506,17 @@ def format_table1(t: Mapping[str, Any]) -> str:
     """A small text table: metric x (mined, random), with the paper's numbers alongside."""
     names = {"rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "bertscore": "BERTScore"}
     paper = t.get("paper", {})
-    lines = [f"Pref-LaMP Table 1 - similarity of rejected to chosen titles (x100), n = {t['n']}",
-             f"{'metric':<10} {'mined':>7} {'random':>7}   {'paper mined':>11} {'paper random':>12}"]
+    lines = [
+        f"Pref-LaMP Table 1 - similarity of rejected to chosen titles (x100), n = {t['n']}",
+        f"{'metric':<10} {'mined':>7} {'random':>7}   {'paper mined':>11} {'paper random':>12}",
+    ]
     for key, label in names.items():
         if key not in t["mined"]:
             continue
         pm = paper.get("mined", {}).get(key)
         pr = paper.get("random", {}).get(key)
-        lines.append(f"{label:<10} {t['mined'][key]:>7.1f} {t['random'][key]:>7.1f}   "
-                     f"{'' if pm is None else f'{pm:.1f}':>11} {'' if pr is None else f'{pr:.1f}':>12}")
+        lines.append(
+            f"{label:<10} {t['mined'][key]:>7.1f} {t['random'][key]:>7.1f}   "
+            f"{'' if pm is None else f'{pm:.1f}':>11} {'' if pr is None else f'{pr:.1f}':>12}"
+        )
     return "\n".join(lines)
-

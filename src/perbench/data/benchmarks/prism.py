@@ -101,8 +101,10 @@ def parse_history(row: Row, path: str = "conversation_history") -> list[_Turn]:
         elif role in MODEL_ROLES:
             if number_value is not None:
                 if number_value not in by_number:
-                    raise row.error(f"{where}.turn", f"a model response for turn {number_value}, which has "
-                                    "no user utterance before it")
+                    raise row.error(
+                        f"{where}.turn",
+                        f"a model response for turn {number_value}, which has no user utterance before it",
+                    )
                 turn = by_number[number_value]
             elif turns:
                 turn = turns[-1]
@@ -112,8 +114,9 @@ def parse_history(row: Row, path: str = "conversation_history") -> list[_Turn]:
             if not isinstance(chosen, bool):
                 why = "missing" if chosen is None else f"expected a boolean, got {type_name(chosen)}"
                 raise row.error(f"{where}.if_chosen", why)
-            turn.responses.append(_Response(content, chosen, utt.get("score"),
-                                            utt.get("model_name"), utt.get("within_turn_id")))
+            turn.responses.append(
+                _Response(content, chosen, utt.get("score"), utt.get("model_name"), utt.get("within_turn_id"))
+            )
         else:
             raise row.error(f"{where}.role", f"expected 'user' or 'model', got {role!r}")
     return sorted(turns, key=lambda t: t.number)
@@ -137,8 +140,12 @@ def _survey(path: Path, sink: ErrorSink) -> tuple[dict[str, User], int]:
         first_at[uid] = row.where
         profile = tuple(ProfileItem(k, v) for k, v in texts.items() if v)
         survey = {k: v for k, v in data.items() if k not in ("user_id", *PROFILE_FIELDS)}
-        users[uid] = User(uid, profile=profile, rubric_text=texts["system_string"],
-                          meta={"survey": survey, "source": row.where})
+        users[uid] = User(
+            uid,
+            profile=profile,
+            rubric_text=texts["system_string"],
+            meta={"survey": survey, "source": row.where},
+        )
     return users, n
 
 
@@ -159,21 +166,40 @@ def _pairs_of(conv: _Conversation, split: Split, skipped: SkipReport) -> list[Pr
             skipped.add("turn_with_single_response", where)
         for k, r in enumerate(rejected):
             sibling = r.within_turn_id if r.within_turn_id is not None else k
-            out.append(PreferencePair(
-                f"prism:{conv.conversation_id}:t{turn.number}:{sibling}", conv.user_id, prompt, best.content,
-                r.content, split,
-                {"source": conv.where, "conversation_id": conv.conversation_id, "turn": turn.number,
-                 "chosen_score": best.score, "rejected_score": r.score, "chosen_model": best.model,
-                 "rejected_model": r.model},
-            ))
+            out.append(
+                PreferencePair(
+                    f"prism:{conv.conversation_id}:t{turn.number}:{sibling}",
+                    conv.user_id,
+                    prompt,
+                    best.content,
+                    r.content,
+                    split,
+                    {
+                        "source": conv.where,
+                        "conversation_id": conv.conversation_id,
+                        "turn": turn.number,
+                        "chosen_score": best.score,
+                        "rejected_score": r.score,
+                        "chosen_model": best.model,
+                        "rejected_model": r.model,
+                    },
+                )
+            )
         history = [*prompt, Message("assistant", best.content)]
     return out
 
 
 def load_prism(
-    path: str | Path, *, survey: str = "survey.jsonl", conversations: str = "conversations.jsonl",
-    min_dialogues: int = 6, unseen_fraction: float = 0.2, train_fraction: float = 0.5, seed: int = 123,
-    on_error: OnError = "raise", name: str | None = None,
+    path: str | Path,
+    *,
+    survey: str = "survey.jsonl",
+    conversations: str = "conversations.jsonl",
+    min_dialogues: int = 6,
+    unseen_fraction: float = 0.2,
+    train_fraction: float = 0.5,
+    seed: int = 123,
+    on_error: OnError = "raise",
+    name: str | None = None,
 ) -> Benchmark:
     """Load PRISM from a folder holding ``survey.jsonl`` and ``conversations.jsonl`` (LoRe's recipe).
 
@@ -231,13 +257,25 @@ def load_prism(
     kept = {p.user_id for p in pairs}
     for uid in sorted(set(eligible) - kept):
         skipped.add("user_without_pairs", uid)
-    out_users = {u: User(u, seen=u not in unseen, profile=users[u].profile, rubric_text=users[u].rubric_text,
-                         meta={**users[u].meta, "dialogues": len(by_user[u])})
-                 for u in sorted(kept)}
+    out_users = {
+        u: User(
+            u,
+            seen=u not in unseen,
+            profile=users[u].profile,
+            rubric_text=users[u].rubric_text,
+            meta={**users[u].meta, "dialogues": len(by_user[u])},
+        )
+        for u in sorted(kept)
+    }
     meta = {
-        "source": str(folder), "survey_rows": survey_rows, "conversation_rows": conv_rows,
-        "rows_with_errors": sink.count, "users_with_conversations": len(by_user),
-        "users_eligible": len(eligible), "min_dialogues": min_dialogues, "seed": seed,
+        "source": str(folder),
+        "survey_rows": survey_rows,
+        "conversation_rows": conv_rows,
+        "rows_with_errors": sink.count,
+        "users_with_conversations": len(by_user),
+        "users_eligible": len(eligible),
+        "min_dialogues": min_dialogues,
+        "seed": seed,
         "split_policy": f"per user, dialogues shuffled (seed {seed}); first floor({train_fraction}*n) train",
         "seen_policy": f"seeded fraction {unseen_fraction} of eligible users unseen (seed {seed})",
         "pairs_recipe": "per turn: chosen vs each non-chosen sibling; prompt = dialogue so far",

@@ -68,12 +68,19 @@ def is_supervised(policy: str | None) -> bool:
     return policy is not None and "sup" in policy.lower()
 
 
-def iter_tldr_rows(source: str | Path, *, fmt: str | None = None, config: str = "comparisons",
-                   ) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def iter_tldr_rows(
+    source: str | Path,
+    *,
+    fmt: str | None = None,
+    config: str = "comparisons",
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
     """Rows from every split / file of the source."""
     path = Path(source)
-    if path.is_dir() and fmt is None and not any(
-            (path / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
+    if (
+        path.is_dir()
+        and fmt is None
+        and not any((path / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json"))
+    ):
         files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl", ".parquet"))
         if not files:
             raise FileNotFoundError(f"{path}: no *.json/*.jsonl/*.parquet files, not a save_to_disk folder")
@@ -117,8 +124,18 @@ def _parse(row: Row) -> _Comparison | None:
     split = row.get("split")
     if split is not None and not isinstance(split, str):
         raise row.error("split", f"expected a string, got {type_name(split)}")
-    return _Comparison(worker, post_id, post, (texts[0], texts[1]), (policies[0], policies[1]), choice,
-                       split, row.where, row.label, row.line)
+    return _Comparison(
+        worker,
+        post_id,
+        post,
+        (texts[0], texts[1]),
+        (policies[0], policies[1]),
+        choice,
+        split,
+        row.where,
+        row.label,
+        row.line,
+    )
 
 
 def _is_train(c: _Comparison) -> bool:
@@ -128,9 +145,20 @@ def _is_train(c: _Comparison) -> bool:
 def _pair(c: _Comparison, chosen: int, split: Split, rule: str) -> PreferencePair:
     pid = f"tldr:{Path(c.label).name}:{c.line}"
     return PreferencePair(
-        pid, c.worker, tldr_prompt(c.post), c.texts[chosen], c.texts[1 - chosen], split,
-        {"source": c.where, "post_id": c.post_id, "label": rule, "upstream_split": c.split,
-         "chosen_policy": c.policies[chosen], "rejected_policy": c.policies[1 - chosen]},
+        pid,
+        c.worker,
+        tldr_prompt(c.post),
+        c.texts[chosen],
+        c.texts[1 - chosen],
+        split,
+        {
+            "source": c.where,
+            "post_id": c.post_id,
+            "label": rule,
+            "upstream_split": c.split,
+            "chosen_policy": c.policies[chosen],
+            "rejected_policy": c.policies[1 - chosen],
+        },
     )
 
 
@@ -143,12 +171,23 @@ def _length_choice(c: _Comparison, prefers: str) -> int | None:
 
 
 def load_tldr(
-    source: str | Path = TLDR_HUB_ID, *, protocol: TldrProtocol = "pal", config: str = "comparisons",
-    fmt: str | None = None, supervised_only: bool | None = None,
-    policy_filter: Callable[[str | None], bool] = is_supervised, n_users: int = 10,
-    shorter_ranks: Sequence[int] = (3, 4, 5), unseen_min_comparisons: int = 100, n_shot: int = 50,
-    seen_test_fraction: float = 0.2, max_train_per_seen: int = 150, max_fewshot_per_unseen: int = 50,
-    seed: int = 0, on_error: OnError = "raise", name: str | None = None,
+    source: str | Path = TLDR_HUB_ID,
+    *,
+    protocol: TldrProtocol = "pal",
+    config: str = "comparisons",
+    fmt: str | None = None,
+    supervised_only: bool | None = None,
+    policy_filter: Callable[[str | None], bool] = is_supervised,
+    n_users: int = 10,
+    shorter_ranks: Sequence[int] = (3, 4, 5),
+    unseen_min_comparisons: int = 100,
+    n_shot: int = 50,
+    seen_test_fraction: float = 0.2,
+    max_train_per_seen: int = 150,
+    max_fewshot_per_unseen: int = 50,
+    seed: int = 0,
+    on_error: OnError = "raise",
+    name: str | None = None,
 ) -> Benchmark:
     """Personalized TL;DR under the ``pal`` (synthetic length users) or ``lore`` (real labels) protocol.
 
@@ -181,15 +220,29 @@ def load_tldr(
             comps.append(comp)
 
     if protocol == "pal":
-        pairs, users, policy = _pal(comps, skipped, n_users=n_users, shorter_ranks=shorter_ranks,
-                                    unseen_min=unseen_min_comparisons, n_shot=n_shot,
-                                    test_fraction=seen_test_fraction, seed=seed)
+        pairs, users, policy = _pal(
+            comps,
+            skipped,
+            n_users=n_users,
+            shorter_ranks=shorter_ranks,
+            unseen_min=unseen_min_comparisons,
+            n_shot=n_shot,
+            test_fraction=seen_test_fraction,
+            seed=seed,
+        )
     else:
-        pairs, users, policy = _lore(comps, skipped, max_train=max_train_per_seen,
-                                     max_fewshot=max_fewshot_per_unseen, seed=seed)
+        pairs, users, policy = _lore(
+            comps, skipped, max_train=max_train_per_seen, max_fewshot=max_fewshot_per_unseen, seed=seed
+        )
     meta = {
-        "source": str(source), "protocol": protocol, "rows_read": rows_read, "rows_with_errors": sink.count,
-        "supervised_only": sup_only, "prompt_template": "Human: {post} Assistant:", "seed": seed, **policy,
+        "source": str(source),
+        "protocol": protocol,
+        "rows_read": rows_read,
+        "rows_with_errors": sink.count,
+        "supervised_only": sup_only,
+        "prompt_template": "Human: {post} Assistant:",
+        "seed": seed,
+        **policy,
     }
     return Benchmark(name or f"tldr_{protocol}", pairs, users, skipped=skipped, meta=meta, weighting="pair")
 
@@ -202,8 +255,15 @@ def _by_worker(comps: Sequence[_Comparison]) -> dict[str, list[_Comparison]]:
 
 
 def _pal(
-    comps: list[_Comparison], skipped: SkipReport, *, n_users: int, shorter_ranks: Sequence[int],
-    unseen_min: int, n_shot: int, test_fraction: float, seed: int,
+    comps: list[_Comparison],
+    skipped: SkipReport,
+    *,
+    n_users: int,
+    shorter_ranks: Sequence[int],
+    unseen_min: int,
+    n_shot: int,
+    test_fraction: float,
+    seed: int,
 ) -> tuple[list[PreferencePair], dict[str, User], dict[str, Any]]:
     groups = _by_worker(comps)
     ranking = sorted(groups, key=lambda w: (-len(groups[w]), w))
@@ -251,14 +311,17 @@ def _pal(
         if not labelled[w]:
             skipped.add("user_without_pairs", w)
             continue
-        users[w] = User(w, seen=rank < len(seen), rubric_text=f"Prefers {prefers[w]} summaries.",
-                        meta={"prefers": prefers[w], "rank": rank, "comparisons": len(groups[w])})
+        users[w] = User(
+            w,
+            seen=rank < len(seen),
+            rubric_text=f"Prefers {prefers[w]} summaries.",
+            meta={"prefers": prefers[w], "rank": rank, "comparisons": len(groups[w])},
+        )
     policy = {
         "seen_policy": f"top {n_users} workers by comparisons; ranks {list(shorter_ranks)} prefer shorter",
-        "unseen_policy": f"other workers with >= {unseen_min} comparisons; "
-                         f"seeded coin P(shorter)={p_shorter}",
+        "unseen_policy": f"other workers with >= {unseen_min} comparisons; seeded coin P(shorter)={p_shorter}",
         "split_policy": f"seen: posts {test_fraction} test (seeded, by post); unseen: first {n_shot} shots "
-                        "train, rest test",
+        "train, rest test",
         "label_rule": "length in characters after stripping; equal lengths dropped",
     }
     return pairs, users, policy
@@ -269,11 +332,15 @@ def _with_split(p: PreferencePair, split: Split) -> PreferencePair:
 
 
 def _lore(
-    comps: list[_Comparison], skipped: SkipReport, *, max_train: int, max_fewshot: int, seed: int,
+    comps: list[_Comparison],
+    skipped: SkipReport,
+    *,
+    max_train: int,
+    max_fewshot: int,
+    seed: int,
 ) -> tuple[list[PreferencePair], dict[str, User], dict[str, Any]]:
     groups = _by_worker(comps)
-    both = sorted(w for w, cs in groups.items()
-                  if any(_is_train(c) for c in cs) and any(not _is_train(c) for c in cs))
+    both = sorted(w for w, cs in groups.items() if any(_is_train(c) for c in cs) and any(not _is_train(c) for c in cs))
     for w in sorted(set(groups) - set(both)):
         for c in groups[w]:
             skipped.add("worker_not_in_both_splits", c.where)
@@ -281,8 +348,10 @@ def _lore(
     pairs: list[PreferencePair] = []
     users: dict[str, User] = {}
     for w in both:
-        labelled = dedup_pairs([_pair(c, c.choice, "train" if _is_train(c) else "test", "worker label")
-                                for c in groups[w]], skipped)
+        labelled = dedup_pairs(
+            [_pair(c, c.choice, "train" if _is_train(c) else "test", "worker label") for c in groups[w]],
+            skipped,
+        )
         train = [p for p in labelled if p.split == "train"]
         random.Random(f"{seed}/{w}").shuffle(train)
         cap = max_fewshot if w in unseen else max_train
@@ -297,7 +366,7 @@ def _lore(
     policy = {
         "seen_policy": "workers in both train and validation; 50/50 seen/unseen (seeded)",
         "split_policy": f"train split -> train (<= {max_train} per seen user, <= {max_fewshot} few-shot per "
-                        "unseen user, seeded sample); validation -> test",
+        "unseen user, seeded sample); validation -> test",
         "label_rule": "the worker's own choice",
     }
     return pairs, users, policy

@@ -380,8 +380,7 @@ ASPECTS: dict[str, Aspect] = {
             "format",
             ("bulleted", "prose"),
             "Whether the answer is laid out as a list or as running text.",
-            "bulleted: >= 3 list lines ('- ', '* ', '• ', '1. ', '1) '); prose: no list line; "
-            "1-2 is neither.",
+            "bulleted: >= 3 list lines ('- ', '* ', '• ', '1. ', '1) '); prose: no list line; 1-2 is neither.",
             _check_format,
         ),
         Aspect(
@@ -420,8 +419,7 @@ ASPECTS: dict[str, Aspect] = {
             "person",
             ("second_person", "impersonal"),
             "Whether the answer addresses the reader as 'you'.",
-            "second_person: >= 2 of you/your/yours/yourself/yourselves; impersonal: none; "
-            "exactly 1 is neither.",
+            "second_person: >= 2 of you/your/yours/yourself/yourselves; impersonal: none; exactly 1 is neither.",
             _check_person,
         ),
         Aspect(
@@ -435,8 +433,7 @@ ASPECTS: dict[str, Aspect] = {
             "emphasis",
             ("bold", "plain"),
             "Whether key phrases are marked up in bold.",
-            "bold: contains a markdown **bold** span; plain: no '**' and no markdown heading; "
-            "otherwise neither.",
+            "bold: contains a markdown **bold** span; plain: no '**' and no markdown heading; otherwise neither.",
             _check_emphasis,
         ),
     )
@@ -592,9 +589,7 @@ def _insert_sentence(doc: _Doc, sentence: str) -> _Doc:
     if len(doc) >= 2:
         return [*doc[:-1], [_prose(sentence)], doc[-1]]
     para = doc[0]
-    positions = [
-        (li, si) for li, ln in enumerate(para) if ln.kind != "heading" for si in range(len(ln.sentences))
-    ]
+    positions = [(li, si) for li, ln in enumerate(para) if ln.kind != "heading" for si in range(len(ln.sentences))]
     candidates = [(li, si) for li, si in positions[:-1] if _has_words(para[li].sentences[si])]
     chosen = next((c for c in candidates if _ends_terminal(para[c[0]].sentences[c[1]])), None)
     if chosen is None:
@@ -837,9 +832,7 @@ _FORMAL_SWAP = {
     "btw": "incidentally",
     "totally": "completely",
 }
-_DROP_RE = re.compile(
-    r"(?i)\b(?:hey(?:[ \t]+there)?|lol)\b(?P<punct>[ \t]*[,!.]*)(?P<space>[ \t]*)(?P<next>[a-z])?"
-)
+_DROP_RE = re.compile(r"(?i)\b(?:hey(?:[ \t]+there)?|lol)\b(?P<punct>[ \t]*[,!.]*)(?P<space>[ \t]*)(?P<next>[a-z])?")
 
 
 def _expand_nt(m: re.Match[str]) -> str:
@@ -1011,9 +1004,7 @@ def _to_no_example(text: str, rng: random.Random) -> str:
         t = _FOR_EXAMPLE_RE.sub(_drop_for_example, t)
         t = re.sub(r"(?i)\bsuch[ \t]+as\b", lambda m: _case_like(m.group(0), "like"), t)
         t = re.sub(r"(?i)\be\.g\.(?:[ \t]*,)?", lambda m: _case_like(m.group(0), "like"), t)
-        t = re.sub(
-            r"(?i)\b(example)(?=(?:\*\*|[ \t])*:)", lambda m: _case_like(m.group(1), "illustration"), t
-        )
+        t = re.sub(r"(?i)\b(example)(?=(?:\*\*|[ \t])*:)", lambda m: _case_like(m.group(1), "illustration"), t)
         t = _tidy(t)
         if not _EXAMPLE_RE.search(t):
             return t
@@ -1162,9 +1153,7 @@ def _to_no_numbers(text: str, rng: random.Random) -> str:
     return re.sub(r"[0-9]", lambda m: " " + _ONES[int(m.group(0))] + " ", t)
 
 
-_WORD_NUMBERS = {w: i for i, w in enumerate(_ONES) if i >= 2} | {
-    w: 10 * i for i, w in enumerate(_TENS) if i >= 2
-}
+_WORD_NUMBERS = {w: i for i, w in enumerate(_ONES) if i >= 2} | {w: 10 * i for i, w in enumerate(_TENS) if i >= 2}
 _WORD_NUMBER_RE = re.compile(
     r"\b(twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-(one|two|three|four|five|six|seven|eight|nine)\b"
     r"|\b(" + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)) + r")\b"

@@ -43,8 +43,12 @@ def read_pool(path: Path) -> dict[str, list[dict[str, Any]]]:
     return by_prompt
 
 
-def load_rubrics(pool: str | None = None, seed: int = 0, max_train_prompts: int | None = None,
-                 max_test_prompts: int | None = None) -> Benchmark:
+def load_rubrics(
+    pool: str | None = None,
+    seed: int = 0,
+    max_train_prompts: int | None = None,
+    max_test_prompts: int | None = None,
+) -> Benchmark:
     from perbench.data.rubrics.build import POOL_PATH
 
     path = Path(pool) if pool else POOL_PATH
@@ -75,14 +79,33 @@ def load_rubrics(pool: str | None = None, seed: int = 0, max_train_prompts: int 
             chosen = rng.choice(good)
             fewest = min(v for v, _ in bad)
             rejected = rng.choice([c for v, c in bad if v == fewest])
-            pairs.append(PreferencePair(
-                pair_id=f"{ru.user_id}-{p.prompt_id}", user_id=ru.user_id, prompt=p.text, chosen=chosen["text"],
-                rejected=rejected["text"], split=p.split,
-                meta={"prompt_id": p.prompt_id, "chosen_id": chosen["cand_id"], "rejected_id": rejected["cand_id"],
-                      "violations": fewest}))
+            pairs.append(
+                PreferencePair(
+                    pair_id=f"{ru.user_id}-{p.prompt_id}",
+                    user_id=ru.user_id,
+                    prompt=p.text,
+                    chosen=chosen["text"],
+                    rejected=rejected["text"],
+                    split=p.split,
+                    meta={
+                        "prompt_id": p.prompt_id,
+                        "chosen_id": chosen["cand_id"],
+                        "rejected_id": rejected["cand_id"],
+                        "violations": fewest,
+                    },
+                )
+            )
             refs.append(Reference(ru.user_id, p.text, chosen["text"], p.split))
     return Benchmark(
-        name="rubrics", pairs=pairs, users=users, references=refs, skipped=skipped,
-        meta={"pool": str(path), "candidates": sum(len(v) for v in by_prompt.values()),
-              "prompts": {"train": len(train), "test": len(test)}, "seed": seed},
+        name="rubrics",
+        pairs=pairs,
+        users=users,
+        references=refs,
+        skipped=skipped,
+        meta={
+            "pool": str(path),
+            "candidates": sum(len(v) for v in by_prompt.values()),
+            "prompts": {"train": len(train), "test": len(test)},
+            "seed": seed,
+        },
     )

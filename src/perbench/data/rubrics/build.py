@@ -80,8 +80,14 @@ def apply_assignment(text: str, assignment: dict[str, str], rng: random.Random) 
     return text
 
 
-def generate_bases(prompts: Sequence[RubricPrompt], *, seed: int = 0, policy: str = "smollm2",
-                   max_new_tokens: int = 200, batch_size: int = 8) -> dict[str, dict[str, str]]:
+def generate_bases(
+    prompts: Sequence[RubricPrompt],
+    *,
+    seed: int = 0,
+    policy: str = "smollm2",
+    max_new_tokens: int = 200,
+    batch_size: int = 8,
+) -> dict[str, dict[str, str]]:
     """prompt_id -> style -> the policy's response to ``style instruction + prompt`` (seeded sampling)."""
     from perbench.decoding.base import GenRequest, batched
     from perbench.decoding.greedy import ZeroShot
@@ -89,8 +95,10 @@ def generate_bases(prompts: Sequence[RubricPrompt], *, seed: int = 0, policy: st
     from perbench.progress import progress
 
     lm = load_lm(policy)
-    reqs = [GenRequest(f"{instr}\n\n{p.text}", f"{p.prompt_id}:{style}", seed=seed * 7919 + i)
-            for i, (p, (style, instr)) in enumerate((p, s) for p in prompts for s in STYLES.items())]
+    reqs = [
+        GenRequest(f"{instr}\n\n{p.text}", f"{p.prompt_id}:{style}", seed=seed * 7919 + i)
+        for i, (p, (style, instr)) in enumerate((p, s) for p in prompts for s in STYLES.items())
+    ]
     decoder = ZeroShot(sample=True, temperature=0.7, top_p=0.9)
     bases: dict[str, dict[str, str]] = {p.prompt_id: {} for p in prompts}
     bar = progress(total=len(reqs), desc="pool: base responses", unit="gen")
@@ -117,13 +125,27 @@ def assemble_pool(bases: dict[str, dict[str, str]], *, seed: int = 0, n_edits: i
             if text in seen:
                 continue
             seen.add(text)
-            rows.append({"prompt_id": pid, "cand_id": f"{pid}-c{ci:02d}", "source": source, "text": text,
-                         "annotations": annotate(text)})
+            rows.append(
+                {
+                    "prompt_id": pid,
+                    "cand_id": f"{pid}-c{ci:02d}",
+                    "source": source,
+                    "text": text,
+                    "annotations": annotate(text),
+                }
+            )
     return rows
 
 
-def build_pool(out: Path | None = None, seed: int = 0, policy: str = "smollm2", limit: int | None = None,
-               max_new_tokens: int = 200, n_edits: int = 8, batch_size: int = 8) -> Path:
+def build_pool(
+    out: Path | None = None,
+    seed: int = 0,
+    policy: str = "smollm2",
+    limit: int | None = None,
+    max_new_tokens: int = 200,
+    n_edits: int = 8,
+    batch_size: int = 8,
+) -> Path:
     from perbench.device import set_threads
 
     set_threads()

@@ -32,8 +32,7 @@ RUBRIC_USERS: tuple[RubricUser, ...] = (
         "u01",
         True,
         "length=concise format=bulleted emphasis=bold",
-        "I want short answers of 60 words or fewer, laid out as a bulleted list, with the key phrases "
-        "in bold.",
+        "I want short answers of 60 words or fewer, laid out as a bulleted list, with the key phrases in bold.",
     ),
     _u(
         "u02",
@@ -115,8 +114,7 @@ RUBRIC_USERS: tuple[RubricUser, ...] = (
         "u14",
         True,
         "format=bulleted numbers=quantified register=formal",
-        "I want a formal bulleted list with concrete figures, and no contractions, slang or exclamation "
-        "marks.",
+        "I want a formal bulleted list with concrete figures, and no contractions, slang or exclamation marks.",
     ),
     _u(
         "u15",
