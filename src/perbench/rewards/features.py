@@ -40,7 +40,7 @@ class FeatureExtractor:
         self, lm: LoadedLM, store: Store | None = None, *, batch_size: int = 16, max_length: int = 1024
     ) -> None:
         self.lm = lm
-        self.store = store or Store(cache_dir() / "features.sqlite")
+        self.store = store if store is not None else Store(cache_dir() / "features.sqlite")
         self.batch_size = batch_size
         self.max_length = max_length
         self.stats = ExtractStats()
