@@ -139,3 +139,13 @@ def test_cli_list(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for name in ("rubrics", "global_bt", "args", "rm_accuracy"):
         assert name in out
+
+
+@pytest.mark.parametrize("name", ["default", "all_methods", "decoders"])
+def test_embedded_configs_resolve_by_name_and_validate(name: str) -> None:
+    from perbench.cli import _config_path
+
+    cfg = RunConfig.from_yaml(_config_path(name))
+    assert cfg.methods and cfg.benchmark.name == "rubrics"
+    with pytest.raises(FileNotFoundError, match="neither a file nor an embedded config"):
+        _config_path("no_such_config")
