@@ -28,6 +28,7 @@ from perbench.data.records import PreferencePair, Prompt, User
 from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
 from perbench.models.loader import LoadedLM
+from perbench.progress import track
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.lm_utils import (
     Seq,
@@ -173,7 +174,8 @@ class GenARM(RewardModel):
             inner = model.get_base_model()
             opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=self.lr)
             self.losses = []
-            for batch in minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)):
+            batches = minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed))
+            for batch in track(batches, f"{self.name}: LoRA training"):
                 lp = response_logprobs(inner, [sw[i] for i in batch] + [sl[i] for i in batch], pad, device=dev)
                 n = len(batch)
                 loss = torch.nn.functional.softplus(-self.beta * (lp[:n] - lp[n:])).mean()

@@ -22,6 +22,7 @@ import torch
 from perbench.cache import Store
 from perbench.data.records import PreferencePair
 from perbench.models.loader import LoadedLM
+from perbench.progress import track
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem, pair_feature_arrays
 from perbench.rewards.features import FeatureExtractor
 from perbench.rewards.global_bt import Standardizer, fit_linear_bt
@@ -121,7 +122,8 @@ class GlobalBTv2(RewardModel):
                 ]
             )
             self.losses = []
-            for batch in minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)):
+            batches = minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed))
+            for batch in track(batches, f"{self.name}: LoRA training"):
                 h = last_hidden(inner, [sw[i] for i in batch] + [sl[i] for i in batch], pad, dev).float()
                 r = ((h - mu) / sd) @ w
                 margin = r[: len(batch)] - r[len(batch) :]

@@ -25,6 +25,7 @@ import torch
 
 from perbench.data.records import PreferencePair
 from perbench.models.loader import LoadedLM
+from perbench.progress import track
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.lm_utils import (
     Seq,
@@ -167,7 +168,8 @@ class PDPO(RewardModel):
                 ]
             )
             self.losses = []
-            for batch in minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed)):
+            batches = minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed))
+            for batch in track(batches, f"{self.name}: LoRA training"):
                 both = [sw[i] for i in batch] + [sl[i] for i in batch]
                 off = offsets[uidx[batch]]
                 lp_user = self._policy_lp(both, torch.cat([off, off]))
