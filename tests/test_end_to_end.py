@@ -149,3 +149,20 @@ def test_embedded_configs_resolve_by_name_and_validate(name: str) -> None:
     assert cfg.methods and cfg.benchmark.name == "rubrics"
     with pytest.raises(FileNotFoundError, match="neither a file nor an embedded config"):
         _config_path("no_such_config")
+
+
+def test_decoders_by_reward_models_by_policies(tiny_pool: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(tiny_pool, tmp_path).override(policies=["tiny-random", "tiny-random:1"], baselines=[])
+    res = run(cfg).results
+    labels = set(res["downstream"])
+    assert labels == {
+        f"{d}@{p}" for d in ("zero_shot", "args(k=10,w=1.0)[global_bt]") for p in ("tiny-random", "tiny-random:1")
+    }
+    fps = [m["fingerprint"] for m in res["provenance"]["models"]["downstream_policies"]]
+    assert len(set(fps)) == 2
+    # 2 test prompts × 2 user-agnostic decoders, generated once per policy: units are keyed by policy
+    assert res["work"]["computed"]["generate"] == 2 * 2 * 2
+    rows = [json.loads(x) for x in (cfg.run_dir() / "samples.jsonl").read_text().splitlines()]
+    gens = [r for r in rows if r["kind"] == "generation"]
+    assert {r["policy"] for r in gens} == {"tiny-random", "tiny-random:1"}
+    assert all(r["decoder"].endswith("@" + r["policy"]) for r in gens)

@@ -76,6 +76,9 @@ class RunConfig:
     max_length: int = 1024
     #: judge LM for rubric aspects that no checker covers (``User.meta["answer_key"]``); None: no judge
     judge: str | None = None
+    #: policies to decode with (decoders × reward models × policies); None: just ``policy``. Upstream policy
+    #: accuracy always uses ``policy``.
+    policies: list[str] | None = None
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
@@ -154,7 +157,11 @@ class RunConfig:
         d = self.to_dict()
         for k in ("out_dir", "run_name", "batch_size", "feature_batch_size"):
             d.pop(k, None)
-        for k in ("judge", "pa_rgd_k"):  # optional extras: absent = the hash configs had before they existed
+        for k in (
+            "judge",
+            "pa_rgd_k",
+            "policies",
+        ):  # optional extras: absent = the hash configs had before they existed
             if d.get(k) is None:
                 d.pop(k, None)
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]

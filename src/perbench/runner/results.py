@@ -108,7 +108,11 @@ def build_results(runner: Runner, upstream: dict[str, Any], downstream: dict[str
             "python": platform.python_version(),
             "platform": platform.platform(),
             "seed": cfg.seed,
-            "models": {"policy": model_info(runner.policy), "rm_backbone": model_info(runner.rm_lm)},
+            "models": {
+                "policy": model_info(runner.policy),
+                "rm_backbone": model_info(runner.rm_lm),
+                "downstream_policies": [model_info(p) for p in getattr(runner, "downstream_policies", [])],
+            },
         },
         "benchmark": {
             **runner.bench.summary(),

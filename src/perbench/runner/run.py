@@ -94,7 +94,7 @@ class Runner:
             self._prefetch_test_tokens(handles)
             upstream = {h.label: self._upstream(h) for h in handles}
         with self._timed("downstream"):
-            downstream = self._downstream(handles)
+            downstream = self._downstream_all_policies(handles)
 
         self.timing["total"] = time.perf_counter() - t0
         from perbench.runner.results import build_results
@@ -437,6 +437,31 @@ class Runner:
         if getattr(decoder, "reused", 0):
             self.units.reused["bon_samples"] += int(decoder.reused)
             decoder.reused = 0
+
+    def _downstream_all_policies(self, handles: list[MethodHandle]) -> dict[str, Any]:
+        """Decoders × reward models × policies: each policy's labels get an ``@policy`` suffix when the
+        config lists more than one. Generation units are keyed by the policy fingerprint either way."""
+        from perbench.models.loader import load_lm
+
+        specs = self.cfg.policies or [self.cfg.policy]
+        main = self.policy
+        out: dict[str, Any] = {}
+        self.downstream_policies: list[Any] = []
+        for spec in specs:
+            self.policy = (
+                main if spec == self.cfg.policy else load_lm(spec, device=self.cfg.device, dtype=self.cfg.dtype)
+            )
+            self.downstream_policies.append(self.policy)
+            first_sample = len(self.samples)
+            part = self._downstream(handles)
+            suffix = "" if len(specs) == 1 else f"@{spec}"
+            for row in self.samples[first_sample:]:
+                row["policy"] = spec
+                if "decoder" in row:
+                    row["decoder"] += suffix
+            out.update({f"{label}{suffix}": v for label, v in part.items()})
+        self.policy = main
+        return out
 
     def _downstream(self, handles: list[MethodHandle]) -> dict[str, Any]:
         from perbench import registry
