@@ -166,3 +166,12 @@ def test_decoders_by_reward_models_by_policies(tiny_pool: Path, tmp_path: Path) 
     gens = [r for r in rows if r["kind"] == "generation"]
     assert {r["policy"] for r in gens} == {"tiny-random", "tiny-random:1"}
     assert all(r["decoder"].endswith("@" + r["policy"]) for r in gens)
+
+
+def test_benchmark_parameter_errors_name_the_parameter(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from perbench.cli import main
+
+    assert main(["run", "--benchmark", "prism", "--out-dir", str(tmp_path)]) == 2
+    assert "benchmark 'prism' needs path" in capsys.readouterr().err
+    assert main(["run", "--set", "benchmark={name: rubrics, pol: 3}", "--out-dir", str(tmp_path)]) == 2
+    assert "Did you mean 'pool'" in capsys.readouterr().err

@@ -79,6 +79,7 @@ class Runner:
 
         with self._timed("benchmark"):
             loader = registry.benchmarks.get(cfg.benchmark.name)
+            _check_params(loader, cfg.benchmark)
             bench: Benchmark = loader(**cfg.benchmark.params)
         self.bench = bench
         log(
@@ -785,3 +786,31 @@ class Runner:
 
 def _seed(base: int, key: str) -> int:
     return (base * 1_000_003 + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)) % (2**31)
+
+
+def _check_params(fn: Any, spec: Component) -> None:
+    """Name missing or unknown benchmark parameters before calling the loader."""
+    import inspect
+
+    sig = inspect.signature(fn)
+    params = sig.parameters.values()
+    missing = [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in spec.params
+    ]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    unknown = [] if takes_any else sorted(set(spec.params) - set(sig.parameters))
+    accepted = ", ".join(sig.parameters)
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], list(sig.parameters), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"benchmark {spec.name!r}: unknown parameter {unknown[0]!r}.{hint} Accepted: {accepted}")
+    if missing:
+        raise ValueError(
+            f"benchmark {spec.name!r} needs {', '.join(missing)}: give it in the config "
+            f"(benchmark: {{name: {spec.name}, {missing[0]}: ...}}) or with "
+            f"--set 'benchmark={{name: {spec.name}, {missing[0]}: ...}}'. Accepted: {accepted}"
+        )
