@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from perbench.registry import Registry, UnknownNameError, benchmarks, decoders, reward_models
+from perbench.registry import Registry, UnknownNameError, benchmarks, decoders, executors, metrics, reward_models
 
 
 def test_lazy_target_is_imported_on_first_get() -> None:
@@ -30,7 +30,7 @@ def test_duplicate_registration_is_an_error() -> None:
 
 
 def test_builtin_entries_resolve() -> None:
-    for reg in (benchmarks, reward_models, decoders):
+    for reg in (benchmarks, reward_models, decoders, metrics, executors):
         for entry in reg:
             assert callable(reg.get(entry.name)), entry.name
 

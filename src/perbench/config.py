@@ -80,6 +80,8 @@ class RunConfig:
     #: accuracy always uses ``policy``.
     policies: list[str] | None = None
     seed: int = 0
+    #: how independent units of a phase run (``perbench list executors``)
+    executor: str = "local"
     device: str = "auto"
     dtype: str = "auto"
     out_dir: str = "runs"
@@ -140,6 +142,7 @@ class RunConfig:
         for c in self.decoders:
             registry.decoders.entry(c.name)
         registry.benchmarks.entry(self.benchmark.name)
+        registry.executors.entry(self.executor)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -155,7 +158,7 @@ class RunConfig:
     def result_hash(self) -> str:
         """Hash of everything that shapes results (not where they are written)."""
         d = self.to_dict()
-        for k in ("out_dir", "run_name", "batch_size", "feature_batch_size"):
+        for k in ("out_dir", "run_name", "batch_size", "feature_batch_size", "executor"):
             d.pop(k, None)
         for k in (
             "judge",

@@ -93,7 +93,8 @@ class Runner:
         handles = self._method_handles()
         with self._timed("upstream"):
             self._prefetch_test_tokens(handles)
-            upstream = {h.label: self._upstream(h) for h in handles}
+            executor = registry.executors.get(cfg.executor)()
+            upstream = dict(zip([h.label for h in handles], executor.map(self._upstream, handles), strict=True))
         with self._timed("downstream"):
             downstream = self._downstream_all_policies(handles)
 
