@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -226,11 +226,4 @@ def dedup_pairs(pairs: Iterable[PreferencePair], skipped: SkipReport) -> list[Pr
             continue
         seen.add(key)
         out.append(p)
-    return out
-
-
-def group_by_user(pairs: Sequence[PreferencePair]) -> dict[str, list[PreferencePair]]:
-    out: dict[str, list[PreferencePair]] = {}
-    for p in pairs:
-        out.setdefault(p.user_id, []).append(p)
     return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from perbench.config import Component
 from perbench.data.records import Benchmark, PreferencePair
 from perbench.rewards.base import FeatureRM, RewardModel, RMContext
@@ -40,23 +42,22 @@ class MethodHandle:
         return issubclass(self.cls, FeatureRM)
 
     def fitted(self) -> RewardModel:
+        """The fitted model: trained once, its state cached as a content-keyed unit and reloaded after."""
         if self._rm is None:
             rm = self.cls(**self.spec.params)
-            key = self.fit_key
-            raw = self.units.store.get_bytes(key)
             if isinstance(rm, FeatureRM) and self.ctx.features is not None:
                 rm.bind(self.ctx.features)
-            if raw is not None:
-                from perbench.cache import unpack_arrays
+            trained = False
 
-                rm.load_state(unpack_arrays(raw))
-                self.units.reused["fit"] += 1
-            else:
+            def fit() -> dict[str, np.ndarray]:
+                nonlocal trained
                 rm.fit(self.bench.train_pairs(), self.ctx)
-                from perbench.cache import pack_arrays
+                trained = True
+                return rm.state()
 
-                self.units.store.put_bytes(key, pack_arrays(**rm.state()))
-                self.units.computed["fit"] += 1
+            state = self.units.arrays("fit", self.fit_key, fit)
+            if not trained:
+                rm.load_state(state)
             self._rm = rm
         return self._rm
 
