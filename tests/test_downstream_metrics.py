@@ -279,3 +279,8 @@ def test_runner_quality_uses_the_judge_for_answer_key_rubrics(tiny_lm, tmp_path)
     assert len(calls) == 2
     runner._quality(["it costs 5 euros"], [("Q?", "a")])  # cached by (judge, user, prompt, text)
     assert len(calls) == 2 and runner.units.reused["judge"] == 1
+
+
+def test_bertscore_empty_text_scores_zero() -> None:
+    f1 = bertscore(["", "a cat sat on the mat", "  "], ["a cat", "a cat sat on the mat", "x"])
+    assert f1[0] == 0.0 and f1[2] == 0.0 and f1[1] > 0.99

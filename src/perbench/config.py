@@ -80,6 +80,15 @@ class RunConfig:
     #: accuracy always uses ``policy``.
     policies: list[str] | None = None
     seed: int = 0
+    #: run the whole config once per seed and report mean ± sd across seeds (None: just ``seed``)
+    seeds: list[int] | None = None
+    #: the downstream metric the verdict ranks methods by (``DECODER:QUALITY``); None: the first present of
+    #: args/best_of_n rubric satisfaction, judge score, ROUGE-L
+    verdict_metric: str | None = None
+    #: the user-agnostic RM that per-user gains and "minority users" are measured against
+    reference_method: str = "global_bt"
+    #: BERTScore-F1 of generations against the user's reference (bundled all-MiniLM-L6-v2)
+    bertscore: bool = True
     #: how independent units of a phase run (``perbench list executors``)
     executor: str = "local"
     device: str = "auto"
@@ -164,6 +173,8 @@ class RunConfig:
             "judge",
             "pa_rgd_k",
             "policies",
+            "seeds",
+            "verdict_metric",
         ):  # optional extras: absent = the hash configs had before they existed
             if d.get(k) is None:
                 d.pop(k, None)

@@ -12,3 +12,14 @@ def rubric_satisfaction(text: str, user: User) -> dict[str, float]:
     if not user.rubric:
         raise ValueError(f"user {user.user_id!r} has no checkable rubric")
     return {"satisfaction": satisfaction(text, user.rubric), "all": float(satisfies_all(text, user.rubric))}
+
+
+def aspect_report(text: str, user: User) -> list[dict[str, object]]:
+    """Per aspect pole of the user's rubric: whether ``text`` lands on it (None: in the checker's dead zone)."""
+    from perbench.data.rubrics.aspects import ASPECTS
+
+    out: list[dict[str, object]] = []
+    for ap in user.rubric or ():
+        verdict = ASPECTS[ap.aspect].check(text)
+        out.append({"aspect": ap.aspect, "pole": ap.pole, "met": None if verdict is None else verdict == ap.pole})
+    return out

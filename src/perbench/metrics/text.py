@@ -42,7 +42,8 @@ def bertscore(
     batch_size: int = 64,
     device: str | None = None,
 ) -> np.ndarray:
-    """Per-item BERTScore F1. ``model`` is a local folder, a hub id, or ``minilm`` (bundled)."""
+    """Per-item BERTScore F1. ``model`` is a local folder, a hub id, or ``minilm`` (bundled). An empty prediction
+    or reference scores 0."""
     import bert_score
 
     from perbench.device import resolve_device
@@ -52,16 +53,22 @@ def bertscore(
         raise ValueError(f"bertscore: {len(predictions)} predictions vs {len(references)} references")
     if not predictions:
         return np.zeros(0)
+    # bert-score cannot encode an empty text under transformers 5; an empty side shares no token: F1 = 0
+    out = np.zeros(len(predictions), np.float64)
+    keep = [i for i, (p, r) in enumerate(zip(predictions, references, strict=True)) if p.strip() and r.strip()]
+    if not keep:
+        return out
     _, _, f1 = bert_score.score(
-        list(predictions),
-        list(references),
+        [predictions[i] for i in keep],
+        [references[i] for i in keep],
         model_type=encoder_path(model),
         num_layers=num_layers,
         batch_size=batch_size,
         device=resolve_device(device, "float32").device,
         verbose=False,
     )
-    return f1.numpy().astype(np.float64)  # type: ignore[no-any-return]
+    out[keep] = f1.numpy().astype(np.float64)
+    return out
 
 
 def bertscore_settings(model: str = "minilm", num_layers: int = 6) -> dict[str, Any]:

@@ -27,7 +27,7 @@ class MethodHandle:
         self.units = units
         self.cls: type[RewardModel] = registry.reward_models.get(spec.name)
         self._rm: RewardModel | None = None
-        self._adapted: int | None = None
+        self._adapted: tuple[int, bool] | None = None
         probe = self.cls(**spec.params)
         # Every method that learns may default to the RM backbone (feature heads, LoRA methods): key on it.
         backbone = ctx.features.fingerprint if ctx.features is not None else None
@@ -61,13 +61,25 @@ class MethodHandle:
             self._rm = rm
         return self._rm
 
-    def adapted(self, shots: int) -> RewardModel:
-        """The fitted model with every unseen user adapted from their first ``shots`` pairs."""
+    @property
+    def selects_shots(self) -> bool:
+        """The method can pick its own shots from a user's train pairs (active selection, e.g. PReF)."""
+        return callable(getattr(self.cls, "select_shots", None))
+
+    def adapted(self, shots: int, *, active: bool = False) -> RewardModel:
+        """The fitted model with every unseen user adapted from their first ``shots`` pairs (or, ``active``, from
+        the ``shots`` pairs the method selects among all their train pairs). A user without train pairs is not
+        adapted: the runner reports them as not applicable for methods that adapt from shots."""
         rm = self.fitted()
-        if self._adapted != shots and not self.user_agnostic and self.cls.uses_shots:
+        state = (shots, active)
+        if self._adapted != state and not self.user_agnostic and self.cls.uses_shots:
             for user in self.bench.unseen_users:
-                rm.adapt(user, self.bench.fewshot(user, shots))
-            self._adapted = shots
+                few = self.bench.fewshot(user, shots)
+                if few and active:
+                    few = rm.select_shots(user, self.bench.fewshot(user), shots)  # type: ignore[attr-defined]
+                if few:
+                    rm.adapt(user, few)
+            self._adapted = state
         return rm
 
     def key(self, shots: int, *extra: Any) -> str:

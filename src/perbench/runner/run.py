@@ -15,6 +15,7 @@ from perbench.config import Component, RunConfig
 from perbench.data.records import Benchmark, PreferencePair, Prompt, prompt_key, prompt_text
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, cache_dir
 from perbench.progress import progress
+from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle, pair_ids
 from perbench.runner.units import Units, unit_key
 
@@ -51,6 +52,10 @@ def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunRe
         cfg = RunConfig.from_yaml(config)
     if overrides:
         cfg = cfg.override(**overrides)
+    if cfg.seeds:
+        from perbench.runner.seeds import run_seeds
+
+        return run_seeds(cfg)
     return Runner(cfg).run()
 
 
@@ -82,6 +87,7 @@ class Runner:
             _check_params(loader, cfg.benchmark)
             bench: Benchmark = loader(**cfg.benchmark.params)
         self.bench = bench
+        self.cells = Cells(f"{bench.name}|{cfg.policy}|seed{cfg.seed}")
         log(
             f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "
             f"{len(bench.unseen_users)} unseen users"
@@ -101,12 +107,18 @@ class Runner:
         self.timing["total"] = time.perf_counter() - t0
         from perbench.runner.results import build_results
 
+        with self._timed("analysis"):
+            analysis = analyze_cells(self.cells.rows, cfg)
         results = build_results(self, upstream, downstream)
+        results["analysis"] = analysis
+        results["timing_s"]["analysis"] = round(self.timing["analysis"], 2)
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", self.samples)
+        self.cells.write(self.run_dir / "cells.jsonl")
         from perbench.report.html import write_report
 
         write_report(results, self.run_dir / "report.html")
+        print_verdict(analysis)
         log(f"results: {self.run_dir / 'results.json'}")
         log(f"report:  {self.run_dir / 'report.html'}")
         return RunResult(self.run_dir, results, self.samples)
@@ -180,18 +192,21 @@ class Runner:
         if self.policy_extractor is not self.extractor:
             self.policy_extractor.tokens(list(texts.values()), desc="policy log-probs")
 
-    def _scores(self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str) -> dict[str, np.ndarray]:
+    def _scores(
+        self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str, *, active: bool = False
+    ) -> dict[str, np.ndarray]:
         from perbench.rewards.base import PairwiseJudge
 
         def compute() -> dict[str, np.ndarray]:
-            rm = h.adapted(shots)
+            rm = h.adapted(shots, active=active)
             if isinstance(rm, PairwiseJudge):
                 prefs = rm.prefer(pairs)
                 return {"chosen": prefs, "rejected": np.full(len(prefs), 0.5)}
             s_w, s_l = rm.score_pairs(pairs)
             return {"chosen": s_w, "rejected": s_l}
 
-        return self.units.arrays("scores", h.key(shots, "scores", tag, pair_ids(pairs)), compute)
+        extra = ["active"] if active else []
+        return self.units.arrays("scores", h.key(shots, "scores", tag, pair_ids(pairs), *extra), compute)
 
     def _accuracy(
         self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle
@@ -212,18 +227,42 @@ class Runner:
             seed=self.cfg.seed,
         )
 
+    def _not_applicable(self, h: MethodHandle) -> set[str]:
+        """Unseen users a method cannot score: it adapts from shots and the user has no train pairs."""
+        if h.user_agnostic or not h.cls.uses_shots:
+            return set()
+        return {u for u in self.bench.unseen_users if not self.bench.fewshot(u, 1)}
+
     def _upstream(self, h: MethodHandle) -> dict[str, Any]:
+        from perbench.rewards.base import PairwiseJudge
+
         bench, cfg = self.bench, self.cfg
         out: dict[str, Any] = {"baseline": h.baseline, "user_agnostic": h.user_agnostic}
         acc: dict[str, Any] = {}
+        na_users = self._not_applicable(h)
         groups = {"seen": bench.test_pairs(seen=True), "unseen": bench.test_pairs(seen=False)}
+        na_pairs = {g: [p for p in pairs if p.user_id in na_users] for g, pairs in groups.items()}
+        groups = {g: [p for p in pairs if p.user_id not in na_users] for g, pairs in groups.items()}
+        if na_users:
+            out["not_applicable"] = {
+                "reason": "no train pairs to adapt from",
+                "users": len(na_users),
+                "pairs": sum(len(v) for v in na_pairs.values()),
+            }
         all_scores: dict[str, dict[str, np.ndarray]] = {}
+        outcome: dict[str, float] = {}
+        judge = issubclass(h.cls, PairwiseJudge)
         for group, pairs in groups.items():
             if not pairs:
+                if na_pairs[group]:
+                    acc[group] = {"na": "not applicable: no user in this group has train pairs to adapt from"}
                 continue
             scores = self._scores(h, pairs, cfg.shots, group)
             all_scores[group] = scores
             acc[group] = self._accuracy(scores, pairs, h)
+            oc = _outcomes(scores, judge, cfg.tie_policy)
+            self.cells.add_pairs(h.label, f"rm_acc_{group}", pairs, oc)
+            outcome.update({p.pair_id: float(v) for p, v in zip(pairs, oc, strict=True)})
             for p, sw, sl in zip(pairs, scores["chosen"], scores["rejected"], strict=True):
                 self.samples.append(
                     {
@@ -240,18 +279,61 @@ class Runner:
             pairs = [p for g in all_scores for p in groups[g]]
             merged = {k: np.concatenate([all_scores[g][k] for g in all_scores]) for k in ("chosen", "rejected")}
             acc["all"] = self._accuracy(merged, pairs, h)
+            sub = self._pers_only(pairs)
+            if sub is not None:
+                index = {p.pair_id: i for i, p in enumerate(pairs)}
+                pick = [index[p.pair_id] for p in sub]
+                acc["pers_only"] = self._accuracy({k: v[pick] for k, v in merged.items()}, sub, h)
+                self.cells.add_pairs(h.label, "rm_acc_pers_only", sub, [outcome[p.pair_id] for p in sub])
         out["rm_accuracy"] = acc
         unseen = groups["unseen"]
         if unseen and not h.user_agnostic:
-            curve = {}
-            for n in cfg.shot_curve:
-                s = self._scores(h, unseen, n, "unseen")
-                a = self._accuracy(s, unseen, h)
-                curve[str(n)] = {"accuracy": a["accuracy"], "ci": a["ci"], "macro": a["macro"]}
-            out["fewshot_curve"] = curve
+            out["fewshot_curve"] = self._fewshot_curve(h, unseen, out)
         if h.is_feature_rm:
             out["policy_accuracy"] = {g: self._policy_accuracy(h, pairs, g) for g, pairs in groups.items() if pairs}
         return out
+
+    def _pers_only(self, pairs: list[PreferencePair]) -> list[PreferencePair] | None:
+        """The test pairs on the benchmark's personalization-only split (None when it has none)."""
+        subsets = getattr(self.bench, "subsets", None) or {}
+        ids = subsets.get("personalization_only")
+        if not ids:
+            return None
+        return [p for p in pairs if p.pair_id in ids]
+
+    def _fewshot_curve(self, h: MethodHandle, unseen: list[PreferencePair], out: dict[str, Any]) -> dict[str, Any]:
+        """Accuracy on unseen users after n shots, with the effective shot count (a user with fewer train pairs
+        than n adapts from all they have). Methods that ignore shots are computed once and marked flat
+        (``out["fewshot_flat"]``); methods that select their own shots also get ``out["fewshot_curve_active"]``."""
+        from perbench.rewards.base import PairwiseJudge
+
+        judge = issubclass(h.cls, PairwiseJudge)
+        curve: dict[str, Any] = {}
+        users = sorted({p.user_id for p in unseen})
+        for n in self.cfg.shot_curve:
+            s = self._scores(h, unseen, n, "unseen")
+            a = self._accuracy(s, unseen, h)
+            eff = [len(self.bench.fewshot(u, n)) for u in users] if h.cls.uses_shots else [0] * len(users)
+            curve[str(n)] = {
+                "accuracy": a["accuracy"],
+                "ci": a["ci"],
+                "macro": a["macro"],
+                "effective_shots": {"mean": float(np.mean(eff)), "min": int(min(eff)), "max": int(max(eff))},
+            }
+            self.cells.add_pairs(h.label, f"fewshot_acc@{n}", unseen, _outcomes(s, judge, self.cfg.tie_policy))
+        if h.selects_shots and h.cls.uses_shots:
+            active: dict[str, Any] = {}
+            for n in self.cfg.shot_curve:
+                s = self._scores(h, unseen, n, "unseen", active=True)
+                a = self._accuracy(s, unseen, h)
+                active[str(n)] = {"accuracy": a["accuracy"], "ci": a["ci"], "macro": a["macro"]}
+                oc = _outcomes(s, judge, self.cfg.tie_policy)
+                self.cells.add_pairs(h.label, f"fewshot_active_acc@{n}", unseen, oc)
+            h.adapted(self.cfg.shots)  # back to the headline shots for what follows
+            out["fewshot_curve_active"] = active
+        if not h.cls.uses_shots:
+            out["fewshot_flat"] = "this method ignores the shots: one value for every shot count"
+        return curve
 
     def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair]) -> str:
         return h.key(self.cfg.shots, "pa", self.cfg.pa_weight, group, pair_ids(pairs), self.policy.fingerprint)
@@ -449,10 +531,16 @@ class Runner:
         main = self.policy
         out: dict[str, Any] = {}
         self.downstream_policies: list[Any] = []
+        upstream_rows = list(self.cells.rows)
+        main_group = self.cells.group
         for spec in specs:
             self.policy = (
                 main if spec == self.cfg.policy else load_lm(spec, device=self.cfg.device, dtype=self.cfg.dtype)
             )
+            if spec != self.cfg.policy:
+                # a (policy, method) system pairs the method's upstream numbers with its downstream under that policy
+                self.cells.group = f"{self.bench.name}|{spec}|seed{self.cfg.seed}"
+                self.cells.rows += [{**r, "group": self.cells.group} for r in upstream_rows]
             self.downstream_policies.append(self.policy)
             first_sample = len(self.samples)
             part = self._downstream(handles)
@@ -463,6 +551,7 @@ class Runner:
                     row["decoder"] += suffix
             out.update({f"{label}{suffix}": v for label, v in part.items()})
         self.policy = main
+        self.cells.group = main_group
         return out
 
     def _downstream(self, handles: list[MethodHandle]) -> dict[str, Any]:
@@ -475,15 +564,18 @@ class Runner:
         outputs: dict[str, dict[tuple[str, str], str]] = {}
         guides: dict[str, MethodHandle] = {}
         bon: dict[str, tuple[Component, MethodHandle]] = {}
+        names = [d.name for d in self.cfg.decoders]
+        # cells name a decoder by its registry name unless the config lists that name twice (then its label)
+        self.families: dict[str, tuple[str, str]] = {}
         for d in self.cfg.decoders:
             cls = registry.decoders.get(d.name)
+            family = d.name if names.count(d.name) == 1 else d.label()
             if not cls.uses_rm:
                 outputs[d.label()] = self._generate(d, None, targets, d.label())
+                self.families[d.label()] = (family, family)
                 continue
             for h in handles:
                 if self.cfg.guide_with is not None and h.label not in self.cfg.guide_with:
-                    continue
-                if h.baseline:
                     continue
                 check = getattr(cls, "rm_problem", None)
                 problem = (
@@ -495,8 +587,10 @@ class Runner:
                     self.skipped_combos.append({"decoder": d.label(), "method": h.label, "reason": problem})
                     continue
                 label = f"{d.label()}[{h.label}]"
-                outputs[label] = self._generate(d, h, targets, label)
+                na = self._not_applicable(h)
+                outputs[label] = self._generate(d, h, [t for t in targets if t[1] not in na], label)
                 guides[label] = h
+                self.families[label] = (family, h.label)
                 if getattr(cls, "shared_seed", False) and hasattr(cls, "pool"):
                     bon[label] = (d, h)
         result = self._score_outputs(outputs, guides, targets)
@@ -527,6 +621,16 @@ class Runner:
                 rg = rouge([text], [ref])
                 row["rouge1"], row["rougeL"] = float(rg["rouge1"][0]), float(rg["rougeL"][0])
             out.append(row)
+        if self.cfg.bertscore:
+            from perbench.metrics.text import bertscore
+
+            have = [i for i, (p, u) in enumerate(targets) if (prompt_key(p), u) in refs]
+            if have:
+                f1 = bertscore(
+                    [texts[i] for i in have], [refs[(prompt_key(targets[i][0]), targets[i][1])] for i in have]
+                )
+                for i, f in zip(have, f1, strict=True):
+                    out[i]["bertscore_f1"] = float(f)
         if self.judge is not None:
             for row, judged in zip(out, self._judge(texts, targets), strict=True):
                 row.update(judged)
@@ -592,13 +696,15 @@ class Runner:
     ) -> dict[str, dict[str, Any]]:
         """Quality vs N for every (Best-of-N decoder, RM): one sample pool per decoder (sampled once, cached),
         each sample's quality computed once, each RM only scores the pool."""
-        from perbench.decoding.best_of_n import BestOfN, bon_curve
+        from perbench.decoding.best_of_n import BestOfN, bon_curve, pick_best
 
         cfg = self.cfg
         users = [u for _, u in targets]
         out: dict[str, dict[str, Any]] = {}
         pools: dict[str, tuple[list[Any], list[list[Any]], dict[str, np.ndarray]]] = {}
         for label, (spec, h) in bon.items():
+            na = self._not_applicable(h)
+            keep = np.array([u not in na for u in users], bool)
             decoder = self._decoder(spec)
             pk = decoder.config_key()
             if pk not in pools:
@@ -644,15 +750,20 @@ class Runner:
             )
             S = self.units.arrays("bon_scores", skey, scores)["scores"]
             curves: dict[str, Any] = {}
-            for metric in ("rubric_satisfaction", "rougeL", "rouge1", "judge_score"):
+            family, method = self.families[label]
+            for metric in QUALITY_METRICS:
                 if metric not in qual:
                     continue
                 Q = qual[metric]
-                ok = ~np.isnan(Q).any(1)
+                ok = ~np.isnan(Q).any(1) & keep
                 if not ok.any():
                     continue
                 kept = [u for u, m in zip(users, ok, strict=True) if m]
                 curves[metric] = bon_curve(list(S[ok]), list(Q[ok]), users=kept, n_boot=cfg.bootstrap, seed=cfg.seed)
+                # gain of the RM's pick among all N samples over the first sample (N = 1), per target
+                for i in np.flatnonzero(ok):
+                    gain = Q[i, pick_best(S[i])] - Q[i, 0]
+                    self.cells.add(method, f"{family}:bon_gain_{metric}", users[i], prompt_key(targets[i][0]), gain)
             out[label] = curves
         return out
 
@@ -663,7 +774,6 @@ class Runner:
         guides: dict[str, MethodHandle],
         targets: list[tuple[Prompt, str]],
     ) -> dict[str, Any]:
-        from perbench.metrics.stats import bootstrap_by_group, pair_weighted
         from perbench.metrics.win_rate import win_outcomes
         from perbench.rewards.base import ScoreItem
 
@@ -673,29 +783,41 @@ class Runner:
         result: dict[str, Any] = {}
         all_rows: dict[str, list[dict[str, Any]]] = {}
         for label, texts in outputs.items():
-            gen = [texts[(prompt_key(p), u)] for p, u in targets]
+            mine_targets = [(p, u) for p, u in targets if (prompt_key(p), u) in texts]
+            gen = [texts[(prompt_key(p), u)] for p, u in mine_targets]
             rows: list[dict[str, Any]] = []
-            for text, (prompt, user), q in zip(gen, targets, self._quality(gen, targets), strict=True):
+            for text, (prompt, user), q in zip(gen, mine_targets, self._quality(gen, mine_targets), strict=True):
                 u = bench.users[user]
-                rows.append(
-                    {
-                        "kind": "generation",
-                        "decoder": label,
-                        "user_id": user,
-                        "seen": u.seen,
-                        "prompt": prompt_text(prompt),
-                        "text": text,
-                        "words": len(text.split()),
-                        **q,
-                    }
-                )
+                row = {
+                    "kind": "generation",
+                    "decoder": label,
+                    "user_id": user,
+                    "seen": u.seen,
+                    "prompt_id": prompt_key(prompt),
+                    "prompt": prompt_text(prompt),
+                    "text": text,
+                    "words": len(text.split()),
+                    **q,
+                }
+                if u.rubric:
+                    from perbench.metrics.rubric import aspect_report
+
+                    row["rubric_aspects"] = aspect_report(text, u)
+                    row["user_rubric"] = "; ".join(f"{ap.aspect}: {ap.pole}" for ap in u.rubric)
+                rows.append(row)
             if label in guides and zero_label is not None:
                 h = guides[label]
+                zero = outputs[zero_label]
 
-                def compute(label: str = label, h: MethodHandle = h) -> dict[str, np.ndarray]:
+                def compute(
+                    label: str = label,
+                    h: MethodHandle = h,
+                    tg: list[tuple[Prompt, str]] = mine_targets,
+                    zero: dict[tuple[str, str], str] = zero,
+                ) -> dict[str, np.ndarray]:
                     rm = h.adapted(self.cfg.shots)
-                    mine = rm.score([ScoreItem(u, p, outputs[label][(prompt_key(p), u)]) for p, u in targets])
-                    base = rm.score([ScoreItem(u, p, outputs[zero_label][(prompt_key(p), u)]) for p, u in targets])
+                    mine = rm.score([ScoreItem(u, p, outputs[label][(prompt_key(p), u)]) for p, u in tg])
+                    base = rm.score([ScoreItem(u, p, zero[(prompt_key(p), u)]) for p, u in tg])
                     return {"guided": mine, "zero_shot": base}
 
                 key = h.key(
@@ -704,13 +826,8 @@ class Runner:
                     label,
                     zero_label,
                     [
-                        unit_key(
-                            prompt_key(p),
-                            u,
-                            outputs[label][(prompt_key(p), u)],
-                            outputs[zero_label][(prompt_key(p), u)],
-                        )
-                        for p, u in targets
+                        unit_key(prompt_key(p), u, outputs[label][(prompt_key(p), u)], zero[(prompt_key(p), u)])
+                        for p, u in mine_targets
                     ],
                 )
                 s = self.units.arrays("win_rate", key, compute)
@@ -719,25 +836,20 @@ class Runner:
                         row["rm_win"] = float(o)
             self.samples.extend(rows)
             all_rows[label] = rows
+            family, method = self.families[label]
+            for r in rows:
+                for metric in (*QUALITY_METRICS, "rm_win"):
+                    if metric in r:
+                        self.cells.add(method, f"{family}:{metric}", r["user_id"], r["prompt_id"], r[metric])
             summary: dict[str, Any] = {"n": len(rows)}
-            users = [r["user_id"] for r in rows]
-            for metric in (
-                "rubric_satisfaction",
-                "rubric_all",
-                "rouge1",
-                "rougeL",
-                "judge_score",
-                "rm_win",
-                "words",
-            ):
-                vals = np.array([r[metric] for r in rows if metric in r], dtype=np.float64)
-                if not len(vals):
+            for metric in (*QUALITY_METRICS, "rubric_all", "rm_win", "words"):
+                have = [r for r in rows if metric in r]
+                if not have:
                     continue
-                us = [r["user_id"] for r in rows if metric in r]
-                lo, hi = bootstrap_by_group(vals, us, pair_weighted, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)
-                entry: dict[str, Any] = {"mean": float(vals.mean()), "ci": [lo, hi], "n": len(vals)}
+                vals = np.array([r[metric] for r in have], dtype=np.float64)
+                entry: dict[str, Any] = {"mean": float(vals.mean()), "ci": self._ci(have, vals), "n": len(vals)}
                 for group, flag in (("seen", True), ("unseen", False)):
-                    g = np.array([r[metric] for r in rows if metric in r and r["seen"] == flag], dtype=np.float64)
+                    g = vals[[r["seen"] == flag for r in have]]
                     entry[group] = float(g.mean()) if len(g) else None
                 summary[metric] = entry
             if "rm_win" in summary:
@@ -751,8 +863,14 @@ class Runner:
             if "judge_score" in summary:
                 summary["judge_score"]["parse_failures"] = int(sum(r.get("judge_failures", 0) for r in rows))
                 summary["judge_score"]["aspects"] = int(sum(r.get("judge_aspects", 0) for r in rows))
-            summary["users"] = len(set(users))
+            summary["users"] = len({r["user_id"] for r in rows})
+            summary["prompts"] = len({r["prompt_id"] for r in rows})
             summary["guide"] = guides[label].label if label in guides else None
+            if label in guides and len(rows) < len(targets):
+                summary["not_applicable"] = {
+                    "targets": len(targets) - len(rows),
+                    "reason": "users without train pairs to adapt from",
+                }
             result[label] = summary
         for label, rows in all_rows.items():
             vs = {}
@@ -764,25 +882,100 @@ class Runner:
                 result[label]["vs"] = vs
         return result
 
-    def _paired_deltas(self, rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
-        """Mean per-(prompt, user) difference ``mine − ref`` of each quality metric, CI by user."""
-        from perbench.metrics.stats import bootstrap_by_group, pair_weighted
+    def _ci(self, rows: list[dict[str, Any]], values: np.ndarray) -> list[float] | None:
+        """Two-way (users × prompts) bootstrap CI of the mean of ``values`` (one per row)."""
+        from perbench.metrics.bootstrap import two_way_ci
 
+        ci = two_way_ci(
+            values,
+            [r["user_id"] for r in rows],
+            [r["prompt_id"] for r in rows],
+            n_boot=self.cfg.bootstrap,
+            seed=self.cfg.seed,
+        )
+        return None if ci is None else [float(ci[0]), float(ci[1])]
+
+    def _paired_deltas(self, rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
+        """Mean per-(prompt, user) difference ``mine − ref`` of each quality metric, two-way CI."""
+        by_key = {(r["prompt_id"], r["user_id"]): r for r in ref}
         out: dict[str, Any] = {}
-        for metric in ("rubric_satisfaction", "rougeL", "rouge1", "judge_score"):
-            d = [
-                (a["user_id"], a[metric] - b[metric])
-                for a, b in zip(rows, ref, strict=True)
-                if metric in a and metric in b
+        for metric in QUALITY_METRICS:
+            both = [
+                (a, by_key[(a["prompt_id"], a["user_id"])]) for a in rows if (a["prompt_id"], a["user_id"]) in by_key
             ]
-            if not d:
+            both = [(a, b) for a, b in both if metric in a and metric in b]
+            if not both:
                 continue
-            vals = np.array([x for _, x in d], np.float64)
-            lo, hi = bootstrap_by_group(
-                vals, [u for u, _ in d], pair_weighted, n_boot=self.cfg.bootstrap, seed=self.cfg.seed
-            )
-            out[metric] = {"delta": float(vals.mean()), "ci": [lo, hi], "n": len(vals)}
+            vals = np.array([a[metric] - b[metric] for a, b in both], np.float64)
+            out[metric] = {"delta": float(vals.mean()), "ci": self._ci([a for a, _ in both], vals), "n": len(vals)}
         return out
+
+
+QUALITY_METRICS = ("rubric_satisfaction", "rouge1", "rougeL", "bertscore_f1", "judge_score")
+
+
+VERDICT_DEFAULTS = (
+    "args:rubric_satisfaction",
+    "best_of_n:rubric_satisfaction",
+    "args:judge_score",
+    "best_of_n:judge_score",
+    "args:rougeL",
+    "best_of_n:rougeL",
+)
+
+
+def analyze_cells(cells: list[dict[str, Any]], cfg: RunConfig) -> dict[str, Any]:
+    """The selection analysis of a run's cells (method table, rankings, correlations, verdict)."""
+    from perbench.metrics.analysis import analyze
+
+    metrics = {c["metric"] for c in cells}
+    verdict = cfg.verdict_metric or next((m for m in VERDICT_DEFAULTS if m in metrics), None)
+    return analyze(
+        cells,
+        verdict_metric=verdict,
+        reference_method=cfg.reference_method,
+        n_boot=cfg.bootstrap,
+        seed=cfg.seed,
+    )
+
+
+def print_verdict(analysis: dict[str, Any]) -> None:
+    """The verdict paragraph and a Kendall τ-b table (upstream metric → downstream metric), on stdout."""
+    import os
+
+    if os.environ.get("PERBENCH_QUIET") == "1":
+        return
+    verdict = analysis.get("verdict") or {}
+    print("\nVerdict: " + str(verdict.get("text", "no verdict (no downstream metric)")))
+    pairs = (analysis.get("selection") or {}).get("pairs") or []
+    if not pairs:
+        return
+    ups = list(dict.fromkeys(p["upstream"] for p in pairs))
+    downs = list(dict.fromkeys(p["downstream"] for p in pairs))
+    quality = str(verdict.get("metric") or "").split(":")[-1]
+    downs = [d for d in downs if d.split(":")[-1] == quality] or downs[:3]  # the rest: results.json, report
+    ups = [u for u in ups if not u.startswith("fewshot")] or ups
+    cell = {(p["upstream"], p["downstream"]): p["kendall_tau_b"] for p in pairs}
+    width = max(len(u) for u in ups) + 2
+    print(f"\nKendall τ-b between method rankings (95% CI), {len(ups)} upstream × {len(downs)} downstream metrics:")
+    for d in downs:
+        print(f"  → {d}")
+        for u in ups:
+            t = cell.get((u, d)) or {}
+            v, ci = t.get("value"), t.get("ci")
+            text = "n/a" if v is None else f"{v:+.2f}" + ("" if not ci else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+            print(f"    {u:<{width}}{text}")
+
+
+def _outcomes(scores: dict[str, np.ndarray], judge: bool, tie: str) -> np.ndarray:
+    """Per-pair outcome (1 / 0 / ½ under the tie policy) from scores or a pairwise judge's preferences."""
+    from perbench.metrics.rm_accuracy import pair_outcomes
+
+    if judge:
+        prefs = np.nan_to_num(np.asarray(scores["chosen"], np.float64), nan=0.0)
+        prefs[prefs == 0.5] = 0.5 if tie == "half" else 0.0
+        return prefs
+    return pair_outcomes(scores["chosen"], scores["rejected"], tie)  # type: ignore[arg-type]
 
 
 def _seed(base: int, key: str) -> int:

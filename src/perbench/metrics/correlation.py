@@ -1,0 +1,263 @@
+"""Agreement between two scorings of the same systems: does the upstream ranking predict the downstream one?
+
+Each function takes ``x`` (the systems' upstream scores) and ``y`` (their downstream scores), higher is better
+on both, and returns a float, or ``None`` when the coefficient is undefined: fewer than 3 systems, a constant
+input, or a non-finite value. ``None`` is the "not applicable" state; it is never reported as 0 or NaN.
+
+- ``kendall_tau_b``: Kendall's τ-b (``scipy.stats.kendalltau``, variant ``b``: corrected for ties).
+- ``weighted_tau``: ``scipy.stats.weightedtau`` with its defaults: the additive hyperbolic weigher 1/(r + 1),
+  ranks taken from both scorings and averaged, so disagreements among the top systems cost most.
+- ``spearman``: Spearman's ρ (``scipy.stats.spearmanr``, average ranks for ties).
+- ``pearson``: Pearson's r (``scipy.stats.pearsonr``).
+- ``ndcg``: NDCG of the ranking by ``x``, with gain = ``y`` min-max scaled over the systems (best system 1,
+  worst 0), discount 1/log2(rank + 1), normalised by the DCG of the ideal ranking (by ``y``). 1 means the
+  upstream ranking orders the systems as well as the downstream score itself.
+- ``rbo``: rank-biased overlap, Webber, Moffat & Zobel (2010), extrapolated form RBO_ext with persistence
+  p = 0.9, between the ranking by ``x`` and the ranking by ``y``. Both lists hold the same k systems, so
+  RBO_ext = (X_k / k)·p^k + (1 − p)/p · Σ_{d=1..k} (X_d / d)·p^d, with X_d the overlap of the two top-d sets;
+  1 for identical rankings.
+
+Ties in ``ndcg`` and ``rbo`` rankings are broken by system order (the first-listed system ranks higher), so
+they are deterministic.
+
+The ``batched_*`` functions compute the same coefficients for every row of two (replicates × systems)
+arrays at once (used to put bootstrap CIs on them); a row where the coefficient is undefined gives NaN there,
+which callers drop before taking percentiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+Correlation = Callable[[Any, Any], "float | None"]
+BatchedCorrelation = Callable[[FloatArray, FloatArray], FloatArray]
+
+MIN_SYSTEMS = 3
+RBO_P = 0.9
+_CHUNK = 2_000_000  # elements of a (replicates × systems × systems) working array
+
+
+def _prepare(x: Any, y: Any) -> tuple[FloatArray, FloatArray] | None:
+    a = np.asarray(x, dtype=np.float64).ravel()
+    b = np.asarray(y, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"x and y differ in length ({a.size} vs {b.size})")
+    if a.size < MIN_SYSTEMS or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return None
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None
+    return a, b
+
+
+def _finite(v: Any) -> float | None:
+    f = float(v)
+    return f if np.isfinite(f) else None
+
+
+def kendall_tau_b(x: Any, y: Any) -> float | None:
+    from scipy import stats
+
+    p = _prepare(x, y)
+    return None if p is None else _finite(stats.kendalltau(p[0], p[1], variant="b").statistic)
+
+
+def weighted_tau(x: Any, y: Any) -> float | None:
+    from scipy import stats
+
+    p = _prepare(x, y)
+    return None if p is None else _finite(stats.weightedtau(p[0], p[1]).statistic)
+
+
+def spearman(x: Any, y: Any) -> float | None:
+    from scipy import stats
+
+    p = _prepare(x, y)
+    return None if p is None else _finite(stats.spearmanr(p[0], p[1]).statistic)
+
+
+def pearson(x: Any, y: Any) -> float | None:
+    from scipy import stats
+
+    p = _prepare(x, y)
+    return None if p is None else _finite(stats.pearsonr(p[0], p[1]).statistic)
+
+
+def ndcg(x: Any, y: Any) -> float | None:
+    p = _prepare(x, y)
+    return None if p is None else _finite(batched_ndcg(p[0][None, :], p[1][None, :])[0])
+
+
+def rbo(x: Any, y: Any, p: float = RBO_P) -> float | None:
+    q = _prepare(x, y)
+    return None if q is None else _finite(batched_rbo(q[0][None, :], q[1][None, :], p)[0])
+
+
+CORRELATIONS: dict[str, Correlation] = {
+    "kendall_tau_b": kendall_tau_b,
+    "weighted_tau": weighted_tau,
+    "spearman": spearman,
+    "pearson": pearson,
+    "ndcg": ndcg,
+    "rbo": rbo,
+}
+
+
+# ---------------------------------------------------------------- batched (rows = bootstrap replicates)
+
+
+def _rows(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """2-D float copies and a mask of the rows on which a coefficient is defined."""
+    a = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    b = np.atleast_2d(np.asarray(y, dtype=np.float64))
+    if a.shape != b.shape:
+        raise ValueError(f"x and y differ in shape ({a.shape} vs {b.shape})")
+    ok = np.all(np.isfinite(a), axis=1) & np.all(np.isfinite(b), axis=1)
+    ok &= a.shape[1] >= MIN_SYSTEMS
+    with np.errstate(invalid="ignore"):
+        ok &= (np.nanmax(a, axis=1) > np.nanmin(a, axis=1)) if a.shape[1] else False
+        ok &= (np.nanmax(b, axis=1) > np.nanmin(b, axis=1)) if b.shape[1] else False
+    return a, b, ok
+
+
+def _chunks(n_rows: int, n_sys: int) -> list[slice]:
+    step = max(1, _CHUNK // max(1, n_sys * n_sys))
+    return [slice(i, min(n_rows, i + step)) for i in range(0, n_rows, step)]
+
+
+def _lex_rank(primary: FloatArray, secondary: FloatArray) -> npt.NDArray[np.intp]:
+    """Rank 0 = best, by decreasing (primary, secondary); full ties: the later system ranks higher.
+
+    This is the rank ``scipy.stats.weightedtau`` derives from ``lexsort((secondary, primary))`` reversed.
+    """
+    n_rows, n = primary.shape
+    order = np.argsort(secondary, axis=1, kind="stable")
+    order = np.take_along_axis(order, np.argsort(np.take_along_axis(primary, order, 1), axis=1, kind="stable"), 1)
+    rank = np.empty((n_rows, n), dtype=np.intp)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(n - 1, -1, -1), (n_rows, n)), 1)
+    return rank
+
+
+def _tau_from_weights(x: FloatArray, y: FloatArray, w: FloatArray | None) -> FloatArray:
+    """Σ w_ij sgn(dx) sgn(dy) / sqrt(Σ_{dx≠0} w_ij · Σ_{dy≠0} w_ij) over pairs i < j, per row."""
+    sx = np.sign(x[:, :, None] - x[:, None, :])
+    sy = np.sign(y[:, :, None] - y[:, None, :])
+    if w is None:
+        w = np.ones_like(sx)
+    num = np.sum(w * sx * sy, axis=(1, 2))
+    den = np.sqrt(np.sum(w * (sx != 0), axis=(1, 2)) * np.sum(w * (sy != 0), axis=(1, 2)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: FloatArray = num / den
+    return out
+
+
+def batched_kendall_tau_b(x: FloatArray, y: FloatArray) -> FloatArray:
+    a, b, ok = _rows(x, y)
+    out = np.full(a.shape[0], np.nan)
+    for s in _chunks(a.shape[0], a.shape[1]):
+        out[s] = _tau_from_weights(a[s], b[s], None)
+    out[~ok] = np.nan
+    return out
+
+
+def _hyperbolic_tau(primary: FloatArray, secondary: FloatArray, x: FloatArray, y: FloatArray) -> FloatArray:
+    weight = 1.0 / (_lex_rank(primary, secondary) + 1.0)
+    w = weight[:, :, None] + weight[:, None, :]
+    return _tau_from_weights(x, y, w)
+
+
+def batched_weighted_tau(x: FloatArray, y: FloatArray) -> FloatArray:
+    a, b, ok = _rows(x, y)
+    out = np.full(a.shape[0], np.nan)
+    for s in _chunks(a.shape[0], a.shape[1]):
+        out[s] = (_hyperbolic_tau(a[s], b[s], a[s], b[s]) + _hyperbolic_tau(b[s], a[s], a[s], b[s])) / 2
+    out[~ok] = np.nan
+    return out
+
+
+def _pearson_rows(a: FloatArray, b: FloatArray) -> FloatArray:
+    da = a - a.mean(axis=1, keepdims=True)
+    db = b - b.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r: FloatArray = np.sum(da * db, axis=1) / np.sqrt(np.sum(da * da, axis=1) * np.sum(db * db, axis=1))
+    return np.clip(r, -1.0, 1.0)
+
+
+def batched_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
+    a, b, ok = _rows(x, y)
+    out = _pearson_rows(a, b) if a.shape[1] else np.full(a.shape[0], np.nan)
+    out[~ok] = np.nan
+    return out
+
+
+def batched_spearman(x: FloatArray, y: FloatArray) -> FloatArray:
+    from scipy import stats
+
+    a, b, ok = _rows(x, y)
+    if not a.shape[1]:
+        return np.full(a.shape[0], np.nan)
+    ra = np.asarray(stats.rankdata(a, axis=1), dtype=np.float64)
+    rb = np.asarray(stats.rankdata(b, axis=1), dtype=np.float64)
+    out = _pearson_rows(ra, rb)
+    out[~ok] = np.nan
+    return out
+
+
+def _order_desc(v: FloatArray) -> npt.NDArray[np.intp]:
+    """Systems by decreasing score; ties keep system order (stable sort of the negated scores)."""
+    return np.argsort(-v, axis=1, kind="stable")
+
+
+def batched_ndcg(x: FloatArray, y: FloatArray) -> FloatArray:
+    a, b, ok = _rows(x, y)
+    n = a.shape[1]
+    out = np.full(a.shape[0], np.nan)
+    if n == 0 or not ok.any():
+        return out
+    lo = b.min(axis=1, keepdims=True)
+    span = b.max(axis=1, keepdims=True) - lo
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gain = (b - lo) / span
+    discount = 1.0 / np.log2(np.arange(2, n + 2))
+    dcg = np.sum(np.take_along_axis(gain, _order_desc(a), 1) * discount, axis=1)
+    ideal = np.sum(-np.sort(-gain, axis=1) * discount, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.asarray(dcg / ideal, dtype=np.float64)
+    out[~ok] = np.nan
+    return out
+
+
+def batched_rbo(x: FloatArray, y: FloatArray, p: float = RBO_P) -> FloatArray:
+    a, b, ok = _rows(x, y)
+    n_rows, k = a.shape
+    out = np.full(n_rows, np.nan)
+    if k == 0 or not ok.any():
+        return out
+    depth = np.arange(1, k + 1)
+    for s in _chunks(n_rows, k):
+        rows = np.arange(s.stop - s.start)[:, None]
+        pos_a = np.empty((len(rows), k), dtype=np.intp)
+        pos_b = np.empty((len(rows), k), dtype=np.intp)
+        pos_a[rows, _order_desc(a[s])] = np.arange(k)
+        pos_b[rows, _order_desc(b[s])] = np.arange(k)
+        # a system is in both top-d sets iff it sits within depth d in both lists
+        last = np.maximum(pos_a, pos_b)
+        overlap = np.sum(last[:, :, None] < depth[None, None, :], axis=1)  # X_d, shape (rows, k)
+        agreement = overlap / depth
+        out[s] = agreement[:, -1] * p**k + (1 - p) / p * np.sum(agreement * p**depth, axis=1)
+    out[~ok] = np.nan
+    return out
+
+
+BATCHED: dict[str, BatchedCorrelation] = {
+    "kendall_tau_b": batched_kendall_tau_b,
+    "weighted_tau": batched_weighted_tau,
+    "spearman": batched_spearman,
+    "pearson": batched_pearson,
+    "ndcg": batched_ndcg,
+    "rbo": batched_rbo,
+}

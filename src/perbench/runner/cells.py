@@ -1,0 +1,63 @@
+"""Cells: every per-unit outcome of a run as one long-format row, the input of the selection analysis.
+
+A row is ``{"group", "method", "metric", "user", "prompt", "value"}``:
+
+- ``group`` names the setting (``benchmark|policy|seedN``); ``perbench compare`` pools groups of several runs;
+- ``method`` is a reward model's label, or a decoder's label for decoders that use no reward model;
+- ``metric`` is an upstream metric (``rm_acc_seen``, ``rm_acc_unseen``, ``rm_acc_pers_only``,
+  ``fewshot_acc@N``, ``fewshot_active_acc@N``, ``pa_rgd``, ``pa_mean``, ``pa_sum``; one row per test pair) or a
+  downstream one, ``DECODER:QUALITY`` (one row per (user, prompt) target);
+- a user for whom a method is not applicable has no row; the reason is reported in results.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perbench.data.records import PreferencePair, prompt_key
+from perbench.io import atomic_write_text
+
+
+class Cells:
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self.rows: list[dict[str, Any]] = []
+
+    def add_pairs(self, method: str, metric: str, pairs: Sequence[PreferencePair], values: Iterable[float]) -> None:
+        """One row per pair (value 1 / 0 / ½); NaN values are never written (they mean "not applicable")."""
+        for p, v in zip(pairs, values, strict=True):
+            if not np.isnan(v):
+                self.rows.append(self._row(method, metric, p.user_id, prompt_key(p.prompt), float(v)))
+
+    def add(self, method: str, metric: str, user: str, prompt: str, value: float) -> None:
+        if not np.isnan(value):
+            self.rows.append(self._row(method, metric, user, prompt, float(value)))
+
+    def _row(self, method: str, metric: str, user: str, prompt: str, value: float) -> dict[str, Any]:
+        return {"group": self.group, "method": method, "metric": metric, "user": user, "prompt": prompt, "value": value}
+
+    def write(self, path: Path) -> None:
+        atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows))
+
+
+def read_cells(path: Path) -> list[dict[str, Any]]:
+    """The cells of a run directory (``cells.jsonl``), with the line number named on a bad row."""
+    rows: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
+            missing = {"group", "method", "metric", "user", "prompt", "value"} - set(row)
+            if missing:
+                raise ValueError(f"{path}:{i}: missing field(s) {sorted(missing)}")
+            rows.append(row)
+    return rows

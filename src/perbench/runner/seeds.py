@@ -1,0 +1,55 @@
+"""``seeds: [0, 1, 2]``: the whole config once per seed, then one analysis over every seed's cells.
+
+Each seed is an ordinary run in its own directory (so it resumes on its own); the parent directory holds the
+pooled ``cells.jsonl``, a ``results.json`` whose analysis table gives the mean over seeds and the sd across them
+(``sd_seeds``) for every number, and the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from perbench.io import atomic_write_json, atomic_write_text
+
+if TYPE_CHECKING:
+    from perbench.config import RunConfig
+    from perbench.runner.run import RunResult
+
+
+def run_seeds(cfg: RunConfig) -> RunResult:
+    import yaml
+
+    from perbench.report.html import write_report
+    from perbench.runner.cells import Cells, read_cells
+    from perbench.runner.run import Runner, RunResult, analyze_cells, log, print_verdict
+
+    assert cfg.seeds
+    runs = []
+    for s in cfg.seeds:
+        name = None if cfg.run_name is None else f"{cfg.run_name}-seed{s}"
+        log(f"seed {s} of {list(cfg.seeds)}")
+        runs.append(Runner(dataclasses.replace(cfg, seeds=None, seed=s, run_name=name)).run())
+    parent = cfg.run_dir()
+    parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(parent / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    pooled = Cells("seeds")
+    for r in runs:
+        pooled.rows += read_cells(r.run_dir / "cells.jsonl")
+    pooled.write(parent / "cells.jsonl")
+    analysis = analyze_cells(pooled.rows, cfg)
+    first = runs[0].results
+    results: dict[str, Any] = {
+        **first,
+        "config": cfg.to_dict(),
+        "config_hash": cfg.result_hash(),
+        "analysis": analysis,
+        "seed_runs": [{"seed": s, "run_dir": str(r.run_dir)} for s, r in zip(cfg.seeds, runs, strict=True)],
+        "note": "upstream/downstream sections are seed "
+        f"{cfg.seeds[0]}'s; the analysis pools every seed (mean over seeds, sd across them)",
+    }
+    atomic_write_json(parent / "results.json", results)
+    write_report(results, parent / "report.html")
+    print_verdict(analysis)
+    log(f"results (all seeds): {parent / 'results.json'}")
+    return RunResult(parent, results, [])
