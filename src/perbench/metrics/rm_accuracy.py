@@ -36,15 +36,24 @@ def accuracy_summary(
     n_boot: int = 1000,
     seed: int = 0,
     invalid: int = 0,
+    prompts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Pair-weighted accuracy, macro (mean of per-user accuracies), CIs by user, per-user table."""
+    """Pair-weighted accuracy, macro (mean of per-user accuracies), per-user table. The accuracy's CI resamples
+    users and prompts jointly when ``prompts`` is given (two-way bootstrap), else users; the macro CI resamples
+    users."""
     outcomes = np.asarray(outcomes, np.float64)
     groups = np.asarray(users)
     per_user: dict[str, dict[str, float]] = {}
     for u in sorted(set(users)):
         m = groups == u
         per_user[u] = {"accuracy": float(outcomes[m].mean()), "n": int(m.sum())}
-    lo, hi = bootstrap_by_group(outcomes, list(users), pair_weighted, n_boot=n_boot, seed=seed)
+    if prompts is not None:
+        from perbench.metrics.bootstrap import two_way_ci
+
+        ci = two_way_ci(outcomes, list(users), list(prompts), n_boot=n_boot, seed=seed)
+        lo, hi = (float("nan"), float("nan")) if ci is None else ci
+    else:
+        lo, hi = bootstrap_by_group(outcomes, list(users), pair_weighted, n_boot=n_boot, seed=seed)
     mlo, mhi = bootstrap_by_group(outcomes, list(users), macro, n_boot=n_boot, seed=seed)
     return {
         "accuracy": pair_weighted(outcomes, groups),
@@ -56,6 +65,7 @@ def accuracy_summary(
         "ties": int(ties),
         "invalid": int(invalid),
         "tie_policy": tie,
+        "ci_resamples": "users × prompts" if prompts is not None else "users",
         "per_user": per_user,
     }
 
@@ -68,17 +78,31 @@ def rm_accuracy(
     tie: TiePolicy = "strict",
     n_boot: int = 1000,
     seed: int = 0,
+    prompts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     s_w, s_l = np.asarray(s_chosen, np.float64), np.asarray(s_rejected, np.float64)
     invalid = int((np.isnan(s_w) | np.isnan(s_l)).sum())
     ties = int((s_w == s_l).sum())
     return accuracy_summary(
-        pair_outcomes(s_w, s_l, tie), users, ties=ties, tie=tie, n_boot=n_boot, seed=seed, invalid=invalid
+        pair_outcomes(s_w, s_l, tie),
+        users,
+        ties=ties,
+        tie=tie,
+        n_boot=n_boot,
+        seed=seed,
+        invalid=invalid,
+        prompts=prompts,
     )
 
 
 def preference_accuracy(
-    prefs: np.ndarray, users: Sequence[str], *, tie: TiePolicy = "strict", n_boot: int = 1000, seed: int = 0
+    prefs: np.ndarray,
+    users: Sequence[str],
+    *,
+    tie: TiePolicy = "strict",
+    n_boot: int = 1000,
+    seed: int = 0,
+    prompts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Accuracy from a pairwise judge's preferences (1 / 0 / 0.5 tie / NaN parse failure = wrong)."""
     prefs = np.asarray(prefs, np.float64)
@@ -86,4 +110,4 @@ def preference_accuracy(
     ties = int((prefs == 0.5).sum())
     out = np.nan_to_num(prefs, nan=0.0)
     out[out == 0.5] = 0.5 if tie == "half" else 0.0
-    return accuracy_summary(out, users, ties=ties, tie=tie, n_boot=n_boot, seed=seed, invalid=invalid)
+    return accuracy_summary(out, users, ties=ties, tie=tie, n_boot=n_boot, seed=seed, invalid=invalid, prompts=prompts)
