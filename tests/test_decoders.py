@@ -57,18 +57,18 @@ def uniform_rm() -> LoadedLM:
 # ---------------------------------------------------------------------------------------------- GenARM
 def test_genarm_with_uniform_rm_equals_base_decoding(tiny_lm, uniform_rm):  # type: ignore[no-untyped-def]
     greedy = ZeroShot().generate(tiny_lm, reqs(), None, max_new_tokens=10)
-    guided = GenARMDecoder(beta=0.5).generate(tiny_lm, reqs(), uniform_rm, max_new_tokens=10)
+    guided = GenARMDecoder(alpha=2.0).generate(tiny_lm, reqs(), uniform_rm, max_new_tokens=10)
     assert ids_of(guided) == ids_of(greedy)
     sampler = ZeroShot(sample=True, temperature=0.8, top_p=0.9)
     sampled = sampler.generate(tiny_lm, reqs(), None, max_new_tokens=10)
-    gs = GenARMDecoder(beta=0.5, sample=True, temperature=0.8, top_p=0.9).generate(
+    gs = GenARMDecoder(alpha=2.0, sample=True, temperature=0.8, top_p=0.9).generate(
         tiny_lm, reqs(), uniform_rm, max_new_tokens=10
     )
     assert ids_of(gs) == ids_of(sampled)
 
 
 class FakeGenARM:
-    """The AutoregressiveRM interface: π_r, β and user-conditioned prompt ids."""
+    """The AutoregressiveRM interface: π_r and user-conditioned prompt ids (its training β is not read)."""
 
     def __init__(self, lm: LoadedLM, beta: float) -> None:
         self.lm, self.beta = lm, beta
@@ -80,7 +80,7 @@ class FakeGenARM:
         ]
 
 
-def _uncached_genarm(policy, rm, req, beta, steps):  # type: ignore[no-untyped-def]
+def _uncached_genarm(policy, rm, req, alpha, steps):  # type: ignore[no-untyped-def]
     base = encode_prompt(policy.tokenizer, req.prompt)
     r_ids = rm.prompt_ids([req.user_id], [req.prompt])[0]
     out: list[int] = []
@@ -88,7 +88,7 @@ def _uncached_genarm(policy, rm, req, beta, steps):  # type: ignore[no-untyped-d
         for _ in range(steps):
             lp = torch.log_softmax(policy.model(input_ids=torch.tensor([base + out])).logits[0, -1], -1)
             lr = torch.log_softmax(rm.lm.model(input_ids=torch.tensor([r_ids + out])).logits[0, -1], -1)
-            out.append(int((lp + lr / beta).argmax()))
+            out.append(int((lp + alpha * lr).argmax()))
             if out[-1] in policy.eos_ids:
                 break
     return [t for t in out if t not in policy.eos_ids]
@@ -101,9 +101,16 @@ def test_genarm_cached_matches_uncached_and_changes_output(tiny_lm):  # type: ig
     head.weight = torch.nn.Parameter(torch.randn(head.weight.shape, generator=g))  # untied: a real preference
     rm = FakeGenARM(r_lm, beta=0.05)
     users = ["a", "b", "a", "c"]
-    guided = GenARMDecoder().generate(tiny_lm, reqs(users), rm, max_new_tokens=8)  # β from the RM
+    guided = GenARMDecoder(alpha=20.0).generate(tiny_lm, reqs(users), rm, max_new_tokens=8)
     for r, g in zip(reqs(users), guided, strict=True):
-        assert g.token_ids == _uncached_genarm(tiny_lm, rm, r, 0.05, 8)
+        assert g.token_ids == _uncached_genarm(tiny_lm, rm, r, 20.0, 8)
+    default = GenARMDecoder().generate(tiny_lm, reqs(users), rm, max_new_tokens=8)  # α = 1, not 1/β = 20
+    for r, g in zip(reqs(users), default, strict=True):
+        assert g.token_ids == _uncached_genarm(tiny_lm, rm, r, 1.0, 8)
+    assert GenARMDecoder().params == {"alpha": 1.0} and "alpha=1.0" in GenARMDecoder().label()
+    assert GenARMDecoder(alpha=2.0).config_key() != GenARMDecoder().config_key()
+    with pytest.raises(TypeError, match="alpha"):
+        GenARMDecoder(beta=0.5)
     greedy = ZeroShot().generate(tiny_lm, reqs(users), None, max_new_tokens=8)
     assert ids_of(guided) != ids_of(greedy)
     with pytest.raises(TypeError, match="autoregressive RM"):

@@ -5,7 +5,10 @@ At each step take the policy's top-k next tokens v and score them
 softmax(score / τ). Log-probabilities (not raw logits) so scores are comparable across steps.
 
 The RM must be a :class:`~perbench.rewards.base.FeatureRM` whose backbone shares the policy's tokenizer.
-Its k candidate rewards come from one tree forward on the RM's KV cache (:meth:`CachedLM.expand`).
+Its k candidate rewards come from one tree forward on the RM's KV cache (:meth:`CachedLM.expand`), scored
+by :func:`candidate_rewards` — the RM's one reward function
+(:meth:`~perbench.rewards.base.FeatureRM.rewards`), with each row's user and prompt, exactly as ``score``
+computes it for a finished response.
 When the RM backbone *is* the policy, that same forward also advances the policy: one k-token forward
 per step, no second model. A token-level scorer (:class:`TokenScorer`, e.g. the token ranker) scores the k
 candidates from the policy's current hidden state and the candidates' embeddings: no extra forward.
@@ -18,6 +21,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from perbench.data.records import Prompt
 from perbench.decoding.base import Decoder, Generation, GenRequest, decode_loop, row_generators, sample_rows
 from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
@@ -57,6 +61,7 @@ class ARGS(Decoder):
             raise ValueError(f"ARGS needs the RM backbone ({rm_lm.name}) to share the policy's tokenizer")
         shared = rm_lm.model is policy.model
         users = [r.user_id for r in requests]
+        prompts = [r.prompt for r in requests]
         gens = row_generators(requests, policy.policy.device) if self.sample else []
         rm_state: CachedLM | None = None
         if not shared:
@@ -69,10 +74,9 @@ class ARGS(Decoder):
             scorer = state if shared else rm_state
             assert scorer is not None
             hc = scorer.expand(cands)  # (B, k, d)
-            B, k, d = hc.shape
-            with torch.inference_mode():
-                r = rm.reward_from_features([u for u in users for _ in range(k)], hc.reshape(B * k, d).float())
-            score = top_lp + self.w * r.view(B, k).to(top_lp.device)
+            B = hc.shape[0]
+            r = candidate_rewards(rm, users, prompts, hc)
+            score = top_lp + self.w * r.to(top_lp.device)
             idx = sample_rows(score, self.temperature, gens) if self.sample else score.argmax(-1)
             tokens = cands.gather(1, idx[:, None])[:, 0]
             scorer.commit(idx)
@@ -103,6 +107,20 @@ class ARGS(Decoder):
             return cands.gather(1, idx[:, None])[:, 0], None
 
         return decode_loop(policy, requests, max_new_tokens, choose)
+
+
+def candidate_rewards(
+    rm: FeatureRM, user_ids: Sequence[str], prompts: Sequence[Prompt], hidden: torch.Tensor
+) -> torch.Tensor:
+    """(B, k) rewards of k candidates per row from the RM backbone's (B, k, d) states at x_b ⊕ y_<t ⊕ v."""
+    B, k, d = hidden.shape
+    with torch.inference_mode():
+        r = rm.rewards(
+            [u for u in user_ids for _ in range(k)],
+            [p for p in prompts for _ in range(k)],
+            hidden.reshape(B * k, d).float(),
+        )
+    return r.view(B, k)
 
 
 class TokenScorer(Protocol):

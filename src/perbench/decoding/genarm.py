@@ -2,26 +2,29 @@
 
 The next token is drawn from (greedy: the argmax of)
 
-    π(v | x, y_<t) ∝ exp((log π_base(v | x, y_<t) + (1/β) · log π_r(v | x, y_<t)) / τ)
+    π(v | x, y_<t) ∝ exp((log π_base(v | x, y_<t) + α · log π_r(v | x, y_<t)) / τ)
 
 over the **whole vocabulary**. π_r is an autoregressive reward model: a causal LM sharing the policy's
-tokenizer. Both models are KV-cached (:class:`~perbench.decoding.stepper.CachedLM`), so a step costs one
-one-token forward of the policy plus one of π_r — no candidate expansion.
+tokenizer. α is the decoding coefficient (β_r / β in the paper: the reward model's training β over the KL
+coefficient of the decoding objective). It is a parameter of the decoder, default 1.0 as in the reference
+code, recorded in the decoder's params (and so in its config key and label) — not derived from the
+reward model's training β. Both models are KV-cached (:class:`~perbench.decoding.stepper.CachedLM`), so a
+step costs one one-token forward of the policy plus one of π_r — no candidate expansion.
 
 What the decoder accepts as the guide (``rm``):
 
-* an object following :class:`AutoregressiveRM` — ``lm`` (π_r, a :class:`LoadedLM`), ``beta`` and
+* an object following :class:`AutoregressiveRM` — ``lm`` (π_r, a :class:`LoadedLM`) and
   ``prompt_ids(user_ids, prompts)`` (π_r's own, possibly user-conditioned, prompt ids). The GenARM reward
   model in :mod:`perbench.rewards.genarm` is one;
-* a plain :class:`LoadedLM`, used as π_r on the same prompt as the policy, with ``beta`` from the decoder
-  (default 1.0).
+* a plain :class:`LoadedLM`, used as π_r on the same prompt as the policy.
 
-The decoder's ``beta`` overrides the RM's when given. With β → ∞ (or a uniform π_r) this is plain decoding
-of the base policy; ``sample=True`` draws with the request's own generator (temperature τ, then top-p).
+With α = 0 (or a uniform π_r) this is plain decoding of the base policy; ``sample=True`` draws with the
+request's own generator (temperature τ, then top-p).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -38,40 +41,33 @@ from perbench.rewards.base import RewardModel
 class AutoregressiveRM(Protocol):
     """The interface GenARM decoding needs from an autoregressive reward model."""
 
-    beta: float
-
     @property
     def lm(self) -> LoadedLM | None: ...
 
     def prompt_ids(self, user_ids: Sequence[str], prompts: Sequence[Prompt]) -> list[list[int]]: ...
 
 
-def resolve_guide(
-    rm: object, requests: Sequence[GenRequest], beta: float | None
-) -> tuple[LoadedLM, list[list[int]], float]:
-    """-> (π_r, π_r's prompt ids per request, β) for a GenARM-style RM or a plain LoadedLM."""
+def resolve_guide(rm: object, requests: Sequence[GenRequest]) -> tuple[LoadedLM, list[list[int]]]:
+    """-> (π_r, π_r's prompt ids per request) for a GenARM-style RM or a plain LoadedLM."""
     if isinstance(rm, LoadedLM):
-        return rm, [encode_prompt(rm.tokenizer, r.prompt) for r in requests], 1.0 if beta is None else beta
+        return rm, [encode_prompt(rm.tokenizer, r.prompt) for r in requests]
     lm = getattr(rm, "lm", None)
     if not isinstance(lm, LoadedLM) or not callable(getattr(rm, "prompt_ids", None)):
         raise TypeError(
-            f"GenARM decoding needs an autoregressive RM (lm, beta, prompt_ids) or a LoadedLM, got "
+            f"GenARM decoding needs an autoregressive RM (lm, prompt_ids) or a LoadedLM, got "
             f"{type(rm).__name__}" + (" (not fitted yet?)" if hasattr(rm, "prompt_ids") else "")
         )
     ids = rm.prompt_ids([r.user_id for r in requests], [r.prompt for r in requests])  # type: ignore[attr-defined]
-    b = float(getattr(rm, "beta", 1.0)) if beta is None else beta
-    return lm, [list(x) for x in ids], b
+    return lm, [list(x) for x in ids]
 
 
 def is_autoregressive_rm(rm: object) -> bool:
-    """A LoadedLM or an object with ``lm``, ``beta`` and ``prompt_ids`` (checked on the class and instance
-    dict, so a property that raises before fit is not evaluated)."""
+    """A LoadedLM or an object with ``lm`` and ``prompt_ids`` (checked on the class and instance dict, so a
+    property that raises before fit is not evaluated)."""
     if isinstance(rm, LoadedLM):
         return True
     cls = type(rm)
-    return callable(getattr(cls, "prompt_ids", None)) and all(
-        hasattr(cls, a) or a in getattr(rm, "__dict__", {}) for a in ("lm", "beta")
-    )
+    return callable(getattr(cls, "prompt_ids", None)) and (hasattr(cls, "lm") or "lm" in getattr(rm, "__dict__", {}))
 
 
 class GenARMDecoder(Decoder):
@@ -80,19 +76,24 @@ class GenARMDecoder(Decoder):
 
     def __init__(
         self,
-        beta: float | None = None,
+        alpha: float = 1.0,
         sample: bool = False,
         temperature: float = 1.0,
         top_p: float = 1.0,
         **params: Any,
     ) -> None:
-        p: dict[str, Any] = {} if beta is None else {"beta": beta}
+        if "beta" in params:
+            raise TypeError(
+                "genarm decoding: the coefficient on log π_r is `alpha` (default 1.0, the reference default); "
+                "`beta` is the reward model's training parameter (alpha = 1/beta reproduces the old weighting)"
+            )
+        if not math.isfinite(alpha) or alpha < 0:
+            raise ValueError(f"genarm: alpha must be a finite number ≥ 0, got {alpha}")
+        p: dict[str, Any] = {"alpha": alpha}
         if sample:
             p.update(sample=True, temperature=temperature, top_p=top_p)
         super().__init__(**p, **params)
-        if beta is not None and beta <= 0:
-            raise ValueError(f"genarm: beta must be > 0, got {beta}")
-        self.beta, self.sample, self.temperature, self.top_p = beta, sample, temperature, top_p
+        self.alpha, self.sample, self.temperature, self.top_p = alpha, sample, temperature, top_p
 
     @classmethod
     def rm_problem(cls, rm_cls: type) -> str | None:
@@ -109,7 +110,7 @@ class GenARMDecoder(Decoder):
         *,
         max_new_tokens: int,
     ) -> list[Generation]:
-        r_lm, r_ids, beta = resolve_guide(rm, requests, self.beta)
+        r_lm, r_ids = resolve_guide(rm, requests)
         if r_lm.tokenizer.get_vocab() != policy.tokenizer.get_vocab():
             raise ValueError(f"GenARM needs π_r ({r_lm.name}) to share the policy's tokenizer")
         gens = row_generators(requests, policy.policy.device) if self.sample else []
@@ -129,7 +130,7 @@ class GenARMDecoder(Decoder):
             lr = r_state.logprobs(r_hidden)[:, :V].to(lp.device)
             # A per-row constant does not change the distribution; taking π_r's max out keeps the numbers
             # small and makes a uniform π_r add exactly 0 (bit-identical to base decoding).
-            scores = lp + (lr - lr.max(-1, keepdim=True).values) / beta
+            scores = lp + self.alpha * (lr - lr.max(-1, keepdim=True).values)
             if self.sample:
                 lq = torch.log_softmax(scores / self.temperature, dim=-1)  # temperature, then the nucleus
                 tokens = sample_top_p(lq, self.top_p, gens)

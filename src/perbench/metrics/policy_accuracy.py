@@ -1,13 +1,23 @@
 """Policy accuracy (Rezk et al.): does the reward-guided policy prefer the user's chosen response?
 
-Teacher-forced RGD score S_u(y) = Σ_t [log π(y_t | x, y_<t) + w · r_u(x, y_≤t)]; PA = mean 1[S(y_w) > S(y_l)]
-(``sum``); ``mean`` divides each S by its length T. The exact formula is not public: this is our
-documented reading. r_u(x, y_≤t) for every t comes from one forward over the full response.
+The exact formula is not public; these are our documented readings. For a response y of T tokens
+(teacher-forced, policy π, reward r_u with a value for every prefix, ARGS weight w and top-k):
 
-RGD-induced-policy variant (:func:`rgd_policy_accuracy`): the policy that ARGS actually samples from,
-log π_RGD(y_t) = log softmax over the policy's top-k candidates of (log π + w·r_u(x, y_<t ⊕ v)); a token
-outside the top-k is a miss, the response's score is −inf and the miss is counted (see
-:func:`rgd_policy_inputs` for how the candidates' rewards are computed in one pass per response).
+- **headline** ``rgd_mean`` (and ``rgd_sum``): the log-probability of y under the RGD-induced policy — the
+  policy ARGS samples from, log π_RGD(y_t) = log-softmax over the policy's top-k candidates v of
+  (log π(v | x, y_<t) + w·r_u(x, y_<t ⊕ v)); a token outside the top-k is a miss (the response's value is
+  −inf and the miss is counted). ``rgd_sum`` = Σ_t log π_RGD(y_t), ``rgd_mean`` = rgd_sum / T. A constant
+  added to r cancels in every softmax, so a constant cannot move either (the shift test).
+- ``w0_sum`` / ``w0_mean``: the same at w = 0 — the policy alone (renormalised over its own top-k), the
+  value to compare the headline with. ``policy_sum`` / ``policy_mean``: Σ_t log π(y_t), untruncated.
+- ``sum`` / ``mean`` (labelled, not headline): S_u(y) = Σ_t [log π(y_t | x, y_<t) + w·r_u(x, y_≤t)] and
+  S / T. ``sum`` is **not shift-invariant**: r + c adds c·w·T, and chosen and rejected differ in T; ``mean``
+  is (r + c adds w·c to both sides).
+
+:func:`policy_accuracy_scores` computes every variant per response for any RM whose
+``no_prefix_reward`` is None (frozen-feature heads, GenARM, the LoRA RMs) or that is a token-level scorer;
+:func:`policy_accuracy_problem` says why a method cannot be scored (reported as not applicable);
+:func:`policy_accuracy_from_scores` turns the chosen / rejected arrays into accuracies.
 """
 
 from __future__ import annotations
@@ -19,10 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    import torch
-
     from perbench.models.loader import LoadedLM
-    from perbench.rewards.base import FeatureRM, RewardModel, ScoreItem
+    from perbench.rewards.base import RewardModel, ScoreItem
 
 
 def rgd_scores(
@@ -42,11 +50,12 @@ def policy_accuracy(
     tie: str = "strict",
     n_boot: int = 1000,
     seed: int = 0,
+    prompts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Accuracy of teacher-forced RGD scores (any variant): mean 1[S(y_w) > S(y_l)] with the tie rule."""
     from perbench.metrics.rm_accuracy import rm_accuracy
 
-    return rm_accuracy(s_chosen, s_rejected, users, tie=tie, n_boot=n_boot, seed=seed)  # type: ignore[arg-type]
+    return rm_accuracy(s_chosen, s_rejected, users, tie=tie, n_boot=n_boot, seed=seed, prompts=prompts)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -156,30 +165,25 @@ def rgd_policy_inputs(
     * a :class:`FeatureRM` needs the RM backbone's state at x ⊕ y_<t ⊕ v for all T·k candidates: one forward
       of the RM over x ⊕ y fills a KV cache (the policy's own, when the backbone is the policy), then the
       candidates go in as a tree batch — candidate (t, v) sits at position |x| + t and attends to x ⊕ y_<t
-      and itself only — in chunks of ``chunk_tokens`` candidates (the cache is cropped back after each).
+      and itself only — in chunks of ``chunk_tokens`` candidates (the cache is cropped back after each);
+      they are scored by the RM's one reward function ``rewards`` with the item's user and prompt;
+    * any other RM with a per-prefix reward (``no_prefix_reward`` is None: GenARM, P-DPO, global_bt_v2)
+      computes them itself (``teacher_forced_candidate_rewards``, one forward over the full response).
     """
     import torch
     from transformers import DynamicCache
 
-    from perbench.decoding.args import is_token_scorer
     from perbench.models.chat import encode_pair
     from perbench.rewards.base import FeatureRM
 
-    token_level = is_token_scorer(rm)
-    if not token_level and not (isinstance(rm, FeatureRM) and rm.extractor is not None):
-        raise TypeError(
-            "RGD policy accuracy needs per-prefix rewards (a FeatureRM or a token-level "
-            f"scorer), got {type(rm).__name__}"
-        )
-    rm_lm = policy if token_level else rm.extractor.lm  # type: ignore[attr-defined]
-    if rm_lm.tokenizer.get_vocab() != policy.tokenizer.get_vocab():
-        raise ValueError(f"RGD policy accuracy needs the RM backbone ({rm_lm.name}) to share the policy's tokenizer")
-    if token_level and rm.backbone_fingerprint != policy.fingerprint:  # type: ignore[attr-defined]
-        raise ValueError("a token-level scorer must be built on the policy's own hidden states")
-    shared = rm_lm.model is policy.model
+    problem = policy_accuracy_problem(policy, rm)
+    if problem is not None:
+        raise TypeError(f"RGD policy accuracy for {type(rm).__name__}: {problem}")
+    token_level = _is_token_scorer(rm)
+    rm_lm = _rm_backbone(rm)
+    shared = rm_lm is not None and rm_lm.model is policy.model and _is_feature_rm(rm)
     dev = policy.policy.device
     dec, head = policy.model.get_decoder(), policy.model.get_output_embeddings()
-    per = max(1, chunk_tokens // max(k, 1))  # positions per candidate chunk
     out: list[RGDInputs] = []
 
     with torch.inference_mode():
@@ -190,7 +194,7 @@ def rgd_policy_inputs(
                 continue
             L, P = len(ids), len(ids) - T
             x = torch.tensor([ids], dtype=torch.long, device=dev)
-            cache = DynamicCache(config=policy.model.config) if shared and not token_level else None
+            cache = DynamicCache(config=policy.model.config) if shared else None
             hid = dec(input_ids=x, cache=cache, use_cache=cache is not None).last_hidden_state[0]
             hp = hid[P - 1 : L - 1]  # (T, d): the state that predicts y_t
             lp = torch.log_softmax(head(hp).float(), dim=-1)
@@ -201,8 +205,15 @@ def rgd_policy_inputs(
             hit = torch.where(eq.any(1), eq.int().argmax(1), torch.full_like(y, -1))
             if token_level:
                 r = rm.candidate_rewards([it.user_id] * T, hp, cands)  # type: ignore[attr-defined]
+            elif shared:  # the policy's forward over x ⊕ y already filled the RM backbone's cache
+                from perbench.rewards.lm_utils import tree_candidate_hidden
+
+                assert rm_lm is not None
+                h = tree_candidate_hidden(rm_lm, ids, P, cands, chunk_tokens=chunk_tokens, cache=cache)
+                assert isinstance(rm, FeatureRM)
+                r = rm.rewards([it.user_id] * (T * kk), [it.prompt] * (T * kk), h.reshape(T * kk, -1).float())
             else:
-                r = _tree_rewards(rm, rm_lm, x, P, cands, it.user_id, cache, per)  # type: ignore[arg-type]
+                r = rm.teacher_forced_candidate_rewards(it, ids[P:], cands)
             out.append(
                 RGDInputs(
                     top_lp.double().cpu().numpy(),
@@ -213,47 +224,161 @@ def rgd_policy_inputs(
     return out
 
 
-def _tree_rewards(
-    rm: FeatureRM,
-    rm_lm: LoadedLM,
-    x: torch.Tensor,
-    P: int,
-    cands: torch.Tensor,
-    user: str,
-    cache: Any,
-    per: int,
-) -> torch.Tensor:
-    """(T, k) rewards of every candidate, from the RM backbone's KV cache of x ⊕ y and tree batches."""
-    import torch
-    from transformers import DynamicCache
+# ------------------------------------------------------------------------------------------------------------
+# Every variant in one pass, for the runner.
 
-    model = rm_lm.model
-    dec = model.get_decoder()
-    dev = rm_lm.policy.device
-    dtype = rm_lm.policy.torch_dtype()
-    L = x.shape[1]
-    T, k = cands.shape
-    if cache is None:
-        cache = DynamicCache(config=model.config)
-        dec(input_ids=x[:, : L - 1].to(dev), cache=cache, use_cache=True)  # y_T is never a prefix token
-    Lc = cache.get_seq_length()
-    neg = torch.finfo(dtype).min
-    rewards = []
-    for t0 in range(0, T, per):
-        t1 = min(T, t0 + per)
-        n = (t1 - t0) * k
-        t_of = torch.arange(t0, t1, device=dev).repeat_interleave(k)  # response position of each candidate
-        pos = P + t_of
-        cached = torch.where(torch.arange(Lc, device=dev)[None, :] < pos[:, None], 0.0, neg)
-        tree = torch.full((n, n), neg, device=dev).fill_diagonal_(0.0)
-        mask = torch.cat([cached, tree], 1).to(dtype)[None, None]
-        h = dec(
-            input_ids=cands[t0:t1].reshape(1, n).to(dev),
-            attention_mask=mask,
-            position_ids=pos[None],
-            cache=cache,
-            use_cache=True,
-        ).last_hidden_state[0]
-        cache.crop(-n)  # drop this chunk's candidates again
-        rewards.append(rm.reward_from_features([user] * n, h.float()).view(t1 - t0, k))
-    return torch.cat(rewards)
+#: The variant a constant added to the reward cannot move, reported first.
+HEADLINE = "rgd_mean"
+#: Variants of :func:`policy_accuracy_scores` that are compared chosen vs rejected.
+VARIANTS = ("rgd_mean", "rgd_sum", "w0_mean", "w0_sum", "policy_mean", "policy_sum", "mean", "sum")
+VARIANT_DOC = {
+    "rgd_mean": "headline: mean_t log π_RGD(y_t), the RGD-induced policy (top-k softmax of log π + w·r); "
+    "a constant added to r cannot move it",
+    "rgd_sum": "Σ_t log π_RGD(y_t) (shift-invariant)",
+    "w0_mean": "the same at w = 0: the policy alone over its top-k",
+    "w0_sum": "Σ_t of the same at w = 0",
+    "policy_mean": "mean_t log π(y_t): the policy alone, untruncated",
+    "policy_sum": "Σ_t log π(y_t)",
+    "mean": "(Σ_t log π(y_t) + w·r(x, y_≤t)) / T — a constant c adds w·c to both sides: shift-invariant",
+    "sum": "Σ_t [log π(y_t) + w·r(x, y_≤t)] — changes when a constant is added to r (c·w·T)",
+}
+
+
+def _is_token_scorer(rm: object) -> bool:
+    return callable(getattr(type(rm), "candidate_rewards", None))
+
+
+def _is_feature_rm(rm: object) -> bool:
+    from perbench.rewards.base import FeatureRM
+
+    return isinstance(rm, FeatureRM) and not _is_token_scorer(rm)
+
+
+def _rm_backbone(rm: object) -> LoadedLM | None:
+    """The LM whose tokenizer the RM's per-prefix reward reads (None: the policy's own, or not known)."""
+    from perbench.models.loader import LoadedLM
+
+    ext = getattr(rm, "extractor", None)
+    lm = getattr(ext, "lm", None) if ext is not None else getattr(rm, "lm", None)
+    if lm is None:
+        lm = getattr(rm, "base", None)
+    return lm if isinstance(lm, LoadedLM) else None
+
+
+def policy_accuracy_problem(policy: LoadedLM, rm: RewardModel) -> str | None:
+    """Why policy accuracy cannot be computed for this (policy, RM) (None: it can). The runner reports the
+    reason as "not applicable"."""
+    if _is_token_scorer(rm):
+        if getattr(rm, "backbone_fingerprint", None) != policy.fingerprint:
+            return "a token-level scorer must be built on the policy's own hidden states"
+        return None
+    reason = getattr(rm, "no_prefix_reward", "this method defines no reward for a partial response")
+    if reason is not None:
+        return str(reason)
+    lm = _rm_backbone(rm)
+    if lm is None:
+        return "the reward model is not fitted (no backbone)"
+    if lm.tokenizer.get_vocab() != policy.tokenizer.get_vocab():
+        return f"the RM backbone ({lm.name}) does not share the policy's tokenizer"
+    return None
+
+
+def policy_accuracy_scores(
+    policy: LoadedLM,
+    rm: RewardModel,
+    items: Sequence[ScoreItem],
+    *,
+    w: float,
+    k: int,
+    max_length: int = 1024,
+    chunk_tokens: int = 512,
+) -> dict[str, np.ndarray]:
+    """Per response (one entry per item): every variant of :data:`VARIANTS`, plus ``misses`` (tokens
+    outside the policy's top-k) and ``T`` (response tokens). ``w`` and ``k`` are those of the deployed
+    ARGS decoder. Raises TypeError when :func:`policy_accuracy_problem` gives a reason."""
+    problem = policy_accuracy_problem(policy, rm)
+    if problem is not None:
+        raise TypeError(f"policy accuracy for {type(rm).__name__}: {problem}")
+    if k < 1:
+        raise ValueError(f"policy accuracy: k must be ≥ 1, got {k}")
+    inputs = rgd_policy_inputs(policy, rm, items, k=k, max_length=max_length, chunk_tokens=chunk_tokens)
+    tok_r = rm.token_rewards(items)
+    lp_y = _response_logprobs(policy, items, max_length)
+    out: dict[str, list[float]] = {v: [] for v in (*VARIANTS, "misses", "T")}
+    for inp, r, lp in zip(inputs, tok_r, lp_y, strict=True):
+        T = len(inp.hit)
+        if len(r) != T or len(lp) != T:
+            raise ValueError(f"policy accuracy: {T} policy tokens but {len(r)} reward / {len(lp)} log-prob values")
+        n = max(T, 1)
+        g, miss = rgd_policy_logprob(inp, w)
+        g0, _ = rgd_policy_logprob(inp, 0.0)
+        s = float(np.sum(lp) + w * np.sum(r))
+        vals = {
+            "rgd_sum": g,
+            "rgd_mean": g / n,
+            "w0_sum": g0,
+            "w0_mean": g0 / n,
+            "policy_sum": float(np.sum(lp)),
+            "policy_mean": float(np.sum(lp)) / n,
+            "sum": s,
+            "mean": s / n,
+            "misses": float(miss),
+            "T": float(T),
+        }
+        for key, v in vals.items():
+            out[key].append(v)
+    return {key: np.asarray(v, np.float64) for key, v in out.items()}
+
+
+def _response_logprobs(policy: LoadedLM, items: Sequence[ScoreItem], max_length: int) -> list[np.ndarray]:
+    """(T,) log π(y_t | x, y_<t) of each response under the policy (one forward per response)."""
+    import torch
+
+    from perbench.models.chat import encode_pair
+
+    dec, head = policy.model.get_decoder(), policy.model.get_output_embeddings()
+    out = []
+    with torch.inference_mode():
+        for it in items:
+            ids, T, _ = encode_pair(policy.tokenizer, it.prompt, it.response, max_length)
+            if T == 0:
+                out.append(np.zeros(0))
+                continue
+            x = torch.tensor([ids], dtype=torch.long, device=policy.policy.device)
+            h = dec(input_ids=x).last_hidden_state[0, len(ids) - T - 1 : len(ids) - 1]
+            lp = torch.log_softmax(head(h).float(), -1).gather(-1, x[0, len(ids) - T :, None])[:, 0]
+            out.append(lp.double().cpu().numpy())
+    return out
+
+
+def policy_accuracy_from_scores(
+    chosen: dict[str, np.ndarray],
+    rejected: dict[str, np.ndarray],
+    users: Sequence[str],
+    w: float,
+    k: int,
+    *,
+    tie: str = "strict",
+    n_boot: int = 1000,
+    seed: int = 0,
+    prompts: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Accuracy of every variant (mean 1[S(y_w) > S(y_l)] under the tie rule) from
+    :func:`policy_accuracy_scores` of the chosen and rejected sides, with the miss accounting.
+    ``headline`` names the shift-invariant variant; ``w0`` is its value for the policy alone."""
+    out: dict[str, Any] = {"w": w, "k": k, "headline": HEADLINE, "variants": dict(VARIANT_DOC)}
+    for variant in VARIANTS:
+        a = policy_accuracy(
+            chosen[variant], rejected[variant], users, tie=tie, n_boot=n_boot, seed=seed, prompts=prompts
+        )
+        a.pop("per_user", None)
+        out[variant] = a
+    out["w0"] = out[HEADLINE.replace("rgd", "w0")]
+    miss_w, miss_l = chosen["misses"] > 0, rejected["misses"] > 0
+    n_resp = 2 * len(miss_w)
+    out["miss_rate"] = float((miss_w.sum() + miss_l.sum()) / n_resp) if n_resp else None
+    n_tok = float(chosen["T"].sum() + rejected["T"].sum())
+    out["token_miss_rate"] = float(chosen["misses"].sum() + rejected["misses"].sum()) / n_tok if n_tok else None
+    out["pairs_any_miss"] = int((miss_w | miss_l).sum())
+    out["pairs_both_miss"] = int((miss_w & miss_l).sum())
+    return out

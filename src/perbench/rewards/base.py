@@ -7,6 +7,19 @@
 Frozen-feature methods subclass :class:`FeatureRM` and implement ``reward_from_features``: a reward for
 *any* backbone hidden state, which is what gives them per-token rewards (policy accuracy) and ARGS
 candidate scoring for free.
+
+**One method, one reward function.** Every consumer of a frozen-feature reward — ``score`` (RM accuracy,
+Best-of-N, win rate), ``token_rewards`` (policy accuracy), ARGS candidate scoring and the RGD-induced
+policy — calls :meth:`FeatureRM.rewards` with the user *and the prompt* of every row. A method whose reward
+reads the prompt beyond φ(x, y) (PAL-B's prompt-side prototypes) sets ``prompt_conditioned`` and overrides
+:meth:`FeatureRM.prompt_rewards`; its ``reward_from_features`` raises, so no caller can silently drop the
+prompt.
+
+**Per-prefix rewards.** ``no_prefix_reward`` is None for a method that defines r_u(x, y_≤t) for every
+prefix of a response (feature heads, token-factorised rewards such as GenARM's β·log π_r and P-DPO's
+implicit reward, LoRA heads); it then implements ``token_rewards`` and
+``teacher_forced_candidate_rewards``. Otherwise it holds the reason, which the runner reports as "not
+applicable".
 """
 
 from __future__ import annotations
@@ -45,8 +58,13 @@ class RMContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+NO_PREFIX_REWARD = "this method defines no reward for a partial response"
+
+
 class RewardModel(ABC):
     name: ClassVar[str] = "reward_model"
+    #: None when the method defines r_u(x, y_≤t) for every prefix (see the module docstring); else why not.
+    no_prefix_reward: ClassVar[str | None] = NO_PREFIX_REWARD
     #: True when the score ignores the user (global RMs, baselines): decoding runs once per prompt.
     user_agnostic: ClassVar[bool] = False
     #: False when ``adapt`` ignores the shots (e.g. an in-context judge reads the user's rubric instead):
@@ -83,9 +101,28 @@ class RewardModel(ABC):
         rejected = self.score([ScoreItem(p.user_id, p.prompt, p.rejected) for p in pairs])
         return chosen, rejected
 
+    # Per-prefix rewards (policy accuracy, guided decoding); only where ``no_prefix_reward`` is None.
+    def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
+        """r_u(x, y_≤t) for every response token t (the last one equals ``score``)."""
+        raise NotImplementedError(f"{self.name}: {self.no_prefix_reward or 'token_rewards not implemented'}")
+
+    def teacher_forced_candidate_rewards(
+        self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
+    ) -> torch.Tensor:
+        """(T, k) r_u(x, y_<t ⊕ v) for every response position t and candidate token v = ``cands[t, j]``,
+        with y = ``response_ids`` (token ids of this method's tokenizer, T of them), teacher-forced: one
+        forward over the full response (plus, for hidden-state heads, one tree batch of the candidates)."""
+        raise NotImplementedError(f"{self.name}: {self.no_prefix_reward or 'candidate rewards not implemented'}")
+
 
 class FeatureRM(RewardModel):
-    """A reward that is a function of frozen backbone features φ (and the user)."""
+    """A reward that is a function of frozen backbone features φ (and the user, and, for
+    ``prompt_conditioned`` methods, the prompt)."""
+
+    no_prefix_reward: ClassVar[str | None] = None
+    #: True when the reward reads the prompt beyond φ(x, y): ``reward_from_features`` then raises and every
+    #: consumer goes through :meth:`rewards` (which passes the prompts).
+    prompt_conditioned: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -105,14 +142,31 @@ class FeatureRM(RewardModel):
 
     @abstractmethod
     def reward_from_features(self, user_ids: Sequence[str], feats: torch.Tensor) -> torch.Tensor:
-        """(N, d) features -> (N,) rewards; must accept partial-response features too."""
+        """(N, d) features -> (N,) rewards; must accept partial-response features too. The implementation
+        hook of prompt-free methods: callers use :meth:`rewards`."""
+
+    def prompt_rewards(self, user_ids: Sequence[str], prompts: Sequence[Prompt], feats: torch.Tensor) -> torch.Tensor:
+        """The hook of ``prompt_conditioned`` methods (rows' prompts given); others never reach it."""
+        raise NotImplementedError(f"{self.name} is prompt-conditioned but does not implement prompt_rewards")
+
+    def rewards(self, user_ids: Sequence[str], prompts: Sequence[Prompt], feats: torch.Tensor) -> torch.Tensor:
+        """**The** reward function: (N, d) backbone states of (x_i, y_i or a prefix of it), with each row's
+        user and prompt -> (N,) rewards. ``score``, ``token_rewards``, ARGS and the RGD-induced policy all
+        call this, so a method is one reward function everywhere."""
+        if len(user_ids) != len(feats) or len(prompts) != len(feats):
+            raise ValueError(
+                f"{self.name}.rewards: {len(feats)} feature rows but {len(user_ids)} users and {len(prompts)} prompts"
+            )
+        if self.prompt_conditioned:
+            return self.prompt_rewards(user_ids, prompts, feats)
+        return self.reward_from_features(user_ids, feats)
 
     def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
         import torch
 
         feats = self._require_extractor().last([(it.prompt, it.response) for it in items], desc=f"{self.name} features")
         with torch.no_grad():
-            r = self.reward_from_features([it.user_id for it in items], torch.from_numpy(feats))
+            r = self.rewards([it.user_id for it in items], [it.prompt for it in items], torch.from_numpy(feats))
         return r.double().numpy()
 
     def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
@@ -124,8 +178,26 @@ class FeatureRM(RewardModel):
         with torch.no_grad():
             for it, tf in zip(items, toks, strict=True):
                 h = torch.from_numpy(tf.hidden)
-                out.append(self.reward_from_features([it.user_id] * len(h), h).double().numpy())
+                out.append(self.rewards([it.user_id] * len(h), [it.prompt] * len(h), h).double().numpy())
         return out
+
+    def teacher_forced_candidate_rewards(
+        self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
+    ) -> torch.Tensor:
+        """The RM backbone's state at x ⊕ y_<t ⊕ v for all T·k candidates (one forward over x ⊕ y, then tree
+        batches of candidates; see :func:`~perbench.rewards.lm_utils.tree_candidate_hidden`) -> rewards."""
+        import torch
+
+        from perbench.models.chat import encode_prompt
+        from perbench.rewards.lm_utils import tree_candidate_hidden
+
+        ext = self._require_extractor()
+        ids = [*encode_prompt(ext.lm.tokenizer, item.prompt), *response_ids][-ext.max_length :]  # as encode_pair
+        T, k = cands.shape
+        with torch.inference_mode():
+            h = tree_candidate_hidden(ext.lm, ids, len(ids) - len(response_ids), cands)
+            flat = h.reshape(T * k, -1).float()
+            return self.rewards([item.user_id] * (T * k), [item.prompt] * (T * k), flat).view(T, k)
 
 
 def pair_feature_arrays(

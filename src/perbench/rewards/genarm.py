@@ -3,7 +3,12 @@
 π_r is a causal LM (the backbone + LoRA); the reward is token-factorised, r(x, y) = β·log π_r(y | x) =
 β·Σ_t log π_r(y_t | x, y_<t) (no length normalisation). Loss: −log σ(β[log π_r(y_w | x) − log π_r(y_l | x)]).
 One forward of π_r gives log π_r over the **whole vocabulary** for the next token: that is what the
-GenARM decoder combines with the policy, log π_base + (1/β)·log π_r (see :meth:`stepper`).
+GenARM decoder combines with the policy, log π_base + α·log π_r with α the decoder's own coefficient
+(default 1.0; see :mod:`perbench.decoding.genarm` and :meth:`stepper`).
+
+Per-prefix reward (policy accuracy): r(x, y_≤t) = β·Σ_{s≤t} log π_r(y_s | x, y_<s), and a candidate v after
+y_<t gets β·(Σ_{s<t} log π_r(y_s | …) + log π_r(v | x, y_<t)) — all from one forward of π_r over x ⊕ y. The
+full response's value is ``score``.
 
 User conditioning (our reading; GenARM itself is not personalised): the user's text — ``User.rubric_text``
 if the benchmark exposes one, else their first ``profile_k`` profile items — from ``ctx.extra["users"]``
@@ -43,6 +48,8 @@ from perbench.rewards.lm_utils import (
     minibatches,
     resolve_backbone,
     response_logprobs,
+    response_vocab_logprobs,
+    token_factorised_prefix_rewards,
     with_system,
 )
 from perbench.rewards.personal import seeded, str_array, str_list
@@ -79,6 +86,7 @@ class GenARMStepper:
 
 class GenARM(RewardModel):
     name: ClassVar[str] = "genarm"
+    no_prefix_reward: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -209,6 +217,31 @@ class GenARM(RewardModel):
                 )
         lp = torch.cat(out) if out else torch.zeros(0)
         return (self.beta * lp).double().numpy()
+
+    def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
+        """β·Σ_{s≤t} log π_r(y_s | user, x, y_<s) for every response token t (the last one is ``score``)."""
+        lm = self._lm()
+        seqs = self._seqs([it.user_id for it in items], [it.prompt for it in items], [it.response for it in items])
+        out = []
+        with torch.inference_mode():
+            for sq in seqs:
+                per = response_vocab_logprobs(lm.model, sq.ids, sq.n_resp, device=lm.policy.device)
+                tok, _ = token_factorised_prefix_rewards(per, sq.ids[len(sq.ids) - sq.n_resp :], None, self.beta)
+                out.append(tok.double().cpu().numpy())
+        return out
+
+    def teacher_forced_candidate_rewards(
+        self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
+    ) -> torch.Tensor:
+        """(T, k) β·(log π_r(y_<t | user, x) + log π_r(v | user, x, y_<t)) from one forward of π_r."""
+        lm = self._lm()
+        ids = [*self.prompt_ids([item.user_id], [item.prompt])[0], *response_ids]
+        ids = ids[-self.max_length :]  # as encode_pair truncates: the prompt's head goes first
+        with torch.inference_mode():
+            per = response_vocab_logprobs(lm.model, ids, len(response_ids), device=lm.policy.device)
+            _, cand = token_factorised_prefix_rewards(per, response_ids, cands, self.beta)
+        assert cand is not None
+        return cand
 
     def stepper(self, user_ids: Sequence[str], prompts: Sequence[Prompt]) -> GenARMStepper:
         """A KV-cached π_r for guided decoding: one forward per generated token gives log π_r over the full

@@ -9,6 +9,9 @@ fine-tuned by LoRA (peft), jointly with the head.
   base model's. Not a FeatureRM (its features are not the shared ``ctx.features``).
 - The backbone is ``backbone=`` if given, else the RM backbone ``ctx.features.lm``.
 - User-agnostic: ``adapt`` does nothing; every user gets the same reward.
+- Per-prefix reward (policy accuracy): the same head on the adapted backbone's hidden state at every
+  response token, r(x, y_≤t) = wᵀ standardize(h_t), from one forward over x ⊕ y; a candidate v after y_<t
+  is scored on the adapted backbone's state at x ⊕ y_<t ⊕ v (tree batches of candidates).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from perbench.rewards.personal import seeded
 class GlobalBTv2(RewardModel):
     name: ClassVar[str] = "global_bt_v2"
     user_agnostic: ClassVar[bool] = True
+    no_prefix_reward: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -149,6 +153,33 @@ class GlobalBTv2(RewardModel):
         with torch.no_grad():
             r = self.std(torch.from_numpy(feats)) @ torch.from_numpy(self.w)
         return r.double().numpy()
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        assert self.w is not None
+        return self.std(hidden.float().cpu()) @ torch.from_numpy(self.w)
+
+    def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
+        """wᵀ standardize(h_t) at every response token t of the adapted backbone (the last one is ``score``)."""
+        if self.extractor is None or self.w is None:
+            raise RuntimeError(f"{self.name} used before fit")
+        toks = self.extractor.tokens([(it.prompt, it.response) for it in items], desc=f"{self.name} token features")
+        with torch.no_grad():
+            return [self._head(torch.from_numpy(tf.hidden)).double().numpy() for tf in toks]
+
+    def teacher_forced_candidate_rewards(
+        self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
+    ) -> torch.Tensor:
+        if self.extractor is None or self.w is None:
+            raise RuntimeError(f"{self.name} used before fit")
+        from perbench.models.chat import encode_prompt
+        from perbench.rewards.lm_utils import tree_candidate_hidden
+
+        lm = self.extractor.lm
+        ids = [*encode_prompt(lm.tokenizer, item.prompt), *response_ids][-self.extractor.max_length :]
+        T, k = cands.shape
+        with torch.inference_mode():
+            h = tree_candidate_hidden(lm, ids, len(ids) - len(response_ids), cands)
+            return self._head(h.reshape(T * k, -1)).view(T, k)
 
     def state(self) -> dict[str, np.ndarray]:
         if self.w is None or self.base is None or self.std.mu is None or self.std.sd is None:

@@ -195,3 +195,92 @@ def minibatches(n: int, batch_size: int, steps: int, gen: torch.Generator) -> li
             if len(out) == steps:
                 break
     return out
+
+
+# ---- per-prefix quantities, teacher-forced ----------------------------------------------------------------
+def response_vocab_logprobs(
+    model: Any,
+    ids: Sequence[int],
+    n_resp: int,
+    *,
+    prefix: torch.Tensor | None = None,
+    device: str | torch.device = "cpu",
+) -> torch.Tensor:
+    """(T, V) log π(· | x, y_<t) at every response position t of one sequence ``ids`` = x ⊕ y (T = ``n_resp``),
+    from one forward; ``prefix`` (1, P, d) soft embeddings go before the ids (P-DPO's user tokens)."""
+    x = torch.tensor([list(ids)], dtype=torch.long, device=device)
+    h = _decoder_hidden(model, x, torch.ones_like(x), prefix)[0]
+    P = 0 if prefix is None else prefix.shape[1]
+    n = len(ids)
+    hs = h[P + n - n_resp - 1 : P + n - 1]  # hidden at j predicts token j + 1
+    return torch.log_softmax(model.get_output_embeddings()(hs).float(), -1)
+
+
+def token_factorised_prefix_rewards(
+    per_token: torch.Tensor, response_ids: Sequence[int], cands: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """For a reward r(x, y) = scale · Σ_t ℓ_t(y_t) with ℓ_t a (T, V) table of per-position token values
+    (GenARM: log π_r; P-DPO: log π_θ − log π_ref): -> ((T,) r(x, y_≤t), (T, k) r(x, y_<t ⊕ v) or None)."""
+    T = len(response_ids)
+    tgt = torch.tensor(list(response_ids), dtype=torch.long, device=per_token.device)
+    own = per_token[torch.arange(T, device=per_token.device), tgt] if T else per_token.new_zeros(0)
+    cum = own.cumsum(0)
+    token = scale * cum
+    if cands is None:
+        return token, None
+    before = torch.cat([cum.new_zeros(1), cum[:-1]]) if T else cum
+    cand = scale * (before[:, None] + per_token.gather(1, cands.to(per_token.device)))
+    return token, cand
+
+
+def tree_candidate_hidden(
+    lm: LoadedLM,
+    ids: Sequence[int],
+    P: int,
+    cands: torch.Tensor,
+    *,
+    chunk_tokens: int = 512,
+    cache: Any = None,
+) -> torch.Tensor:
+    """(T, k, d) last hidden state of ``lm`` at x ⊕ y_<t ⊕ v for every response position t and candidate
+    v = ``cands[t, j]``, with ``ids`` = x ⊕ y (the first ``P`` ids are the prompt, T = len(ids) − P).
+
+    One forward over x ⊕ y_<T fills a KV cache (or pass ``cache``, already holding at least that), then
+    the candidates go in as tree batches of ``chunk_tokens``: candidate (t, v) sits at position P + t and
+    attends to x ⊕ y_<t and itself only; the cache is cropped back after each chunk."""
+    from transformers import DynamicCache
+
+    model = lm.model
+    dec = model.get_decoder()
+    dev = lm.policy.device
+    dtype = lm.policy.torch_dtype()
+    T, k = cands.shape
+    if T == 0:
+        return torch.zeros(0, k, int(lm.hidden_size))
+    if len(ids) - P != T:
+        raise ValueError(f"tree_candidate_hidden: {T} candidate rows for {len(ids) - P} response tokens")
+    per = max(1, chunk_tokens // max(k, 1))
+    if cache is None:
+        cache = DynamicCache(config=model.config)
+        x = torch.tensor([list(ids)[: len(ids) - 1]], dtype=torch.long, device=dev)  # y_T is never a prefix
+        dec(input_ids=x, cache=cache, use_cache=True)
+    Lc = cache.get_seq_length()
+    neg = torch.finfo(dtype).min
+    out = []
+    for t0 in range(0, T, per):
+        t1 = min(T, t0 + per)
+        n = (t1 - t0) * k
+        pos = P + torch.arange(t0, t1, device=dev).repeat_interleave(k)
+        cached = torch.where(torch.arange(Lc, device=dev)[None, :] < pos[:, None], 0.0, neg)
+        tree = torch.full((n, n), neg, device=dev).fill_diagonal_(0.0)
+        mask = torch.cat([cached, tree], 1).to(dtype)[None, None]
+        h = dec(
+            input_ids=cands[t0:t1].reshape(1, n).to(dev),
+            attention_mask=mask,
+            position_ids=pos[None],
+            cache=cache,
+            use_cache=True,
+        ).last_hidden_state[0]
+        cache.crop(-n)
+        out.append(h.view(t1 - t0, k, -1))
+    return torch.cat(out)

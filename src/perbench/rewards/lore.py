@@ -12,9 +12,13 @@ Our readings (the paper/code leave these open or tie them to their own scales):
   same objective that lets one Adam learning rate work for every feature width.
 - ``lore`` (plain): joint full-batch Adam on (V, θ).
 - ``lore_reg``: alternating Adam steps on θ (V fixed) and V (θ fixed); V's step adds
-  α(t)·mean_k(1 − cos(V_k, v_global)) with v_global the global BT direction and α(t) ramped linearly from 0
-  at 20 % to ``alpha`` at 80 % of the iterations; at the end, basis columns no user weights above 1e-2 are
-  dropped and the weights renormalised over the kept columns.
+  α(t)·mean_k(1 − cos(V_k, v_global)) with α(t) ramped linearly from 0 at 20 % to ``alpha`` at 80 % of the
+  iterations; at the end, basis columns no user weights above 1e-2 are dropped and the weights
+  renormalised over the kept columns. α = 1e4 by default (the reference's PRISM setting). v_global is the
+  **global RM** direction: the ``global_bt`` head (:func:`~perbench.rewards.global_bt.fit_linear_bt`, its
+  default l2 = 1e-2 and 200 L-BFGS iterations) fit on all seen users' pairs pooled, each pair counted once
+  (not the per-user weighting the LoRe loss uses), on the same standardised features — the very head the
+  ``global_bt`` method deploys. :attr:`LoReReg.v_global` keeps it for inspection.
 - ``lore_alt``: alternating minimisation without the penalty: blocks of ``inner_steps`` Adam steps on θ,
   then on V, repeated.
 - New user: V frozen, θ_u fit on their shots (Adam, ``adapt_steps`` = 500, from uniform weights).
@@ -30,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from perbench.rewards.base import RMContext
-from perbench.rewards.personal import PairData, PersonalFeatureRM, adam_steps, fit_logistic, np32
+from perbench.rewards.personal import PairData, PersonalFeatureRM, adam_steps, np32
 
 if TYPE_CHECKING:
     import torch
@@ -172,13 +176,33 @@ class LoReReg(LoReAlt):
     name: ClassVar[str] = "lore_reg"
     mode: ClassVar[str] = "reg"
 
-    def __init__(self, alpha: float = 0.1, inner_steps: int = 1, global_l2: float = 1e-2, **params: Any) -> None:
-        super().__init__(alpha=alpha, inner_steps=inner_steps, global_l2=global_l2, **params)
-        self.alpha, self.global_l2 = alpha, global_l2
+    def __init__(
+        self,
+        alpha: float = 1e4,
+        inner_steps: int = 1,
+        global_l2: float = 1e-2,
+        global_max_iter: int = 200,
+        **params: Any,
+    ) -> None:
+        super().__init__(
+            alpha=alpha, inner_steps=inner_steps, global_l2=global_l2, global_max_iter=global_max_iter, **params
+        )
+        self.alpha, self.global_l2, self.global_max_iter = alpha, global_l2, global_max_iter
         self._v_global: torch.Tensor | None = None
 
+    @property
+    def v_global(self) -> np.ndarray | None:
+        """The global RM direction the basis is pulled toward (None before fit or after a state reload)."""
+        return None if self._v_global is None else np32(self._v_global)
+
     def _fit(self, data: PairData, ctx: RMContext) -> None:
-        self._v_global = fit_logistic(data.diff, l2=self.global_l2, max_iter=100)
+        import torch
+
+        from perbench.rewards.global_bt import fit_linear_bt
+
+        # The global RM: every seen pair pooled, each counted once — as the ``global_bt`` method fits it.
+        w = fit_linear_bt(data.diff.numpy(), l2=self.global_l2, max_iter=self.global_max_iter)
+        self._v_global = torch.from_numpy(w)
         super()._fit(data, ctx)
 
     def _penalty(self, Vp: torch.Tensor, t: int, total: int) -> torch.Tensor | None:

@@ -1,37 +1,44 @@
 """PAL — pluralistic alignment with K user prototypes (Chen et al., ICLR 2025), on frozen features.
 
-A user is a point on the simplex over K prototypes (K = 2 default): w_u = softmax(W_u). With z_y the
-standardised features of (x, y) and z_x the standardised *prompt* features
-(:meth:`~perbench.rewards.features.FeatureExtractor.prompt_features`), f and g_1..g_K small MLPs:
+A user is a point on the simplex over K prototypes (K = 2 default): w_u = softmax(W_u). z_y are the
+standardised features φ(x, y) of a (prompt, response); f is a small MLP into an m-dimensional preference
+space.
 
-- PAL-B: r_u(x, y) = s · cos(f(z_y), Σ_k w_uk g_k(z_x)), s = exp(logit_scale) clamped at 100;
-- PAL-A (ideal point): r_u(x, y) = −‖f(z_y) − Σ_k w_uk g_k(z_x)‖², the distance of the response to the
-  user's mixture of prototype points.
+**PAL-A** (``pal_a``, the paper's ideal-point model; the reference code's ``Pw`` user learner with the
+``dist`` preference learner): the prototypes are K **free** vectors p_k ∈ R^m (no prompt input); the
+user's ideal point is a_u = Σ_k w_uk p_k and
 
-Loss: cross-entropy over [r_w, r_l] (= −log σ(r_w − r_l)) plus a bound penalty
-mean relu(‖g_k(z_x)‖ − 4)² that keeps prototype norms ≤ 4. Full-batch Adam.
+    r_u(x, y) = −‖f(z_y) − a_u‖₂  (the Euclidean distance, not squared, as the reference trains with).
 
-New user: only W_u is learnt from their pairs (Adam, networks frozen). Unknown user: the mean of the seen
-users' simplex weights.
+The prompt reaches the reward only through φ(x, y). Loss: the reference's logistic loss on the difference
+of distances, −log σ(d(y_l) − d(y_w)), weighted so that every user counts equally (mean over users of the
+mean over their pairs, as its ``logistic_w``), plus its prototype bound λ·Σ_k relu(‖p_k‖ − 4). Where we
+depart: full-batch Adam on frozen features (the reference fine-tunes or fixes an LLM and uses minibatches),
+W_u starts at 0 (uniform weights; the reference draws it from N(0, I)), λ = ``bound_weight`` = 1.
 
-Prompt side outside ``score`` (our reading, kept simple): ARGS and per-token policy accuracy only hand
-over φ(x, y-prefix). :meth:`set_prompt_context` lets a caller register the prompt features of the rows
-of the next ``reward_from_features`` calls (raw φ, one row per reward row, or one row per *user* via a
-dict); without it, the prompt side is the user's mixture of the *mean* prototype vectors ḡ_k over the
-train prompts (learnt at fit time). ``score`` and ``token_rewards`` always use the real prompt features.
+**PAL-B** (``pal_b``): the prototypes are functions of the prompt, g_1..g_K small MLPs of the standardised
+prompt features z_x (:meth:`~perbench.rewards.features.FeatureExtractor.prompt_features`):
+r_u(x, y) = s · cos(f(z_y), Σ_k w_uk g_k(z_x)), s = exp(logit_scale) clamped at 100; cross-entropy over
+[r_w, r_l] (= −log σ(r_w − r_l)) plus a bound penalty mean relu(‖g_k(z_x)‖ − 4)². PAL-B is
+``prompt_conditioned``: every consumer (``score``, ``token_rewards``, ARGS, the RGD-induced policy) passes
+each row's prompt through :meth:`~perbench.rewards.base.FeatureRM.rewards`, and ``reward_from_features``
+without the prompt raises.
+
+New user (both forms): only W_u is learnt from their pairs (Adam, everything else frozen). Unknown user:
+the mean of the seen users' simplex weights.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from perbench.data.records import PreferencePair
-from perbench.rewards.base import RMContext, ScoreItem
+from perbench.data.records import PreferencePair, Prompt, prompt_key
+from perbench.rewards.base import RMContext
 from perbench.rewards.global_bt import Standardizer
 from perbench.rewards.personal import (
     PairData,
@@ -50,8 +57,8 @@ def _mlp(d: int, hidden: int, out: int) -> torch.nn.Sequential:
     return torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, out))
 
 
-class PalNet(torch.nn.Module):
-    """f (response side), g_1..g_K (prompt-side prototypes), and PAL-B's logit scale."""
+class PalBNet(torch.nn.Module):
+    """f (response side), g_1..g_K (prompt-side prototypes), and the logit scale."""
 
     def __init__(self, d: int, K: int, hidden: int, m: int) -> None:
         super().__init__()
@@ -63,9 +70,16 @@ class PalNet(torch.nn.Module):
         return torch.stack([g(zx) for g in self.g], dim=1)  # (N, K, m)
 
 
-class PAL(PersonalFeatureRM):
-    name: ClassVar[str] = "pal_b"
-    form: ClassVar[str] = "B"
+class PalANet(torch.nn.Module):
+    """f (response side) and K free prototype points P (K, m)."""
+
+    def __init__(self, d: int, K: int, hidden: int, m: int) -> None:
+        super().__init__()
+        self.f = _mlp(d, hidden, m)
+        self.P = torch.nn.Parameter(torch.randn(K, m) / math.sqrt(m))
+
+
+class _PALBase(PersonalFeatureRM):
     fallback_doc = "the mean of the seen users' prototype weights"
 
     def __init__(
@@ -96,169 +110,186 @@ class PAL(PersonalFeatureRM):
         self.K, self.hidden, self.m, self.steps, self.lr = K, hidden, dim, steps, lr
         self.weight_decay, self.bound_weight = weight_decay, bound_weight
         self.adapt_steps, self.adapt_lr = adapt_steps, adapt_lr
-        self.std_x = Standardizer()
-        self.net: PalNet | None = None
         self.W: torch.Tensor | None = None  # (U, K) simplex weights
-        self.gbar: torch.Tensor | None = None  # (K, m) mean prototype vectors over train prompts
-        self._prompt_ctx: torch.Tensor | dict[str, torch.Tensor] | None = None
+
+    def user_weights(self, user_id: str) -> np.ndarray:
+        """The user's simplex weights over the K prototypes."""
+        if self.W is None:
+            raise RuntimeError(f"{self.name} used before fit")
+        return np32(self.user_rows([user_id], self.W, self.W.mean(0))[0])
+
+    def _adapt_theta(self, margin_of: Any) -> torch.Tensor:
+        """Learn only W_u: ``margin_of(w)`` -> (n,) r_w − r_l of the user's shots under weights w."""
+        theta = torch.zeros(self.K, requires_grad=True)
+        adam_steps(
+            [theta],
+            lambda t: torch.nn.functional.softplus(-margin_of(torch.softmax(theta, 0))).mean(),
+            self.adapt_steps,
+            self.adapt_lr,
+        )
+        return torch.softmax(theta.detach(), 0)
+
+
+class PALA(_PALBase):
+    """PAL-A: ideal point a_u = Σ_k softmax(W_u)_k p_k of K free prototypes; r = −‖f(z_y) − a_u‖."""
+
+    name: ClassVar[str] = "pal_a"
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.net: PalANet | None = None
+
+    def _distance(self, fy: torch.Tensor, point: torch.Tensor) -> torch.Tensor:
+        d: torch.Tensor = ((fy - point) ** 2).sum(-1).clamp(min=1e-12).sqrt()  # ‖·‖₂, finite gradient at 0
+        return d
+
+    def _fit(self, data: PairData, ctx: RMContext) -> None:
+        d = data.zw.shape[1]
+        self.net = net = PalANet(d, self.K, self.hidden, self.m)
+        theta = torch.zeros(len(data.users), self.K, requires_grad=True)
+        wt = data.pair_weights()
+
+        def loss_fn(t: int) -> torch.Tensor:
+            point = torch.softmax(theta, -1)[data.uidx] @ net.P  # (P, m)
+            margin = self._distance(net.f(data.zl), point) - self._distance(net.f(data.zw), point)
+            bound = torch.relu(net.P.norm(dim=-1) - PROTO_NORM_BOUND).sum()
+            return (torch.nn.functional.softplus(-margin) * wt).sum() + self.bound_weight * bound
+
+        adam_steps(list(net.f.parameters()), loss_fn, self.steps, self.lr, self.weight_decay, no_decay=[theta, net.P])
+        net.eval()
+        self.W = torch.softmax(theta.detach(), -1)
+
+    def _adapt(self, user_id: str, data: PairData) -> torch.Tensor:
+        assert self.net is not None, "fit first"
+        net = self.net
+        with torch.no_grad():
+            fw, fl, P = net.f(data.zw), net.f(data.zl), net.P.detach()
+
+        def margin_of(w: torch.Tensor) -> torch.Tensor:
+            point = (w @ P)[None]
+            return self._distance(fl, point) - self._distance(fw, point)
+
+        return self._adapt_theta(margin_of)
+
+    def _reward(self, user_ids: Sequence[str], z: torch.Tensor) -> torch.Tensor:
+        if self.net is None or self.W is None:
+            raise RuntimeError(f"{self.name} used before fit")
+        point = self.user_rows(user_ids, self.W, self.W.mean(0)) @ self.net.P
+        return -self._distance(self.net.f(z), point)
+
+    def ideal_point(self, user_id: str) -> np.ndarray:
+        """a_u in the preference space (m,)."""
+        assert self.net is not None
+        return np32(torch.from_numpy(self.user_weights(user_id)) @ self.net.P.detach())
+
+    def _state(self) -> dict[str, np.ndarray]:
+        assert self.net is not None and self.W is not None
+        return {"W": np32(self.W), **module_state(self.net, "net.")}
+
+    def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.W = torch.from_numpy(state["W"].astype(np.float32))
+        d = int(state["net.f.0.weight"].shape[1])
+        self.net = PalANet(d, self.K, self.hidden, self.m)
+        load_module_state(self.net, state, "net.")
+        self.net.eval()
+
+
+class PALB(_PALBase):
+    """PAL-B: prompt-conditioned prototypes g_k(z_x), cosine reward with a learnt scale."""
+
+    name: ClassVar[str] = "pal_b"
+    prompt_conditioned: ClassVar[bool] = True
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.std_x = Standardizer()
+        self.net: PalBNet | None = None
+        self._zx: dict[str, torch.Tensor] = {}  # prompt key -> standardised prompt features (memo)
 
     # ---- the model -------------------------------------------------------------------------------------
-    def _protos(self, zx: torch.Tensor) -> torch.Tensor:
-        assert self.net is not None
-        return self.net.protos(zx)
-
     def _r(self, fy: torch.Tensor, point: torch.Tensor) -> torch.Tensor:
-        """(N, m) response embeddings, (N, m) user prompt-side points -> (N,) rewards."""
         assert self.net is not None
-        if self.form == "A":
-            return -((fy - point) ** 2).sum(-1)
         s = self.net.logit_scale.clamp(max=LOGIT_SCALE_MAX).exp()
         return s * torch.nn.functional.cosine_similarity(fy, point, dim=-1)
-
-    def _bound(self, protos: torch.Tensor) -> torch.Tensor:
-        return torch.relu(protos.norm(dim=-1) - PROTO_NORM_BOUND).pow(2).mean()
 
     def _extract_more(self, pairs: Sequence[PreferencePair]) -> None:
         self._require_extractor().prompt_features([p.prompt for p in pairs], desc=f"{self.name} prompts")
 
-    def _prompt_z(self, data: PairData) -> torch.Tensor:
-        px = self._require_extractor().prompt_features([p.prompt for p in data.pairs], desc=f"{self.name} prompts")
-        return self.std_x(torch.from_numpy(px))
+    def _prompt_z(self, prompts: Sequence[Prompt]) -> torch.Tensor:
+        """(N, d) standardised prompt features, each distinct prompt extracted once (memoised)."""
+        keys = [prompt_key(p) for p in prompts]
+        todo = {k: p for k, p in zip(keys, prompts, strict=True) if k not in self._zx}
+        if todo:
+            px = self._require_extractor().prompt_features(list(todo.values()), desc=f"{self.name} prompts")
+            zx = self.std_x(torch.from_numpy(px))
+            self._zx.update({k: zx[i] for i, k in enumerate(todo)})
+        if not keys:
+            return torch.zeros(0, len(self.std_x.mu) if self.std_x.mu is not None else 0)
+        return torch.stack([self._zx[k] for k in keys])
 
     # ---- training --------------------------------------------------------------------------------------
     def _fit(self, data: PairData, ctx: RMContext) -> None:
         px = self._require_extractor().prompt_features([p.prompt for p in data.pairs], desc=f"{self.name} prompts")
         self.std_x.fit(px)
+        self._zx = {}
         zx = self.std_x(torch.from_numpy(px))
-        d = data.zw.shape[1]
-        self.net = net = PalNet(d, self.K, self.hidden, self.m)
+        self.net = net = PalBNet(data.zw.shape[1], self.K, self.hidden, self.m)
         theta = torch.zeros(len(data.users), self.K, requires_grad=True)
         wt = data.pair_weights()
 
         def loss_fn(t: int) -> torch.Tensor:
-            protos = self._protos(zx)
+            protos = net.protos(zx)
             point = (torch.softmax(theta, -1)[data.uidx, :, None] * protos).sum(1)
             margin = self._r(net.f(data.zw), point) - self._r(net.f(data.zl), point)
-            bt = (torch.nn.functional.softplus(-margin) * wt).sum()
-            return bt + self.bound_weight * self._bound(protos)
+            bound = torch.relu(protos.norm(dim=-1) - PROTO_NORM_BOUND).pow(2).mean()
+            return (torch.nn.functional.softplus(-margin) * wt).sum() + self.bound_weight * bound
 
         adam_steps(list(net.parameters()), loss_fn, self.steps, self.lr, self.weight_decay, no_decay=[theta])
         net.eval()
-        with torch.no_grad():
-            self.W = torch.softmax(theta.detach(), -1)
-            self.gbar = self._protos(zx).mean(0)
+        self.W = torch.softmax(theta.detach(), -1)
 
     def _adapt(self, user_id: str, data: PairData) -> torch.Tensor:
         assert self.net is not None, "fit first"
+        net = self.net
         with torch.no_grad():
-            protos = self._protos(self._prompt_z(data))
-            fw, fl = self.net.f(data.zw), self.net.f(data.zl)
-        theta = torch.zeros(self.K, requires_grad=True)
+            protos = net.protos(self._prompt_z([p.prompt for p in data.pairs]))
+            fw, fl = net.f(data.zw), net.f(data.zl)
 
-        def loss_fn(t: int) -> torch.Tensor:
-            point = (torch.softmax(theta, 0)[None, :, None] * protos).sum(1)
-            return torch.nn.functional.softplus(-(self._r(fw, point) - self._r(fl, point))).mean()
+        def margin_of(w: torch.Tensor) -> torch.Tensor:
+            point = (w[None, :, None] * protos).sum(1)
+            return self._r(fw, point) - self._r(fl, point)
 
-        adam_steps([theta], loss_fn, self.adapt_steps, self.adapt_lr)
-        return torch.softmax(theta.detach(), 0)
+        return self._adapt_theta(margin_of)
 
     # ---- scoring ---------------------------------------------------------------------------------------
-    def set_prompt_context(
-        self, prompt_feats: torch.Tensor | np.ndarray | Mapping[str, torch.Tensor | np.ndarray] | None
-    ) -> None:
-        """Register raw prompt features φ(x) for the next ``reward_from_features`` calls: an (N, d) array
-        (one row per reward row; used only when N matches) or a dict user_id -> (d,) (one prompt per user,
-        e.g. one decoding request per user). ``None`` clears it (back to the mean prototypes ḡ)."""
-        if prompt_feats is None:
-            self._prompt_ctx = None
-        elif isinstance(prompt_feats, Mapping):
-            self._prompt_ctx = {u: torch.as_tensor(v, dtype=torch.float32).cpu() for u, v in prompt_feats.items()}
-        else:
-            self._prompt_ctx = torch.as_tensor(prompt_feats, dtype=torch.float32).cpu()
-
     def _reward(self, user_ids: Sequence[str], z: torch.Tensor) -> torch.Tensor:
-        ctx = self._prompt_ctx
-        if isinstance(ctx, dict):  # rows of users with a registered prompt use it, the others ḡ
-            rows = [i for i, u in enumerate(user_ids) if u in ctx]
-            if rows:
-                px = torch.stack([ctx[user_ids[i]] for i in rows])
-                return self._reward_with_prompt(user_ids, z, self.std_x(px), rows)
-        elif ctx is not None and len(ctx) == len(z):
-            return self._reward_with_prompt(user_ids, z, self.std_x(ctx))
-        return self._reward_with_prompt(user_ids, z, None)
+        raise TypeError(
+            f"{self.name}'s reward depends on the prompt: call rewards(user_ids, prompts, feats), not "
+            "reward_from_features"
+        )
 
-    def _reward_with_prompt(
-        self, user_ids: Sequence[str], z: torch.Tensor, zx: torch.Tensor | None, rows: list[int] | None = None
-    ) -> torch.Tensor:
-        """Rewards with the prototypes of prompt features ``zx`` (for ``rows``, default all rows; the other
-        rows use the mean prototypes ḡ)."""
-        if self.net is None or self.W is None or self.gbar is None:
+    def prompt_rewards(self, user_ids: Sequence[str], prompts: Sequence[Prompt], feats: torch.Tensor) -> torch.Tensor:
+        if self.net is None or self.W is None:
             raise RuntimeError(f"{self.name} used before fit")
+        z = self.std(feats.detach().float().cpu())
         w = self.user_rows(user_ids, self.W, self.W.mean(0))  # (N, K)
-        if zx is None:
-            protos = self.gbar.expand(len(z), -1, -1)
-        elif rows is None:
-            protos = self._protos(zx)
-        else:
-            protos = self.gbar.expand(len(z), -1, -1).clone()
-            protos[rows] = self._protos(zx)
-        point = (w[:, :, None] * protos).sum(1)
-        return self._r(self.net.f(z), point)
-
-    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
-        ext = self._require_extractor()
-        feats = ext.last([(it.prompt, it.response) for it in items], desc=f"{self.name} features")
-        px = ext.prompt_features([it.prompt for it in items], desc=f"{self.name} prompts")
-        with torch.no_grad():
-            r = self._reward_with_prompt(
-                [it.user_id for it in items],
-                self.std(torch.from_numpy(feats)),
-                self.std_x(torch.from_numpy(px)),
-            )
-        return r.double().numpy()
-
-    def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
-        ext = self._require_extractor()
-        toks = ext.tokens([(it.prompt, it.response) for it in items])
-        px = self.std_x(torch.from_numpy(ext.prompt_features([it.prompt for it in items])))
-        out = []
-        with torch.no_grad():
-            for i, (it, tf) in enumerate(zip(items, toks, strict=True)):
-                h = self.std(torch.from_numpy(tf.hidden))
-                out.append(
-                    self._reward_with_prompt([it.user_id] * len(h), h, px[i : i + 1].expand(len(h), -1))
-                    .double()
-                    .numpy()
-                )
-        return out
+        point = (w[:, :, None] * self.net.protos(self._prompt_z(prompts))).sum(1)
+        return self._r(self.net.f(z), point).to(feats.device)
 
     # ---- state -----------------------------------------------------------------------------------------
     def _state(self) -> dict[str, np.ndarray]:
-        assert self.net is not None and self.W is not None and self.gbar is not None
+        assert self.net is not None and self.W is not None
         assert self.std_x.mu is not None and self.std_x.sd is not None
-        return {
-            "W": np32(self.W),
-            "gbar": np32(self.gbar),
-            "mux": self.std_x.mu,
-            "sdx": self.std_x.sd,
-            **module_state(self.net, "net."),
-        }
+        return {"W": np32(self.W), "mux": self.std_x.mu, "sdx": self.std_x.sd, **module_state(self.net, "net.")}
 
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
         self.W = torch.from_numpy(state["W"].astype(np.float32))
-        self.gbar = torch.from_numpy(state["gbar"].astype(np.float32))
         self.std_x.mu, self.std_x.sd = state["mux"].astype(np.float32), state["sdx"].astype(np.float32)
-        d = len(self.std_x.mu)
-        self.net = PalNet(d, self.K, self.hidden, self.m)
+        self._zx = {}
+        self.net = PalBNet(len(self.std_x.mu), self.K, self.hidden, self.m)
         load_module_state(self.net, state, "net.")
         self.net.eval()
 
 
-class PALB(PAL):
-    name: ClassVar[str] = "pal_b"
-    form: ClassVar[str] = "B"
-
-
-class PALA(PAL):
-    name: ClassVar[str] = "pal_a"
-    form: ClassVar[str] = "A"
+#: Backwards-compatible name of the PAL-B class.
+PAL = PALB

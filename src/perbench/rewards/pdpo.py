@@ -6,7 +6,10 @@ with LoRA; π_ref is the frozen backbone without user tokens. With
 DPO_u = −log σ(β[(log π_θ(y_w | u, x) − log π_ref(y_w | x)) − (log π_θ(y_l | u, x) − log π_ref(y_l | x))]):
 loss = α·DPO(user tokens) + (1 − α)·DPO(generic user), α = β = 0.5 (paper defaults).
 
-Reward (implicit): r_u(x, y) = β·(log π_θ(y | u, x) − log π_ref(y | x)), sums over response tokens.
+Reward (implicit): r_u(x, y) = β·(log π_θ(y | u, x) − log π_ref(y | x)), sums over response tokens. It is
+token-factorised, so it has a per-prefix reward r_u(x, y_≤t) = β·Σ_{s≤t} (log π_θ(y_s | u, x, y_<s) −
+log π_ref(y_s | x, y_<s)), and a candidate v after y_<t adds β·(log π_θ(v | …) − log π_ref(v | …)) to the
+prefix's value: one forward of π_θ and one of π_ref over x ⊕ y give both (policy accuracy).
 
 Unseen / unknown users: the generic user (e_0 only), as in the paper. ``adapt_steps`` > 0 (off by default,
 our addition) instead fits the new user's o_u on their shots with π_θ frozen.
@@ -38,12 +41,15 @@ from perbench.rewards.lm_utils import (
     minibatches,
     resolve_backbone,
     response_logprobs,
+    response_vocab_logprobs,
+    token_factorised_prefix_rewards,
 )
 from perbench.rewards.personal import seeded, str_array, str_list, user_seed
 
 
 class PDPO(RewardModel):
     name: ClassVar[str] = "pdpo"
+    no_prefix_reward: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -230,6 +236,39 @@ class PDPO(RewardModel):
                 out.append(self._policy_lp(seqs[s : s + self.batch_eval], off).float().cpu())
         lp = torch.cat(out) if out else torch.zeros(0)
         return (self.beta * (lp - ref)).double().numpy()
+
+    def _per_token_table(self, user_id: str, ids: Sequence[int], n_resp: int) -> torch.Tensor:
+        """(T, V) log π_θ(· | u, x, y_<t) − log π_ref(· | x, y_<t) at every response position."""
+        if self.model is None or self.e0 is None or self.base is None:
+            raise RuntimeError(f"{self.name} used before fit")
+        dev = self.base.policy.device
+        prefix = (self.e0 + self._offset(user_id))[None]
+        with torch.inference_mode():
+            lt = response_vocab_logprobs(self.model.get_base_model(), ids, n_resp, prefix=prefix, device=dev)
+            lr = response_vocab_logprobs(self.base.model, ids, n_resp, device=dev)
+        return lt - lr
+
+    def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
+        """β·Σ_{s≤t} (log π_θ − log π_ref)(y_s) for every response token t (the last one is ``score``)."""
+        seqs = self._encode([(it.prompt, it.response) for it in items])
+        out = []
+        for it, sq in zip(items, seqs, strict=True):
+            per = self._per_token_table(it.user_id, sq.ids, sq.n_resp)
+            tok, _ = token_factorised_prefix_rewards(per, sq.ids[len(sq.ids) - sq.n_resp :], None, self.beta)
+            out.append(tok.double().cpu().numpy())
+        return out
+
+    def teacher_forced_candidate_rewards(
+        self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
+    ) -> torch.Tensor:
+        assert self.base is not None
+        from perbench.models.chat import encode_prompt
+
+        ids = [*encode_prompt(self.base.tokenizer, item.prompt), *response_ids][-self.max_length :]
+        per = self._per_token_table(item.user_id, ids, len(response_ids))
+        _, cand = token_factorised_prefix_rewards(per, response_ids, cands, self.beta)
+        assert cand is not None
+        return cand
 
     # ---- state -----------------------------------------------------------------------------------------
     def state(self) -> dict[str, np.ndarray]:

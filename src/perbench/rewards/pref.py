@@ -14,8 +14,18 @@ New user: logistic regression of u on their shots with A frozen. The paper's MLE
 shots (always the case with 1–2 shots), so we take the MAP with a Gaussian prior centred at the mean seen
 user (``adapt_l2`` = 0.1). Unknown user: the mean seen user vector.
 
-Active elicitation: :meth:`select_pairs` picks, greedily, the pool pairs maximising
-σ'(uᵀv)·vᵀΣ⁻¹v with Σ = λI + Σ_selected σ'(uᵀv) v vᵀ (v = A(z_1 − z_2)), u the user's current estimate.
+Active elicitation (the reference rule): the next pair maximises σ'(uᵀv)·vᵀΣ⁻¹v with
+Σ = λI + Σ_{pairs chosen so far} σ'(uᵀv) v vᵀ, v = A(z(y1) − z(y2)) ∈ R^J and u the user's current estimate.
+
+- :meth:`select_shots` (what the few-shot curves use): the elicitation loop on a pool of the user's
+  labelled pairs. After each pick the user's answer is revealed and u is re-estimated from the picks so
+  far (the same MAP as ``adapt``), then Σ and the criterion are recomputed under the new u. First shot:
+  u is the prior — the mean seen user for a new user (a seen user's own vector for a seen one) — and
+  Σ = λI, so it is the pool pair with the largest σ'(uᵀv)·‖v‖²/λ. Ties go to the earliest pool position,
+  so the selection is deterministic. Any earlier ``adapt`` of the user is ignored (elicitation starts from
+  scratch).
+- :meth:`select_pairs`: the same criterion with u fixed at the user's current estimate (no answers
+  revealed), pairs the user already answered in ``adapt`` entering Σ first.
 """
 
 from __future__ import annotations
@@ -155,6 +165,40 @@ class PReF(PersonalFeatureRM):
             free[k] = False
             sigma += c[k] * torch.outer(V[k], V[k])
         return chosen
+
+    def _pool_embedding(self, pool: Sequence[PreferencePair]) -> torch.Tensor:
+        """(n, J) float64 v = A(z(chosen) − z(rejected)) of each pool pair."""
+        assert self.A is not None
+        fw, fl = pair_feature_arrays(self._require_extractor(), pool, desc=f"{self.name} pool")
+        return ((self.std(torch.from_numpy(fw)) - self.std(torch.from_numpy(fl))) @ self.A.T).double()
+
+    def select_shots(self, user_id: str, pool: Sequence[PreferencePair], n: int) -> list[PreferencePair]:
+        """The ``n`` pairs of ``pool`` (the user's labelled pairs) that active elicitation asks, in the order
+        asked: greedy σ'(uᵀv)·vᵀΣ⁻¹v, u re-estimated after every revealed answer (see the module docstring)."""
+        if self.A is None or self.U is None:
+            raise RuntimeError(f"{self.name} used before fit")
+        if n < 0:
+            raise ValueError(f"{self.name}.select_shots: n must be ≥ 0, got {n}")
+        if not pool or n == 0:
+            return []
+        V = self._pool_embedding(pool)
+        center = self.U.mean(0)
+        prior = self.U[self._index[user_id]] if user_id in self._index else center
+        chosen: list[int] = []
+        for _ in range(min(n, len(V))):
+            # u: the prior before any answer, then the MAP estimate from the answers revealed so far
+            u = fit_logistic(V[chosen].float(), l2=self.adapt_l2, center=center) if chosen else prior
+            u = u.double()
+            s = torch.sigmoid(V @ u)
+            c = s * (1 - s)
+            sigma = self.select_lambda * torch.eye(self.J, dtype=torch.float64)
+            if chosen:
+                Vc = V[chosen]
+                sigma = sigma + (Vc * c[chosen][:, None]).T @ Vc
+            info = (c * ((V @ torch.linalg.inv(sigma)) * V).sum(-1)).numpy()
+            info[chosen] = -np.inf
+            chosen.append(int(np.argmax(info)))  # first maximum: the earliest pool position wins ties
+        return [pool[i] for i in chosen]
 
     # ---- scoring / state -------------------------------------------------------------------------------
     def _reward(self, user_ids: Sequence[str], z: torch.Tensor) -> torch.Tensor:

@@ -215,17 +215,12 @@ class Runner:
         from perbench.rewards.base import PairwiseJudge
 
         users = [p.user_id for p in pairs]
-        tie = self.cfg.tie_policy
+        prompts = [prompt_key(p.prompt) for p in pairs]
+        tie: Any = self.cfg.tie_policy
+        boot: dict[str, Any] = {"n_boot": self.cfg.bootstrap, "seed": self.cfg.seed, "prompts": prompts}
         if issubclass(h.cls, PairwiseJudge):
-            return preference_accuracy(scores["chosen"], users, tie=tie, n_boot=self.cfg.bootstrap, seed=self.cfg.seed)  # type: ignore[arg-type]
-        return rm_accuracy(
-            scores["chosen"],
-            scores["rejected"],
-            users,
-            tie=tie,
-            n_boot=self.cfg.bootstrap,  # type: ignore[arg-type]
-            seed=self.cfg.seed,
-        )
+            return preference_accuracy(scores["chosen"], users, tie=tie, **boot)
+        return rm_accuracy(scores["chosen"], scores["rejected"], users, tie=tie, **boot)
 
     def _not_applicable(self, h: MethodHandle) -> set[str]:
         """Unseen users a method cannot score: it adapts from shots and the user has no train pairs."""
@@ -289,8 +284,10 @@ class Runner:
         unseen = groups["unseen"]
         if unseen and not h.user_agnostic:
             out["fewshot_curve"] = self._fewshot_curve(h, unseen, out)
-        if h.is_feature_rm:
+        if h.cls.no_prefix_reward is None or callable(getattr(h.cls, "candidate_rewards", None)):
             out["policy_accuracy"] = {g: self._policy_accuracy(h, pairs, g) for g, pairs in groups.items() if pairs}
+        else:
+            out["policy_accuracy"] = {"not_applicable": str(h.cls.no_prefix_reward)}
         return out
 
     def _pers_only(self, pairs: list[PreferencePair]) -> list[PreferencePair] | None:
@@ -335,90 +332,69 @@ class Runner:
             out["fewshot_flat"] = "this method ignores the shots: one value for every shot count"
         return curve
 
+    def _pa_params(self) -> tuple[float, int]:
+        """w and k of the ARGS decoder the run deploys (the first ``args`` in ``decoders``); without one,
+        ``pa_weight`` and ``pa_rgd_k`` (default k = 10, the ARGS default)."""
+        from perbench.decoding.args import ARGS
+
+        for d in self.cfg.decoders:
+            if d.name == "args":
+                params = ARGS(**d.params).params
+                return float(params["w"]), int(params["k"])
+        return self.cfg.pa_weight, self.cfg.pa_rgd_k or 10
+
     def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair]) -> str:
-        return h.key(self.cfg.shots, "pa", self.cfg.pa_weight, group, pair_ids(pairs), self.policy.fingerprint)
+        w, k = self._pa_params()
+        return h.key(self.cfg.shots, "pa2", w, k, group, pair_ids(pairs), self.policy.fingerprint)
 
     def _policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
-        from perbench.metrics.policy_accuracy import rgd_scores
-        from perbench.metrics.rm_accuracy import rm_accuracy
-        from perbench.rewards.base import FeatureRM, ScoreItem
-
-        w = self.cfg.pa_weight
-
-        def compute() -> dict[str, np.ndarray]:
-            rm = h.adapted(self.cfg.shots)
-            assert isinstance(rm, FeatureRM)
-            res: dict[str, np.ndarray] = {}
-            for side in ("chosen", "rejected"):
-                items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in pairs]
-                lps = [
-                    t.logprobs
-                    for t in self.policy_extractor.tokens(
-                        [(i.prompt, i.response) for i in items], desc="policy log-probs"
-                    )
-                ]
-                rewards = rm.token_rewards(items)
-                res[f"{side}_sum"], res[f"{side}_mean"] = rgd_scores(lps, rewards, w)
-            return res
-
-        s = self.units.arrays("policy_accuracy", self._pa_key(h, group, pairs), compute)
-        users = [p.user_id for p in pairs]
-        out: dict[str, Any] = {"w": w}
-        for variant in ("sum", "mean"):
-            a = rm_accuracy(
-                s[f"chosen_{variant}"],
-                s[f"rejected_{variant}"],
-                users,
-                tie=self.cfg.tie_policy,
-                n_boot=self.cfg.bootstrap,
-                seed=self.cfg.seed,
-            )  # type: ignore[arg-type]
-            a.pop("per_user")
-            out[variant] = a
-        if self.cfg.pa_rgd_k is not None:
-            out["rgd"] = self._rgd_policy_accuracy(h, pairs, group)
-        return out
-
-    def _rgd_policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
-        """Policy accuracy under the RGD-induced policy (top-k softmax of log π + w·r; misses counted)."""
+        """Policy accuracy under the reward-guided policy that ARGS would deploy with this RM: the headline
+        variant (the RGD-induced policy's log-probability) cannot be moved by adding a constant to the reward;
+        the policy alone (w = 0) is reported beside it; the 'sum' / 'mean' variants are labelled."""
         from perbench.metrics.policy_accuracy import (
-            rgd_accuracy_from_scores,
-            rgd_policy_inputs,
-            rgd_policy_scores,
+            HEADLINE,
+            policy_accuracy_from_scores,
+            policy_accuracy_problem,
+            policy_accuracy_scores,
         )
+        from perbench.metrics.rm_accuracy import pair_outcomes
         from perbench.rewards.base import ScoreItem
 
-        w, k = self.cfg.pa_weight, self.cfg.pa_rgd_k
-        assert k is not None
-        rm_lm = getattr(h.fitted(), "extractor", None)
-        if rm_lm is not None and rm_lm.lm.tokenizer.get_vocab() != self.policy.tokenizer.get_vocab():
-            return {"skipped": "the RM backbone does not share the policy's tokenizer"}
+        w, k = self._pa_params()
+        key = self._pa_key(h, group, pairs)
+        if self.units.missing([key]):
+            problem = policy_accuracy_problem(self.policy, h.adapted(self.cfg.shots))
+            if problem is not None:
+                return {"not_applicable": problem}
 
         def compute() -> dict[str, np.ndarray]:
             rm = h.adapted(self.cfg.shots)
             res: dict[str, np.ndarray] = {}
             for side in ("chosen", "rejected"):
                 items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in pairs]
-                inputs = rgd_policy_inputs(self.policy, rm, items, k=k, max_length=self.cfg.max_length)
-                res.update({f"{side}_{n}": v for n, v in rgd_policy_scores(inputs, w).items()})
+                got = policy_accuracy_scores(self.policy, rm, items, w=w, k=k, max_length=self.cfg.max_length)
+                res.update({f"{side}_{n}": v for n, v in got.items()})
             return res
 
-        s = self.units.arrays(
-            "policy_accuracy",
-            h.key(self.cfg.shots, "pa_rgd", w, k, group, pair_ids(pairs), self.policy.fingerprint),
-            compute,
-        )
-        side = {sd: {n: s[f"{sd}_{n}"] for n in ("sum", "mean", "misses", "T")} for sd in ("chosen", "rejected")}
-        out = rgd_accuracy_from_scores(
+        s = self.units.arrays("policy_accuracy", key, compute)
+        side = {
+            sd: {n[len(sd) + 1 :]: v for n, v in s.items() if n.startswith(sd + "_")} for sd in ("chosen", "rejected")
+        }
+        out = policy_accuracy_from_scores(
             side["chosen"],
             side["rejected"],
             [p.user_id for p in pairs],
             w,
+            k,
             tie=self.cfg.tie_policy,
             n_boot=self.cfg.bootstrap,
             seed=self.cfg.seed,
+            prompts=[prompt_key(p.prompt) for p in pairs],
         )
-        out["k"] = k
+        tie: Any = self.cfg.tie_policy
+        for variant, metric in ((HEADLINE, "pa_rgd"), ("mean", "pa_mean"), ("sum", "pa_sum")):
+            oc = pair_outcomes(side["chosen"][variant], side["rejected"][variant], tie)
+            self.cells.add_pairs(h.label, metric, pairs, oc)
         return out
 
     # ---------------------------------------------------------------- downstream

@@ -1,0 +1,242 @@
+"""One method, one reward function: for every method that can guide decoding or be scored per prefix, the
+reward a decoder (or policy accuracy) computes for a finished response equals ``score`` of that response
+for the same user and prompt — on a tiny random backbone, with several users and prompts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from perbench.data.records import PreferencePair
+from perbench.decoding.args import candidate_rewards
+from perbench.decoding.stepper import CachedLM
+from perbench.models.chat import encode_prompt, encode_response
+from perbench.registry import reward_models
+from perbench.rewards.base import FeatureRM, RMContext, ScoreItem
+from perbench.rewards.features import FeatureExtractor
+
+WORDS = ["apple", "river", "stone", "cloud", "music", "paper", "window", "garden", "silver", "orange"]
+#: Every registered frozen-feature method (each can guide ARGS); token_ranker is checked on its own path.
+FEATURE_METHODS = [
+    "global_bt",
+    "mpu",
+    "mpu_avg",
+    "lore",
+    "lore_reg",
+    "lore_alt",
+    "pal_a",
+    "pal_b",
+    "vpl",
+    "pref",
+    "factorized_ranker",
+]
+#: Methods that run a language model and define a per-prefix reward (policy accuracy).
+LM_METHODS = {"genarm": {"steps": 2, "beta": 0.5}, "pdpo": {"steps": 2}, "global_bt_v2": {"steps": 2}}
+ITEMS = [
+    ScoreItem("u0", "Tell me about apple.", "Yes, stone and river!"),
+    ScoreItem("u1", "Name a colour, please.", "No, silver."),
+    ScoreItem("nobody", "Tell me about apple.", "Maybe a cloud"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _pairs() -> list[PreferencePair]:
+    out = []
+    for i in range(10):
+        yes, no = f"Yes, {WORDS[(i + 3) % 10]}!", f"No, {WORDS[(i + 5) % 10]}."
+        for u in ("u0", "u1"):
+            c, r = (yes, no) if u == "u0" else (no, yes)
+            out.append(PreferencePair(f"p{i}{u}", u, f"Tell me about {WORDS[i]}.", c, r))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ctx(tiny_lm, tmp_path_factory) -> RMContext:  # type: ignore[no-untyped-def]
+    from perbench.cache import Store
+
+    store = Store(tmp_path_factory.mktemp("fidelity") / "features.sqlite")
+    return RMContext(features=FeatureExtractor(tiny_lm, store), seed=0, extra={"policy": tiny_lm})
+
+
+def _fit(name: str, ctx: RMContext, **kw: Any) -> Any:
+    rm = reward_models.get(name)(**kw)
+    rm.fit(_pairs(), ctx)
+    return rm
+
+
+def _args_reward_of_last_token(rm: FeatureRM, item: ScoreItem) -> float:
+    """What ARGS's scorer returns at the step that emits the response's last token: the RM backbone's KV
+    cache stepped through y_<T, then y_T expanded as candidate 0 of 3, scored by ARGS's own function."""
+    assert rm.extractor is not None
+    lm = rm.extractor.lm
+    y = encode_response(lm.tokenizer, item.response)
+    state = CachedLM(lm, [encode_prompt(lm.tokenizer, item.prompt)])
+    state.prefill()
+    for t in y[:-1]:
+        state.step(torch.tensor([t]))
+    hc = state.expand(torch.tensor([[y[-1], 11, 12]]))
+    return float(candidate_rewards(rm, [item.user_id], [item.prompt], hc)[0, 0])
+
+
+def _check_prefix_consistency(rm: Any, item: ScoreItem, tokenizer: Any) -> None:
+    """token_rewards end at ``score``; a teacher-forced candidate equal to y_t gets r(x, y_≤t)."""
+    score = float(rm.score([item])[0])
+    tok = rm.token_rewards([item])[0]
+    np.testing.assert_allclose(tok[-1], score, rtol=1e-5, atol=1e-5)
+    y = encode_response(tokenizer, item.response)
+    cands = torch.tensor([[t, 11, 12] for t in y])
+    cand = rm.teacher_forced_candidate_rewards(item, y, cands).double().numpy()
+    np.testing.assert_allclose(cand[:, 0], tok, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FEATURE_METHODS)
+def test_feature_rm_guides_with_the_reward_it_is_scored_with(name: str, ctx: RMContext) -> None:
+    rm = _fit(name, ctx)
+    assert isinstance(rm, FeatureRM)
+    for item in ITEMS:
+        score = float(rm.score([item])[0])
+        np.testing.assert_allclose(_args_reward_of_last_token(rm, item), score, rtol=1e-5, atol=1e-5)
+        _check_prefix_consistency(rm, item, ctx.features.lm.tokenizer)  # type: ignore[union-attr]
+
+
+def test_pal_b_reward_reads_the_prompt_and_cannot_be_called_without_it(ctx: RMContext) -> None:
+    """The defect this file guards against: PAL-B's prompt-side prototypes must reach every consumer."""
+    rm = _fit("pal_b", ctx)
+    a, b = ScoreItem("u0", "Tell me about apple.", "Yes!"), ScoreItem("u0", "Name a colour, please.", "Yes!")
+    assert abs(float(rm.score([a])[0]) - float(rm.score([b])[0])) > 1e-4  # the prompt matters
+    feats = torch.randn(2, ctx.features.dim)  # type: ignore[union-attr]
+    with pytest.raises(TypeError, match="depends on the prompt"):
+        rm.reward_from_features(["u0", "u1"], feats)
+    with pytest.raises(ValueError, match="prompts"):
+        rm.rewards(["u0", "u1"], ["only one prompt"], feats)
+
+
+def test_token_ranker_guides_with_the_reward_it_is_scored_with(ctx: RMContext) -> None:
+    from perbench.decoding.token_ranker import TokenRanker
+
+    assert ctx.features is not None
+    rm = TokenRanker().init_random(ctx.features, users=["u0", "u1"], seed=1)
+    lm = ctx.features.lm
+    for item in ITEMS:
+        y = encode_response(lm.tokenizer, item.response)
+        state = CachedLM(lm, [encode_prompt(lm.tokenizer, item.prompt)])
+        h = state.prefill()
+        for t in y[:-1]:
+            h = state.step(torch.tensor([t]))
+        before = float(rm.token_rewards([item])[0][-2]) if len(y) > 1 else 0.0
+        last = float(rm.candidate_rewards([item.user_id], h, torch.tensor([[y[-1], 11]]))[0, 0])
+        np.testing.assert_allclose(before + last, float(rm.score([item])[0]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(LM_METHODS))
+def test_lm_methods_prefix_reward_ends_at_score(name: str, ctx: RMContext) -> None:
+    rm = _fit(name, ctx, **LM_METHODS[name])
+    assert rm.no_prefix_reward is None
+    for item in ITEMS:
+        _check_prefix_consistency(rm, item, ctx.features.lm.tokenizer)  # type: ignore[union-attr]
+
+
+def test_genarm_decoder_reward_equals_score(ctx: RMContext) -> None:
+    """GenARM decoding reads log π_r from a KV-cached stepper on π_r's user-conditioned prompt; summed over
+    the response's tokens (times β) that is exactly the score of the finished response."""
+    rm = _fit("genarm", ctx, **LM_METHODS["genarm"])
+    for item in ITEMS:
+        y = encode_response(rm.lm.tokenizer, item.response)
+        stepper = rm.stepper([item.user_id], [item.prompt])
+        total = 0.0
+        for t in y:
+            total += float(stepper.logprobs()[0, t])
+            stepper.step(torch.tensor([t]))
+        np.testing.assert_allclose(rm.beta * total, float(rm.score([item])[0]), rtol=1e-5, atol=1e-5)
+
+
+# ---- PAL-A: the paper's ideal-point form --------------------------------------------------------------------
+def test_pal_a_is_an_ideal_point_model_whose_new_users_learn_only_their_weights() -> None:
+    from tests.synthetic import accuracy, make_problem
+
+    prob = make_problem("lowrank")
+    rm = reward_models.get("pal_a")()
+    rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    assert not rm.prompt_conditioned and accuracy(rm, prob.test_seen) > 0.8
+    net_before = {k: v.clone() for k, v in rm.net.state_dict().items()}
+    W_before = rm.W.clone()
+    new_user = prob.unseen[0]
+    fallback = rm.user_weights(new_user)
+    rm.adapt(new_user, prob.shots[new_user][:10])
+    assert all(torch.equal(net_before[k], v) for k, v in rm.net.state_dict().items())  # f and P frozen
+    assert torch.equal(W_before, rm.W)  # the seen users' weights untouched
+    w_u = rm.user_weights(new_user)
+    assert w_u.shape == (rm.K,) and abs(float(w_u.sum()) - 1) < 1e-5 and not np.allclose(w_u, fallback)
+    # r = −‖f(z) − a_u‖ with a_u = Σ_k w_uk p_k: the user's ideal point is a mixture of the free prototypes
+    feats = torch.from_numpy(prob.ext.last([(p.prompt, p.chosen) for p in prob.test_seen[:6]]))
+    users = [p.user_id for p in prob.test_seen[:6]]
+    r = rm.rewards(users, ["prompt A"] * 6, feats)
+    with torch.no_grad():
+        fz = rm.net.f(rm.std(feats))
+        points = torch.stack([torch.from_numpy(rm.user_weights(u)) @ rm.net.P for u in users])
+    torch.testing.assert_close(r, -(fz - points).norm(dim=-1), rtol=1e-5, atol=1e-5)
+    # the prompt reaches the reward only through φ(x, y): same features, other prompts, same rewards
+    torch.testing.assert_close(rm.rewards(users, [f"prompt {i}" for i in range(6)], feats), r)
+
+
+# ---- lore_reg: the reference defaults ------------------------------------------------------------------------
+def test_lore_reg_anchors_on_the_global_rm_with_the_reference_alpha() -> None:
+    from tests.synthetic import make_problem
+
+    prob = make_problem("lowrank")
+    rm = reward_models.get("lore_reg")()
+    assert rm.alpha == 1e4
+    rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    glob = reward_models.get("global_bt")()
+    glob.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    np.testing.assert_allclose(rm.v_global, glob.w, rtol=1e-4, atol=1e-5)  # the deployed global RM's head
+    Vp = torch.randn(rm.V.shape[0], 3)
+    assert rm._penalty(Vp, 19, 100) is None  # the ramp starts at 20 %
+    mid = float(rm._penalty(Vp, 50, 100))
+    full = float(rm._penalty(Vp, 80, 100))
+    assert full == pytest.approx(2 * mid, rel=1e-5) and full == pytest.approx(float(rm._penalty(Vp, 99, 100)))
+
+
+# ---- PReF: active shot selection ----------------------------------------------------------------------------
+def test_pref_select_shots_follows_the_reference_rule() -> None:
+    from tests.synthetic import make_problem
+
+    prob = make_problem("lowrank")
+    rm = reward_models.get("pref")()
+    rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    user = prob.unseen[0]
+    pool = prob.shots[user]
+    picks = rm.select_shots(user, pool, 5)
+    assert len(picks) == 5 and len({p.pair_id for p in picks}) == 5 and all(p in pool for p in picks)
+    assert rm.select_shots(user, pool, 5) == picks  # deterministic
+    assert rm.select_shots(user, pool, 100)[:5] == picks and len(rm.select_shots(user, pool, 100)) == len(pool)
+    assert rm.select_shots(user, [], 3) == [] and rm.select_shots(user, pool, 0) == []
+    # first shot: u = the mean seen user, Σ = λI -> the largest σ'(uᵀv)·‖v‖² (v = A(z_w − z_l))
+    fw, fl = prob.ext.last([(p.prompt, p.chosen) for p in pool]), prob.ext.last([(p.prompt, p.rejected) for p in pool])
+    A, u = rm.A.double().numpy(), rm.U.mean(0).double().numpy()
+    z = lambda f: (f - rm.std.mu) / rm.std.sd  # noqa: E731
+    V = (z(fw) - z(fl)) @ A.T
+    s = 1 / (1 + np.exp(-(V @ u)))
+    assert picks[0] is pool[int(np.argmax(s * (1 - s) * (V**2).sum(1)))]
+    # second shot: the user's answer to the first is revealed, u is re-estimated, Σ includes the first pick
+    from perbench.rewards.personal import fit_logistic
+
+    i0 = pool.index(picks[0])
+    u1 = fit_logistic(torch.from_numpy(V[[i0]]).float(), l2=rm.adapt_l2, center=rm.U.mean(0)).double().numpy()
+    s1 = 1 / (1 + np.exp(-(V @ u1)))
+    c1 = s1 * (1 - s1)
+    sigma = rm.select_lambda * np.eye(rm.J) + c1[i0] * np.outer(V[i0], V[i0])
+    info = c1 * np.einsum("ij,jk,ik->i", V, np.linalg.inv(sigma), V)
+    info[i0] = -np.inf
+    assert picks[1] is pool[int(np.argmax(info))]

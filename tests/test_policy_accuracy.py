@@ -1,0 +1,145 @@
+"""Policy accuracy variants: the headline (RGD-induced policy) cannot be moved by a constant added to the
+reward, the labelled ``sum`` variant can; w = 0 is the policy alone; tokens outside the top-k are misses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+import torch
+
+from perbench.data.records import PreferencePair
+from perbench.metrics.policy_accuracy import (
+    HEADLINE,
+    policy_accuracy_from_scores,
+    policy_accuracy_problem,
+    policy_accuracy_scores,
+)
+from perbench.models.chat import encode_response
+from perbench.rewards.base import RewardModel, RMContext, ScoreItem
+from perbench.rewards.features import FeatureExtractor
+
+PAIRS = [  # chosen and rejected differ in length, in both directions
+    PreferencePair("a", "u", "How do I boil an egg?", "Boil it.", "Put the egg in boiling water for seven minutes."),
+    PreferencePair("b", "u", "Name three colours.", "Red, green, blue, yellow, purple and orange too.", "Red."),
+    PreferencePair("c", "v", "hi", "Hello there, how are you doing today?", "Hey"),
+    PreferencePair("d", "v", "Why is the sky blue?", "Scattering.", "Because of Rayleigh scattering of sunlight."),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class TokenTableRM(RewardModel):
+    """r(x, y_≤t) = Σ_{s≤t} a[y_s] + c: a per-token table plus a constant ``shift`` on every prefix."""
+
+    name: ClassVar[str] = "token_table"
+    no_prefix_reward: ClassVar[str | None] = None
+
+    def __init__(self, lm: Any, shift: float = 0.0, scale: float = 0.01) -> None:
+        super().__init__(shift=shift)
+        self.lm, self.shift = lm, shift
+        V = int(lm.model.get_output_embeddings().weight.shape[0])
+        self.a = torch.from_numpy(np.random.default_rng(0).standard_normal(V) * scale)
+
+    def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
+        pass
+
+    def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
+        return [
+            (self.a[encode_response(self.lm.tokenizer, it.response)].cumsum(0) + self.shift).numpy() for it in items
+        ]
+
+    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        return np.array([r[-1] if len(r) else self.shift for r in self.token_rewards(items)])
+
+    def teacher_forced_candidate_rewards(
+        self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
+    ) -> torch.Tensor:
+        cum = self.a[list(response_ids)].cumsum(0)
+        before = torch.cat([torch.zeros(1, dtype=cum.dtype), cum[:-1]])
+        return before[:, None] + self.a[cands] + self.shift
+
+
+def _scores(policy: Any, rm: RewardModel, *, w: float, k: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    sides = []
+    for side in ("chosen", "rejected"):
+        items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in PAIRS]
+        sides.append(policy_accuracy_scores(policy, rm, items, w=w, k=k))
+    return sides[0], sides[1]
+
+
+def test_headline_cannot_be_moved_by_a_constant_but_sum_can(tiny_lm) -> None:  # type: ignore[no-untyped-def]
+    V = int(tiny_lm.model.get_output_embeddings().weight.shape[0])
+    w = 10.0  # large enough that c·w·T outweighs the log-probability gap between lengths
+    out = {c: _scores(tiny_lm, TokenTableRM(tiny_lm, shift=c), w=w, k=V) for c in (0.0, 2.0, -2.0)}
+    base_w, base_l = out[0.0]
+    assert np.isfinite(base_w[HEADLINE]).all() and (base_w["misses"] == 0).all()  # k = V: nothing missed
+    for c in (2.0, -2.0):
+        sw, sl = out[c]
+        for v in ("rgd_mean", "rgd_sum", "w0_mean", "policy_sum"):
+            np.testing.assert_allclose(sw[v], base_w[v], rtol=1e-9, atol=1e-9)
+            np.testing.assert_array_equal(sw[v] > sl[v], base_w[v] > base_l[v])
+        for v in ("mean",):  # moves by w·c on both sides: the comparison stays
+            np.testing.assert_allclose(sw[v] - sl[v], base_w[v] - base_l[v], rtol=1e-9, atol=1e-9)
+    # the sum variant's per-pair outcomes flip with the sign of the constant (so the test above is meaningful)
+    up = out[2.0][0]["sum"] > out[2.0][1]["sum"]
+    down = out[-2.0][0]["sum"] > out[-2.0][1]["sum"]
+    assert (up != down).any()
+    users = [p.user_id for p in PAIRS]
+    acc = {c: policy_accuracy_from_scores(*out[c], users, w, V, n_boot=0) for c in out}
+    assert acc[2.0][HEADLINE]["accuracy"] == acc[-2.0][HEADLINE]["accuracy"] == acc[0.0][HEADLINE]["accuracy"]
+    # chosen is the longer response in half of the pairs: +2 makes "sum" pick the longer one, −2 the shorter
+    assert acc[2.0]["sum"]["accuracy"] + acc[-2.0]["sum"]["accuracy"] == pytest.approx(1.0)
+    assert acc[0.0]["headline"] == HEADLINE and acc[0.0]["w0"] == acc[0.0]["w0_mean"]
+
+
+def test_w0_is_the_policy_alone(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]
+    V = int(tiny_lm.model.get_output_embeddings().weight.shape[0])
+    items = [ScoreItem(p.user_id, p.prompt, p.chosen) for p in PAIRS]
+    s = policy_accuracy_scores(tiny_lm, TokenTableRM(tiny_lm, scale=1.0), items, w=0.0, k=V)
+    own = np.array(
+        [
+            float(t.logprobs.sum())
+            for t in FeatureExtractor(tiny_lm, store).tokens([(i.prompt, i.response) for i in items])
+        ]
+    )
+    np.testing.assert_allclose(s["policy_sum"], own, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(s["rgd_sum"], own, rtol=1e-5, atol=1e-4)  # w = 0, full vocabulary: π itself
+    np.testing.assert_allclose(s["w0_sum"], own, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(s["sum"], own, rtol=1e-5, atol=1e-4)
+    guided = policy_accuracy_scores(tiny_lm, TokenTableRM(tiny_lm, scale=1.0), items, w=1.0, k=V)
+    np.testing.assert_allclose(guided["w0_sum"], own, rtol=1e-5, atol=1e-4)  # reported beside the headline
+    assert not np.allclose(guided["rgd_sum"], own, atol=1e-2)  # and the reward does move the headline
+
+
+def test_tokens_outside_the_top_k_are_misses(tiny_lm) -> None:  # type: ignore[no-untyped-def]
+    from perbench.models.chat import encode_pair
+
+    items = [ScoreItem(p.user_id, p.prompt, p.rejected) for p in PAIRS]
+    s = policy_accuracy_scores(tiny_lm, TokenTableRM(tiny_lm), items, w=1.0, k=1)
+    for it, misses, g in zip(items, s["misses"], s["rgd_sum"], strict=True):
+        ids, T, _ = encode_pair(tiny_lm.tokenizer, it.prompt, it.response, 1024)
+        with torch.no_grad():
+            logits = tiny_lm.model(input_ids=torch.tensor([ids])).logits[0, len(ids) - T - 1 : len(ids) - 1]
+        expected = int((logits.argmax(-1) != torch.tensor(ids[len(ids) - T :])).sum())
+        assert misses == expected
+        assert (g == float("-inf")) == (expected > 0)
+    assert s["misses"].sum() > 0
+
+
+def test_methods_without_a_prefix_reward_are_not_applicable(tiny_lm) -> None:  # type: ignore[no-untyped-def]
+    from perbench.rewards.baselines import LengthRM
+
+    reason = policy_accuracy_problem(tiny_lm, LengthRM())
+    assert reason is not None and "partial response" in reason
+    with pytest.raises(TypeError, match="partial response"):
+        policy_accuracy_scores(tiny_lm, LengthRM(), [ScoreItem("u", "hi", "hello")], w=1.0, k=5)
+    assert policy_accuracy_problem(tiny_lm, TokenTableRM(tiny_lm)) is None
