@@ -7,6 +7,10 @@ prefers the response with the larger ``w_u · φ`` (noise-free), so the right an
 - ``conflict``: half the users prefer ``+a``, the other half ``-a``; the unseen users' test pairs are the
   *same* pairs for every unseen user, so a user-agnostic scorer gets exactly one of each mirrored pair
   right (macro accuracy ≤ 0.5).
+
+:func:`make_mirrored` builds the stricter fixture: *every* pair (x, a, b) — train, test, shots — appears
+exactly once per direction, for two users who disagree on it, so any scorer that ignores the user scores
+exactly 0.5 (pair-weighted, ties ½) on every split, and only personalization can do better.
 """
 
 from __future__ import annotations
@@ -128,3 +132,83 @@ def accuracy(rm: object, pairs: Sequence[PreferencePair]) -> float:
     for p, a, b in zip(pairs, c, r, strict=True):
         per_user.setdefault(p.user_id, []).append(bool(a > b))
     return float(np.mean([np.mean(v) for v in per_user.values()]))
+
+
+def _mirrored(
+    ext: FakeExtractor, users: tuple[str, str], ws: tuple[np.ndarray, np.ndarray], prompt: str, split: str
+) -> list[PreferencePair]:
+    """The pair of ``prompt``'s two responses for two users who disagree on it (redrawn until both prefer
+    opposite responses with margin ½‖w‖): ``users[0]`` gets a ≻ b, ``users[1]`` gets b ≻ a."""
+    a, b = f"{prompt}/a", f"{prompt}/b"
+    while True:
+        d = ext.vec(a) - ext.vec(b)
+        s0, s1 = (float(w @ d) / float(np.linalg.norm(w)) for w in ws)
+        if s0 * s1 < 0 and min(abs(s0), abs(s1)) >= 0.5:
+            break
+        del ext.table[a], ext.table[b]
+    if s0 < 0:
+        a, b = b, a
+    u, v = users
+    return [
+        PreferencePair(f"{u}:{prompt}", u, prompt, a, b, split),  # type: ignore[arg-type]
+        PreferencePair(f"{v}:{prompt}", v, prompt, b, a, split),  # type: ignore[arg-type]
+    ]
+
+
+def make_mirrored(
+    *,
+    dim: int = 16,
+    n_seen: int = 12,
+    n_unseen: int = 4,
+    n_train: int = 40,
+    n_test: int = 30,
+    n_shots: int = 20,
+    seed: int = 0,
+) -> Problem:
+    """Two groups of users on a rank-2 structure, every pair mirrored across the groups.
+
+    A user's direction is c·b₀ + (1 − c)·b₁ (b₀ ⟂ b₁ in the signal dimensions) with c ∈ [0, 0.2] in group A
+    and c ∈ [0.8, 1] in group B; users alternate A, B. Each user draws ``n_train`` (seen) or ``n_shots``
+    (unseen) train pairs and ``n_test`` test pairs with a partner from the other group of the same kind
+    (seen / unseen, round robin): the user prefers one response, the partner the other. So every user has
+    about twice as many pairs as drawn, and a user-agnostic scorer is right on exactly one pair per draw.
+    """
+    if n_seen < 2 or n_unseen < 2:
+        raise ValueError("make_mirrored needs at least two seen and two unseen users (one per group)")
+    rng = np.random.default_rng(seed + 2000)
+    ext = FakeExtractor(dim, seed)
+    s = ext.signal_dims
+    basis = np.zeros((2, dim))
+    q, _ = np.linalg.qr(rng.standard_normal((s, 2)))
+    basis[:, :s] = q.T
+    seen = [f"s{i:02d}" for i in range(n_seen)]
+    unseen = [f"n{i:02d}" for i in range(n_unseen)]
+    directions: dict[str, np.ndarray] = {}
+    for group in (seen, unseen):
+        for i, u in enumerate(group):
+            c = rng.uniform(0.0, 0.2) if i % 2 == 0 else rng.uniform(0.8, 1.0)
+            directions[u] = c * basis[0] + (1 - c) * basis[1]
+    prob = Problem(ext, directions)
+    prob.shots = {u: [] for u in unseen}
+    for group, n_fit in ((seen, n_train), (unseen, n_shots)):
+        other = {u: [v for j, v in enumerate(group) if j % 2 != i % 2] for i, u in enumerate(group)}
+        for u in group:
+            for j in range(n_fit + n_test):
+                v = other[u][j % len(other[u])]
+                split = "train" if j < n_fit else "test"
+                pu, pv = _mirrored(ext, (u, v), (directions[u], directions[v]), f"{u}-{v}-{j}", split)
+                if split == "test":
+                    (prob.test_seen if group is seen else prob.test_unseen).extend((pu, pv))
+                elif group is seen:
+                    prob.train.extend((pu, pv))
+                else:
+                    prob.shots[u].append(pu)
+                    prob.shots[v].append(pv)
+    return prob
+
+
+def pair_accuracy(rm: object, pairs: Sequence[PreferencePair]) -> float:
+    """Pair-weighted pairwise accuracy, a tie counted ½ (so a constant scorer gets exactly 0.5)."""
+    c, r = rm.score_pairs(pairs)  # type: ignore[attr-defined]
+    c, r = np.asarray(c, np.float64), np.asarray(r, np.float64)
+    return float(np.mean((c > r) + 0.5 * (c == r)))

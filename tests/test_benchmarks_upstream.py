@@ -78,9 +78,9 @@ def test_prb_answer_key_never_reaches_a_pair(tmp_path: Path, k: int) -> None:
         for s in secrets:
             assert all(s not in f for f in fields), (p.pair_id, s)
     for user in bench.users.values():
-        assert user.rubric_text is None
         assert all(PRB_SECRET not in item.text for item in user.profile)
-        key = user.meta["answer_key"]
+        assert "answer_key" not in user.meta and user.answer_key is not None
+        key = user.answer_key
         assert PRB_SECRET in key["narrative"] and PRB_SECRET in key["rubric_text"]
 
 
@@ -288,7 +288,7 @@ def test_prism_survey_fields_become_profile_and_meta(tmp_path: Path) -> None:
     bench = load_prism(write_prism(tmp_path))
     user = bench.users["user0"]
     assert [p.item_id for p in user.profile] == ["self_description", "system_string"]
-    assert user.rubric_text == "Be brief and cite sources, participant 0."
+    assert user.profile[1].text == "Be brief and cite sources, participant 0." and user.answer_key is None
     assert user.meta["survey"]["age"] == "25-34" and user.meta["dialogues"] == 6
 
 
@@ -348,12 +348,11 @@ def test_tldr_pal_protocol(tmp_path: Path) -> None:
     for p in bench.pairs:
         assert isinstance(p.prompt, str)
         assert p.prompt.startswith("Human: Post ") and p.prompt.endswith(" Assistant:")
-        shorter = bench.users[p.user_id].meta["prefers"] == "shorter"
+        shorter = (bench.users[p.user_id].answer_key or {})["prefers"] == "shorter"
         assert (len(p.chosen) < len(p.rejected)) == shorter
         assert p.chosen == p.chosen.strip()
-    assert [bench.users[f"w0{r}"].meta["prefers"] for r in range(10)] == ["longer"] * 3 + ["shorter"] * 3 + [
-        "longer"
-    ] * 4
+    prefers = [(bench.users[f"w0{r}"].answer_key or {})["prefers"] for r in range(10)]
+    assert prefers == ["longer"] * 3 + ["shorter"] * 3 + ["longer"] * 4
     for u in bench.unseen_users:
         assert len(bench.fewshot(u)) == 2 and len(bench.select(user=u, split="test")) >= 3
     for u in bench.seen_users:
@@ -437,15 +436,14 @@ def test_persona_rows_dedup_history_and_rubric(tmp_path: Path) -> None:
     bench = load_persona(path)
     runner = "I am a health-conscious runner."
     assert sorted(bench.users) == [runner, "I love baroque music."]
-    assert bench.users[runner].rubric_text == runner
+    assert bench.users[runner].answer_key == {"rubric_text": runner}
     assert bench.skipped.counts["duplicate_pair"] == 3  # two repeated rows + one repeated history pair
     assert bench.skipped.counts["history_equals_row_pair"] == 1
     assert [p.prompt for p in bench.train_pairs()] == ["Recommend a snack."]
     assert len(bench.test_pairs()) == 5 and bench.weighting == "pair"
-    assert [i.text for i in bench.users[runner].profile] == [
-        f"Profile text for {runner}",
-        "Another profile wording.",
-    ]
+    # the profile item that quotes the persona sentence (the answer key) is withheld, and counted
+    assert [i.text for i in bench.users[runner].profile] == ["Another profile wording."]
+    assert bench.skipped.counts["profile_item_contains_answer_key"] == 2  # one per persona
     rows_weighted = load_persona(path, dedup=False)
     assert rows_weighted.weighting == "row" and len(rows_weighted.test_pairs()) == 7
 

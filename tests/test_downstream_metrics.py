@@ -213,7 +213,7 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
         max_new_tokens=6,
         max_test_prompts=2,
         max_gen_users=2,
-        pa_rgd_k=4,
+        pa_rgd=True,
         shot_curve=[1],
     )
     res = run(cfg).results
@@ -244,8 +244,9 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
     # both RMs re-ranked the same pool: identical oracle curves, and N = 1 is the same sample for both
     a, b = (down[x]["bon_curve"]["rubric_satisfaction"] for x in bons)
     assert a["oracle"] == b["oracle"] and a["quality"][0] == b["quality"][0]
-    rgd = res["upstream"]["global_bt"]["policy_accuracy"]["seen"]["rgd"]
-    assert 0.0 <= rgd["miss_rate"] <= 1.0 and rgd["k"] == 4
+    pa = res["upstream"]["global_bt"]["policy_accuracy"]["seen"]
+    assert pa["headline"] == "mean" and pa["w0"] == pa["policy_mean"]
+    assert 0.0 <= pa["miss_rate"] <= 1.0 and pa["k"] == 4 and "rgd_mean" in pa  # w, k of the deployed ARGS
     again = run(cfg)
     html = (again.run_dir / "report.html").read_text()
     assert "Best-of-N" in html and "difference to zero-shot" in html and "RGD-induced" in html

@@ -175,3 +175,35 @@ def test_benchmark_parameter_errors_name_the_parameter(capsys: pytest.CaptureFix
     assert "benchmark 'prism' needs path" in capsys.readouterr().err
     assert main(["run", "--set", "benchmark={name: rubrics, pol: 3}", "--out-dir", str(tmp_path)]) == 2
     assert "Did you mean 'pool'" in capsys.readouterr().err
+
+
+def test_prb_without_train_pairs_reports_not_applicable(tmp_path: Path) -> None:
+    """Personalized RewardBench has one test pair per user and no train pairs: methods that learn from pairs
+    are reported as not applicable (never a 0 % accuracy), user-agnostic baselines still score."""
+    from tests.fixtures_upstream import prb_rows, write_jsonl
+
+    src = write_jsonl(tmp_path / "prb.jsonl", prb_rows())
+    cfg = RunConfig.from_dict(
+        {
+            "benchmark": {"name": "prb", "source": str(src)},
+            "policy": "tiny-random",
+            "rm_backbone": "tiny-random",
+            "methods": ["global_bt", "mpu", "vpl"],
+            "decoders": ["zero_shot", {"name": "best_of_n", "n": 2}],
+            "max_new_tokens": 4,
+            "max_test_prompts": 2,
+            "bootstrap": 10,
+            "bertscore": False,
+            "out_dir": str(tmp_path / "runs"),
+            "device": "cpu",
+        }
+    )
+    res = run(cfg).results
+    for m in ("global_bt", "mpu", "vpl"):
+        assert "rm_accuracy" not in res["upstream"][m]
+        assert "no train pairs" in res["upstream"][m]["not_applicable"]
+    assert res["upstream"]["length"]["rm_accuracy"]["unseen"]["n_pairs"] > 0
+    assert not any(lab.endswith("[mpu]") for lab in res["downstream"])
+    assert {"decoder": "best_of_n(n=2)", "method": "mpu", "reason": "no train pairs"} in res["skipped_combinations"]
+    assert "rm_acc_unseen" in res["analysis"]["table"]["length"]
+    json.dumps(res, allow_nan=False)

@@ -230,10 +230,13 @@ def test_profile_rubric_and_reference_fields(tmp_path: Path) -> None:
     rows = [{**r, "persona_text": r["ground_truth_persona"], "posts": posts, "gold": "gold"} for r in ROWS]
     bench = load_benchmark_file(
         write_jsonl(tmp_path / "d.jsonl", rows),
-        mapping=MAP + ",rubric_text=persona_text,profile=posts,reference=gold",
+        mapping=MAP + ",answer_key=persona_text,profile=posts,reference=gold",
     )
     user = bench.users["likes cats"]
-    assert user.rubric_text == "likes cats" and [p.text for p in user.profile] == ["post one", "post two"]
+    assert user.answer_key == {"rubric_text": "likes cats"}
+    assert [p.text for p in user.profile] == ["post one", "post two"]
+    with pytest.raises(DataError, match=r"field 'rubric_text': this field was renamed: map it to 'answer_key'"):
+        load_benchmark_file(write_jsonl(tmp_path / "d.jsonl", rows), mapping=MAP + ",rubric_text=persona_text")
     assert user.profile[1].item_id == "7"
     assert bench.reference("likes dogs", "Pet?") is not None
 

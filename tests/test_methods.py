@@ -19,7 +19,7 @@ from perbench.data.records import PreferencePair
 from perbench.registry import reward_models
 from perbench.rewards.base import RMContext, ScoreItem
 from perbench.rewards.personal import PersonalFeatureRM
-from tests.synthetic import FakeExtractor, Problem, accuracy, make_problem
+from tests.synthetic import FakeExtractor, Problem, accuracy, make_mirrored, make_problem, pair_accuracy
 
 FEATURE_METHODS = [
     "mpu",
@@ -111,6 +111,12 @@ def test_conflicting_users_personalized_beats_global(name: str) -> None:
     agnostic = accuracy(glob, prob.test_unseen)
     assert agnostic <= 0.5 + 1e-9  # mirrored pairs: one of each pair right at best
     rm = fitted(name, "conflict")
+    if name == "lore_reg":
+        # at the reference α = 1e4 the pull toward the global direction collapses the basis onto it (every
+        # column parallel), which on conflicting users is the user-agnostic answer: the personalization test
+        # uses a weak pull; test_lore_reg_reference_alpha_collapses_to_global pins the collapse itself
+        rm = new(name, alpha=0.1)
+        rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
     assert accuracy(rm, prob.test_seen) >= 0.9
     n = 10 if name in SHARED else 20
     assert adapted_accuracy(rm, prob, n) >= 0.8 > agnostic + 0.25
@@ -120,6 +126,101 @@ def test_mpu_avg_ignores_shots_so_cannot_personalize_new_users() -> None:
     rm = fitted("mpu_avg", "conflict")
     prob = problem("conflict")
     assert adapted_accuracy(rm, prob, 20) <= 0.5 + 1e-9
+
+
+# ---- personalization only: every pair mirrored across two users who disagree ---------------------------
+_MIRRORED: dict[str, Any] = {}
+
+
+def mirrored() -> Problem:
+    if "problem" not in _MIRRORED:
+        _MIRRORED["problem"] = make_mirrored()
+    return _MIRRORED["problem"]  # type: ignore[no-any-return]
+
+
+def fitted_mirrored(name: str) -> Any:
+    if name not in _MIRRORED:
+        rm = new(name)
+        rm.fit(mirrored().train, RMContext(features=mirrored().ext, seed=0))  # type: ignore[arg-type]
+        _MIRRORED[name] = rm
+    return _MIRRORED[name]
+
+
+def test_mirrored_fixture_gives_every_user_agnostic_scorer_exactly_half() -> None:
+    prob = mirrored()
+    splits = {
+        "train": prob.train,
+        "test_seen": prob.test_seen,
+        "test_unseen": prob.test_unseen,
+        "shots": [p for u in prob.unseen for p in prob.shots[u]],
+    }
+    for where, pairs in splits.items():
+        by_text: dict[tuple[str, str, str], str] = {}
+        for p in pairs:  # each (x, a ≻ b) once, its mirror (x, b ≻ a) once, from a different user
+            assert (str(p.prompt), p.chosen, p.rejected) not in by_text, where
+            by_text[(str(p.prompt), p.chosen, p.rejected)] = p.user_id
+        for (x, a, b), u in by_text.items():
+            assert by_text.get((x, b, a), u) != u, where
+    group_a = {u for u in prob.seen if int(u[1:]) % 2 == 0}
+    one_group = new("global_bt")  # a user-agnostic logistic head that does learn something: group A's taste
+    one_group.fit([p for p in prob.train if p.user_id in group_a], RMContext(features=prob.ext))  # type: ignore[arg-type]
+    assert pair_accuracy(one_group, [p for p in prob.test_seen if p.user_id in group_a]) >= 0.9
+    pooled = new("global_bt")
+    pooled.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    agnostic = {"length": new("length"), "random": new("random", seed=5), "global_bt": pooled, "one_group": one_group}
+    for name, rm in agnostic.items():
+        for where, pairs in splits.items():
+            assert pair_accuracy(rm, pairs) == 0.5, (name, where)
+    # ... while the users' own directions are right on every pair: personalization is all there is to learn
+    assert all(prob.directions[p.user_id] @ (prob.ext.vec(p.chosen) - prob.ext.vec(p.rejected)) > 0 for p in prob.train)
+
+
+@pytest.mark.parametrize("name", FEATURE_METHODS)
+def test_personalization_is_learnt_and_lost_without_adapt(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mirrored fixture: seen ≥ 0.8; unseen ≈ 0.5 while ``adapt`` is a no-op (the fallback is user-agnostic);
+    unseen ≥ 0.8 after adapting from 20 shots — except MPU-Avg, which by design ignores shots (≈ 0.5)."""
+    prob = mirrored()
+    rm = fitted_mirrored(name)
+    assert pair_accuracy(rm, prob.test_seen) >= 0.8
+    with monkeypatch.context() as m:
+        m.setattr(type(rm), "adapt", lambda self, user_id, shots: None)
+        for u in prob.unseen:
+            rm.adapt(u, prob.shots[u][:20])
+        assert abs(pair_accuracy(rm, prob.test_unseen) - 0.5) <= 0.1
+    for u in prob.unseen:
+        rm.adapt(u, prob.shots[u][:20])
+    adapted = pair_accuracy(rm, prob.test_unseen)
+    for u in prob.unseen:
+        rm.adapt(u, [])
+    if name == "mpu_avg":
+        assert abs(adapted - 0.5) <= 0.1
+    else:
+        assert adapted >= 0.8
+
+
+@pytest.mark.parametrize("name", ["mpu", "mpu_avg", "vpl"])
+def test_zero_train_pairs(name: str) -> None:
+    """An evaluation-only benchmark (e.g. PRB: one test pair per user) fits on no pairs: no crash, no seen
+    user, finite rewards; ``adapt(u, [])`` leaves u unknown; shots still adapt (MPU fits a head on them)."""
+    prob = mirrored()
+    rm = new(name, **({"steps": 5} if name == "vpl" else {}))
+    rm.fit([], RMContext(features=prob.ext, seed=0))  # type: ignore[arg-type]
+    u = prob.unseen[0]
+    assert rm.users == [] and not rm.known(prob.seen[0])
+    rm.adapt(u, [])
+    assert not rm.known(u)
+    s = rm.score(items_for(prob.test_unseen[:6]))
+    assert np.isfinite(s).all()
+    again = new(name, **({"steps": 5} if name == "vpl" else {}))
+    again.load_state(rm.state())
+    again.bind(prob.ext)
+    np.testing.assert_allclose(again.score(items_for(prob.test_unseen[:6])), s, rtol=1e-5, atol=1e-6)
+    rm.adapt(u, prob.shots[u])
+    assert rm.known(u)
+    if name == "mpu":
+        assert pair_accuracy(rm, [p for p in prob.test_unseen if p.user_id == u]) >= 0.8
+    else:
+        assert np.isfinite(rm.score(items_for(prob.test_unseen[:6]))).all()
 
 
 # ---- adaptation semantics -----------------------------------------------------------------------------
@@ -147,11 +248,12 @@ def test_reward_from_any_hidden_state(name: str) -> None:
     prob = problem("lowrank")
     feats = torch.randn(7, prob.ext.dim) * 3
     users = [prob.seen[0], "nobody", prob.seen[1], "nobody", prob.unseen[0], prob.seen[0], "x"]
+    prompts = ["p"] * len(users)
     with torch.inference_mode():
-        r = rm.reward_from_features(users, feats)
+        r = rm.rewards(users, prompts, feats)
     assert r.shape == (7,) and torch.isfinite(r).all()
     with torch.inference_mode():
-        single = torch.stack([rm.reward_from_features([u], feats[i : i + 1])[0] for i, u in enumerate(users)])
+        single = torch.stack([rm.rewards([u], ["p"], feats[i : i + 1])[0] for i, u in enumerate(users)])
     torch.testing.assert_close(r, single, rtol=1e-4, atol=1e-5)
 
 
@@ -195,13 +297,25 @@ def test_deterministic_given_seed(name: str) -> None:
 
 
 # ---- method specifics ---------------------------------------------------------------------------------
-def test_lore_reg_drops_unused_columns_and_keeps_simplex() -> None:
-    rm = fitted("lore_reg", "conflict")
-    assert rm.V.shape[1] <= 5 and rm.W.shape[1] == rm.V.shape[1]
-    assert torch.all(rm.W.max(0).values >= 1e-2)
+def test_lore_reg_drops_unused_columns_and_keeps_simplex(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same fit with and without dropping: exactly the columns no user weights ≥ the threshold go, the
+    kept weights are renormalised onto the simplex. (A threshold of 0.5 makes the drop happen here.)"""
+    from perbench.rewards.lore import LoReReg
+
+    prob = problem("conflict")
+    monkeypatch.setattr(LoReReg, "drop_below", 0.0)
+    full = new("lore_reg")
+    full.fit(prob.train, RMContext(features=prob.ext, seed=0))  # type: ignore[arg-type]
+    monkeypatch.setattr(LoReReg, "drop_below", 0.5)
+    rm = new("lore_reg")
+    rm.fit(prob.train, RMContext(features=prob.ext, seed=0))  # type: ignore[arg-type]
+    keep = full.W.max(0).values >= 0.5
+    assert 0 < int(keep.sum()) < full.K == full.V.shape[1]
+    torch.testing.assert_close(rm.V, full.V[:, keep])
+    torch.testing.assert_close(rm.W, full.W[:, keep] / full.W[:, keep].sum(1, keepdim=True))
     torch.testing.assert_close(rm.W.sum(1), torch.ones(len(rm.W)))
     w = rm.user_weights("never-seen")
-    assert abs(float(w.sum()) - 1) < 1e-5
+    assert w.shape == (int(keep.sum()),) and abs(float(w.sum()) - 1) < 1e-5
 
 
 def test_lore_loss_is_the_reference_objective() -> None:
@@ -216,30 +330,32 @@ def test_lore_loss_is_the_reference_objective() -> None:
     assert abs((c[0] - r[0]) - logit) < 1e-4
 
 
-def test_pal_prompt_context_matches_score() -> None:
+def test_pal_b_reward_reads_the_prompt_and_clamps_its_scale() -> None:
+    import copy
+
     rm = fitted("pal_b", "lowrank")
     prob = problem("lowrank")
-    pairs = prob.test_seen[:4]
-    items = items_for(pairs)
+    items = items_for(prob.test_seen[:4])
     feats = torch.from_numpy(prob.ext.last([(it.prompt, it.response) for it in items]))
-    px = prob.ext.prompt_features([it.prompt for it in items])
     users = [it.user_id for it in items]
-    rm.set_prompt_context(px)
     with torch.inference_mode():
-        per_row = rm.reward_from_features(users, feats)
-    np.testing.assert_allclose(per_row.numpy(), rm.score(items), rtol=1e-5, atol=1e-5)
-    rm.set_prompt_context({users[0]: px[0]})  # one prompt per user (e.g. one decoding request each)
+        r = rm.rewards(users, [it.prompt for it in items], feats)
+        other = rm.rewards(users, ["an unrelated prompt"] * len(items), feats)
+    np.testing.assert_allclose(r.numpy(), rm.score(items), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(r, other)  # same response features, other prompt: another reward
+    with pytest.raises(TypeError):
+        rm.reward_from_features(users, feats)  # no caller can drop the prompt silently
+    big = copy.deepcopy(rm)
+    with torch.no_grad():
+        big.net.logit_scale.fill_(float(np.log(1000.0)))
+        rm_at_cap = copy.deepcopy(rm)
+        rm_at_cap.net.logit_scale.fill_(float(np.log(100.0)))
     with torch.inference_mode():
-        by_user = rm.reward_from_features([*users[:2], "other"], feats[:3])
-    np.testing.assert_allclose(by_user.numpy()[:2], per_row.numpy()[:2], rtol=1e-5, atol=1e-5)
-    rm.set_prompt_context(None)
-    with torch.inference_mode():  # users without a registered prompt use the mean prototypes
-        alone = rm.reward_from_features(["other"], feats[2:3]).numpy()[0]
-    np.testing.assert_allclose(by_user.numpy()[2], alone, rtol=1e-5, atol=1e-5)
-    rm.set_prompt_context(None)  # fallback: mean prototypes, still a valid reward
-    with torch.inference_mode():
-        assert torch.isfinite(rm.reward_from_features(users, feats)).all()
-    assert rm.net.logit_scale.clamp(max=np.log(100)).exp() <= 100
+        np.testing.assert_allclose(
+            big.rewards(users, [it.prompt for it in items], feats).numpy(),
+            rm_at_cap.rewards(users, [it.prompt for it in items], feats).numpy(),
+            rtol=1e-6,
+        )
 
 
 def test_vpl_adapts_without_gradient_steps() -> None:
@@ -323,3 +439,15 @@ def test_methods_need_a_feature_extractor() -> None:
 def test_fake_extractor_is_deterministic() -> None:
     a, b = FakeExtractor(8, seed=3), FakeExtractor(8, seed=3)
     np.testing.assert_array_equal(a.last([("p", "r")]), b.last([("p", "r")]))
+
+
+def test_lore_reg_reference_alpha_collapses_to_global() -> None:
+    """Documented behaviour of the reference setting (α = 1e4): the basis columns all align with the global
+    RM's direction, so on conflicting users lore_reg ranks like the global RM."""
+    rm = fitted("lore_reg", "conflict")
+    prob = problem("conflict")
+    V = torch.as_tensor(rm.state()["m.V"])
+    assert V.shape[1] >= 1
+    cols = torch.nn.functional.normalize(V.T.double(), dim=1)
+    assert float((cols @ cols.T).abs().min()) > 0.99
+    assert accuracy(rm, prob.test_seen) < 0.7

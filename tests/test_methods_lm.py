@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from perbench.data.records import PreferencePair, User
+from perbench.data.records import PreferencePair, ProfileItem, User
 from perbench.models.chat import encode_pair, encode_prompt
 from perbench.registry import reward_models
 from perbench.rewards.base import RMContext, ScoreItem
@@ -44,8 +44,8 @@ def pair(i: int, user: str, split: str = "train") -> PreferencePair:
 TRAIN = [pair(i, u) for i in range(12) for u in ("u0", "u1")]
 TEST = [pair(i, u, "test") for i in range(12, 18) for u in ("u0", "u1")]
 USERS = {
-    "u0": User("u0", rubric_text="Likes a clear yes."),
-    "u1": User("u1", rubric_text="Likes a firm no."),
+    "u0": User("u0", profile=(ProfileItem("likes", "Likes a clear yes."),)),
+    "u1": User("u1", profile=(ProfileItem("likes", "Likes a firm no."),)),
     "u2": User("u2", seen=False),
 }
 
@@ -302,3 +302,49 @@ def test_args_decodes_with_a_personalized_rm(tiny_lm, store) -> None:  # type: i
     reqs = [GenRequest("Tell me about apples.", u, seed=0) for u in ("u0", "u1", "never-seen")]
     out = ARGS(k=4, w=2.0).generate(tiny_lm, reqs, rm, max_new_tokens=4)
     assert len(out) == 3 and all(g.token_ids for g in out)
+
+
+# ---- personalization only: mirrored pairs, seen and unseen ----------------------------------------------
+def mirrored_pair(i: int, user: str, split: str = "train") -> PreferencePair:
+    """u0 and n0 prefer the 'Yes' answer, u1 and n1 the 'No' answer: every pair is mirrored by a user who
+    disagrees, so a scorer that ignores the user gets exactly half of them right."""
+    yes, no = f"Yes, {WORDS[(i + 3) % 10]}!", f"No, {WORDS[(i + 5) % 10]}."
+    c, r = (yes, no) if user in ("u0", "n0") else (no, yes)
+    return PreferencePair(f"m{i}{user}", user, f"Tell me about {WORDS[i % 10]}.", c, r, split)  # type: ignore[arg-type]
+
+
+M_TRAIN = [mirrored_pair(i, u) for i in range(12) for u in ("u0", "u1")]
+M_TEST = [mirrored_pair(i, u, "test") for i in range(12, 18) for u in ("u0", "u1")]
+M_SHOTS = {u: [mirrored_pair(i, u) for i in range(20, 26)] for u in ("n0", "n1")}
+M_TEST_UNSEEN = [mirrored_pair(i, u, "test") for i in range(30, 36) for u in ("n0", "n1")]
+M_USERS = {"u0": User("u0"), "u1": User("u1"), "n0": User("n0", seen=False), "n1": User("n1", seen=False)}
+
+
+@pytest.mark.parametrize(
+    ("name", "kw"),
+    [
+        ("token_ranker", {"steps": 60, "batch_pairs": 8, "lr": 1e-2}),
+        ("pdpo", {"steps": 30, "lr": 3e-3, "token_lr": 3e-2, "adapt_steps": 20}),
+        ("global_bt_v2", {"steps": 12, "lr": 1e-3}),
+    ],
+)
+def test_lm_methods_personalize_only_through_the_user(tiny_lm, store, monkeypatch, name, kw) -> None:  # type: ignore[no-untyped-def]
+    """Seen ≥ 0.8 and unseen ≥ 0.8 after ``adapt``; ≈ 0.5 on unseen users while ``adapt`` is a no-op. The
+    user-agnostic global_bt_v2 scores exactly 0.5 everywhere (ties ½)."""
+    from tests.synthetic import pair_accuracy
+
+    ctx = RMContext(features=FeatureExtractor(tiny_lm, store), seed=0, extra={"users": M_USERS, "policy": tiny_lm})
+    rm = new(name, **kw)
+    rm.fit(M_TRAIN, ctx)
+    with monkeypatch.context() as m:
+        m.setattr(type(rm), "adapt", lambda self, user_id, shots: None)
+        for u, shots in M_SHOTS.items():
+            rm.adapt(u, shots)
+        no_adapt = pair_accuracy(rm, M_TEST_UNSEEN)
+    for u, shots in M_SHOTS.items():
+        rm.adapt(u, shots)
+    seen, unseen = pair_accuracy(rm, M_TEST), pair_accuracy(rm, M_TEST_UNSEEN)
+    if rm.user_agnostic:
+        assert (seen, unseen, no_adapt) == (0.5, 0.5, 0.5)
+    else:
+        assert seen >= 0.8 and unseen >= 0.8 and abs(no_adapt - 0.5) <= 0.1

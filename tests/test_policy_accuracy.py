@@ -98,7 +98,9 @@ def test_headline_cannot_be_moved_by_a_constant_but_sum_can(tiny_lm) -> None:  #
     assert acc[2.0][HEADLINE]["accuracy"] == acc[-2.0][HEADLINE]["accuracy"] == acc[0.0][HEADLINE]["accuracy"]
     # chosen is the longer response in half of the pairs: +2 makes "sum" pick the longer one, −2 the shorter
     assert acc[2.0]["sum"]["accuracy"] + acc[-2.0]["sum"]["accuracy"] == pytest.approx(1.0)
-    assert acc[0.0]["headline"] == HEADLINE and acc[0.0]["w0"] == acc[0.0]["w0_mean"]
+    assert acc[0.0]["headline"] == HEADLINE and acc[0.0]["w0"] == acc[0.0]["policy_mean"]
+    for c in (2.0, -2.0):  # the top-k RGD-induced policy's variant cannot be moved either
+        assert acc[c]["rgd_mean"]["accuracy"] == acc[0.0]["rgd_mean"]["accuracy"]
 
 
 def test_w0_is_the_policy_alone(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]

@@ -427,7 +427,8 @@ def test_to_user() -> None:
     r = RUBRIC_USERS[0]
     u = to_user(r)
     assert isinstance(u, User)
-    assert (u.user_id, u.seen, u.rubric, u.rubric_text) == (r.user_id, r.seen, r.rubric, r.description)
+    assert (u.user_id, u.seen, u.rubric, u.profile) == (r.user_id, r.seen, r.rubric, ())
+    assert u.answer_key is not None and u.answer_key["rubric_text"] == r.description
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,13 +1,21 @@
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from perbench.data.records import Benchmark, PreferencePair, User
 from perbench.data.rubrics.aspects import satisfies_all, violates
-from perbench.data.rubrics.benchmark import load_rubrics
+from perbench.data.rubrics.benchmark import PERSONALIZATION_ONLY, load_rubrics
 from perbench.data.rubrics.build import assemble_pool, build_pool, coverage
+from perbench.metrics.rm_accuracy import pair_outcomes
+from perbench.rewards.base import ScoreItem
+from perbench.rewards.baselines import LengthRM, RandomRM
 
 
 def test_pool_build_is_deterministic_and_covers_every_user(tmp_path: Path) -> None:
@@ -35,8 +43,9 @@ def test_pairs_follow_rubrics(tmp_path: Path) -> None:
         assert satisfies_all(p.chosen, rubric)
         assert violates(p.rejected, rubric)
         assert p.split == ("test" if p.meta["prompt_id"] == "p04" else "train")
-    # every (user, prompt) is either a pair or a counted skip
-    assert len(bench.pairs) + bench.skipped.total() == len(bench.users) * 2
+    # every (user, prompt) is either a hardest-negative pair or a counted skip; mirror pairs come on top
+    originals = [p for p in bench.pairs if "mirror_of" not in p.meta]
+    assert len(originals) + bench.skipped.total() == len(bench.users) * 2
     assert bench.references and all(r.text for r in bench.references)
 
 
@@ -60,3 +69,123 @@ def test_shipped_pool_loads() -> None:
     assert s["users_seen"] >= 24 and s["users_unseen"] >= 8
     assert s["train_pairs"] > 500 and s["test_pairs_unseen"] > 50
     assert bench.skipped.total() < 0.1 * len(bench.pairs)
+
+
+# ---- the personalization-only subset ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shipped() -> Benchmark:
+    from perbench.data.rubrics.build import POOL_PATH
+
+    if not POOL_PATH.exists():
+        pytest.skip("pool not built yet")
+    return load_rubrics()
+
+
+def _edited() -> dict[str, bool]:
+    """cand_id -> whether the candidate is an edit of a base response (the pool's ``source``)."""
+    from perbench.data.rubrics.build import POOL_PATH
+
+    rows = [json.loads(x) for x in POOL_PATH.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return {r["cand_id"]: r["source"].startswith("edit") for r in rows}
+
+
+def _hash_linear(dim: int = 64, seed: int = 7) -> Callable[[PreferencePair, str], float]:
+    """A fixed random linear scorer over hashed words of prompt + response: user-agnostic, text-sensitive."""
+    w = np.random.default_rng(seed).standard_normal(dim)
+
+    def f(p: PreferencePair, y: str) -> float:
+        x = np.zeros(dim)
+        for tok in f"{p.prompt} {y}".lower().split():
+            x[int(hashlib.sha256(tok.encode()).hexdigest()[:8], 16) % dim] += 1.0
+        return float(w @ x)
+
+    return f
+
+
+def _agnostic_accuracy(pairs: list[PreferencePair], scorer: Callable[[PreferencePair, str], float]) -> float:
+    """Pair-weighted accuracy, ties ½, of a scorer that sees only (prompt, response)."""
+    c = np.asarray([scorer(p, p.chosen) for p in pairs])
+    r = np.asarray([scorer(p, p.rejected) for p in pairs])
+    return float(pair_outcomes(c, r, "half").mean())
+
+
+def _groups(bench: Benchmark, pairs: list[PreferencePair]) -> dict[str, list[PreferencePair]]:
+    seen = {u: rec.seen for u, rec in bench.users.items()}
+    return {
+        "train_seen": [p for p in pairs if p.split == "train" and seen[p.user_id]],
+        "train_unseen": [p for p in pairs if p.split == "train" and not seen[p.user_id]],
+        "test_seen": [p for p in pairs if p.split == "test" and seen[p.user_id]],
+        "test_unseen": [p for p in pairs if p.split == "test" and not seen[p.user_id]],
+    }
+
+
+def test_personalization_only_subset_gives_every_user_agnostic_scorer_exactly_half(shipped: Benchmark) -> None:
+    bench = shipped
+    sub = bench.subset(PERSONALIZATION_ONLY)
+    edited = _edited()
+    length = LengthRM()
+    rand = RandomRM(seed=3)
+    scorers: dict[str, Callable[[PreferencePair, str], float]] = {
+        "length": lambda p, y: float(length.score([ScoreItem(p.user_id, p.prompt, y)])[0]),
+        "random": lambda p, y: float(rand.score([ScoreItem(p.user_id, p.prompt, y)])[0]),
+        "hash_linear": _hash_linear(),
+        "edited": lambda p, y: float(edited[p.meta["chosen_id"] if y == p.chosen else p.meta["rejected_id"]]),
+    }
+    for group, pairs in _groups(bench, sub).items():
+        # the structure: every (prompt, a ≻ b) has its (prompt, b ≻ a) in the same group, from another user
+        fwd = Counter((p.meta["prompt_id"], p.chosen, p.rejected) for p in pairs)
+        assert fwd == Counter((p.meta["prompt_id"], p.rejected, p.chosen) for p in pairs), group
+        for name, f in scorers.items():
+            assert _agnostic_accuracy(pairs, f) == 0.5, (group, name)
+    # the cue this removes: on the hardest-negative pairs "was this edited" alone beats chance
+    originals = [p for p in bench.test_pairs(seen=True) if "mirror_of" not in p.meta]
+    assert _agnostic_accuracy(originals, scorers["edited"]) > 0.55
+
+
+def test_personalization_only_subset_is_large_and_its_mirror_pairs_follow_rubrics(shipped: Benchmark) -> None:
+    bench = shipped
+    sizes = bench.summary()["subsets"][PERSONALIZATION_ONLY]
+    assert sizes["test_pairs_seen"] >= 300 and sizes["test_pairs_unseen"] >= 50 and sizes["train_pairs"] >= 1000
+    report = bench.meta["subsets"][PERSONALIZATION_ONLY]
+    assert report["pairs"] == sizes["pairs"] == len(bench.subset(PERSONALIZATION_ONLY))
+    assert report["mirror_pairs_added"] == sum("mirror_of" in p.meta for p in bench.pairs) > 0
+    by_id = {p.pair_id: p for p in bench.pairs}
+    for p in bench.pairs:
+        if "mirror_of" not in p.meta:
+            continue
+        src = by_id[p.meta["mirror_of"]]
+        rubric = bench.users[p.user_id].rubric
+        assert rubric is not None and p.user_id != src.user_id
+        assert (p.chosen, p.rejected, p.prompt, p.split) == (src.rejected, src.chosen, src.prompt, src.split)
+        assert bench.users[p.user_id].seen == bench.users[src.user_id].seen
+        assert satisfies_all(p.chosen, rubric) and violates(p.rejected, rubric)
+    assert len({p.pair_id for p in bench.pairs}) == len(bench.pairs)
+    assert len({p.content_key() for p in bench.pairs}) == len(bench.pairs)
+
+
+def test_personalization_only_subset_is_deterministic_and_optional(shipped: Benchmark) -> None:
+    again = load_rubrics()
+    assert again.subsets == shipped.subsets and again.fingerprint() == shipped.fingerprint()
+    plain = load_rubrics(mirror_splits=())
+    assert not any("mirror_of" in p.meta for p in plain.pairs)
+    natural = plain.subset(PERSONALIZATION_ONLY)  # only pairs that already had a reverse partner
+    assert 0 < len(natural) < len(plain.pairs) and len(natural) % 2 == 0
+    assert plain.fingerprint() != shipped.fingerprint()
+    test_only = load_rubrics(mirror_splits=["test"])
+    assert {p.split for p in test_only.pairs if "mirror_of" in p.meta} == {"test"}
+    with pytest.raises(ValueError, match="mirror_splits: unknown splits"):
+        load_rubrics(mirror_splits=["dev"])
+
+
+def test_benchmark_subset_api() -> None:
+    users = {"a": User("a"), "b": User("b")}
+    pairs = [PreferencePair("1", "a", "x", "p", "q"), PreferencePair("2", "b", "x", "q", "p")]
+    bench = Benchmark("t", pairs, users, subsets={"mirrored": frozenset({"2"})})
+    assert bench.subset("mirrored") == [pairs[1]]
+    assert bench.subset("mirrored", pairs[:1]) == []
+    assert bench.summary()["subsets"]["mirrored"]["test_pairs_seen"] == 1
+    with pytest.raises(KeyError, match="no pair subset 'other'"):
+        bench.subset("other")
+    with pytest.raises(ValueError, match="subset 'bad' names unknown pair ids"):
+        Benchmark("t", pairs, users, subsets={"bad": frozenset({"3"})})
+    assert "subsets" not in Benchmark("t", pairs, users).summary()

@@ -1,9 +1,8 @@
-"""``perbench`` command line: run, list, validate, build, report."""
+"""``perbench`` command line: run, list, validate, build, report, compare."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -180,13 +179,34 @@ def _build_pref_lamp(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from perbench.report.html import write_report
+    """Re-render each run's report; with several run directories, also their combined comparison."""
+    from perbench.report.html import render_run_dir
 
-    run_dir = Path(args.run_dir)
-    results = json.loads((run_dir / "results.json").read_text())
-    write_report(results, run_dir / "report.html")
-    print(run_dir / "report.html")
+    for d in args.run_dirs:
+        print(render_run_dir(d))
+    if len(args.run_dirs) > 1:
+        return _write_comparison(args.run_dirs, args.out, args.metric, args.n_boot, args.seed)
     return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    return _write_comparison(args.run_dirs, args.out, args.metric, args.n_boot, args.seed)
+
+
+def _write_comparison(run_dirs: list[str], out: str | None, metric: str | None, n_boot: int | None, seed: int) -> int:
+    from perbench.report.compare import compare_runs
+
+    out_dir = Path(out) if out else Path(run_dirs[0]).resolve().parent / "compare"
+    path = compare_runs(run_dirs, out_dir, metric=metric, n_boot=n_boot, seed=seed)
+    print(path)
+    return 0
+
+
+def _add_compare_options(p: Any) -> None:
+    p.add_argument("--out", help="output folder of the comparison (default: compare/ beside the first run)")
+    p.add_argument("--metric", help="downstream metric of the verdict, e.g. args:rubric_satisfaction")
+    p.add_argument("--n-boot", type=int, help="bootstrap resamples (default: the runs' `bootstrap` setting)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,10 +228,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lamp-dir", help="(pref-lamp) folder with LaMP-5 files")
     p.add_argument("--layout", default="auto", choices=["auto", "user", "time"])
     p.add_argument("--negative-pool", default="other_users", choices=["other_users", "same_profile", "both"])
-    p = sub.add_parser("report", help="re-render report.html from a run directory")
-    p.add_argument("run_dir")
+    p = sub.add_parser("report", help="re-render report.html of run directories (several: also a comparison)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    _add_compare_options(p)
+    p = sub.add_parser("compare", help="pool several runs' cells: one analysis, report.html, leaderboard.md")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    _add_compare_options(p)
     args = parser.parse_args(argv)
-    handlers = {"run": _run, "list": _list, "validate": _validate, "build": _build, "report": _report}
+    handlers = {
+        "run": _run,
+        "list": _list,
+        "validate": _validate,
+        "build": _build,
+        "report": _report,
+        "compare": _compare,
+    }
     try:
         return handlers[args.cmd](args)
     except (ValueError, KeyError, FileNotFoundError) as e:

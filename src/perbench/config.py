@@ -63,7 +63,10 @@ class RunConfig:
     shot_curve: list[int] = field(default_factory=lambda: [1, 2, 5, 10, 20])
     #: weight of the reward in policy accuracy's teacher-forced RGD score
     pa_weight: float = 1.0
-    #: policy accuracy also under the RGD-induced policy (top-k softmax) with this k (None: off)
+    #: policy accuracy also under the RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's k);
+    #: costs one tree forward of k candidates per response token and method
+    pa_rgd: bool = False
+    #: k of that top-k when no ``args`` decoder is configured (w is then ``pa_weight``)
     pa_rgd_k: int | None = None
     tie_policy: Literal["strict", "half"] = "strict"
     bootstrap: int = 1000
@@ -74,7 +77,7 @@ class RunConfig:
     batch_size: int = 8
     feature_batch_size: int = 16
     max_length: int = 1024
-    #: judge LM for rubric aspects that no checker covers (``User.meta["answer_key"]``); None: no judge
+    #: judge LM for rubric aspects that no checker covers (``User.answer_key``); None: no judge
     judge: str | None = None
     #: policies to decode with (decoders × reward models × policies); None: just ``policy``. Upstream policy
     #: accuracy always uses ``policy``.

@@ -194,7 +194,12 @@ reward_models.register(
 reward_models.register(
     "icl_judge",
     "perbench.rewards.icl_judge:ICLJudge",
-    help="pairwise LLM judge with the user's rubric/profile in context",
+    help="pairwise LLM judge with the user's profile and few-shot pairs in context",
+)
+reward_models.register(
+    "icl_judge_oracle",
+    "perbench.rewards.icl_judge:ICLJudgeOracle",
+    help="ORACLE upper bound, not deployable: icl_judge told the user's answer key",
 )
 reward_models.register("hub_rm", "perbench.rewards.hub_rm:HubRM", help="any one-logit sequence-classifier RM")
 reward_models.register(

@@ -44,6 +44,7 @@ from perbench.data.records import (
     dedup_pairs,
     prompt_key,
 )
+from perbench.data.user_context import describe_user_context, withhold_answer_key
 
 OnError = Literal["raise", "skip"]
 Source = str | Path | Sequence[Mapping[str, Any]]
@@ -58,9 +59,14 @@ CANONICAL_FIELDS: tuple[str, ...] = (
     "split",
     "seen",
     "profile",
-    "rubric_text",
+    "answer_key",
     "reference",
 )
+#: fields that were renamed: mapping one is an error that says what to use instead
+RENAMED_FIELDS: dict[str, str] = {
+    "rubric_text": "map it to 'answer_key' (what decided the labels: kept from every method, read by graders) "
+    "or to 'profile' (what the user wrote about themselves: given to methods)",
+}
 REQUIRED_FIELDS: tuple[str, ...] = ("user_id", "prompt", "chosen", "rejected")
 
 _SUFFIXES = {
@@ -538,6 +544,8 @@ class FieldMap:
             raise TypeError(f"mapping must be a string, a dict or a FieldMap, got {type_name(spec)}")
         paths: dict[str, str] = {}
         for key, value in items:
+            if key in RENAMED_FIELDS:
+                raise DataError("mapping", None, key, f"this field was renamed: {RENAMED_FIELDS[key]}")
             if key not in CANONICAL_FIELDS:
                 raise DataError("mapping", None, key, f"unknown field; known: {', '.join(CANONICAL_FIELDS)}")
             if key in paths:
@@ -569,7 +577,7 @@ class _Parsed:
     pair: PreferencePair
     seen: bool | None
     profile: list[ProfileItem]
-    rubric_text: str | None
+    answer_key: str | None
     reference: str | None
     where: str
     split_given: bool
@@ -605,15 +613,15 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str) -> _Parsed:
     seen = None if seen_value is None else parse_bool(row, fmap.source("seen"), seen_value)
     profile_value = optional("profile")
     profile = [] if profile_value is None else parse_profile(row, fmap.source("profile"), profile_value)
-    rubric_value = optional("rubric_text")
-    rubric = None if rubric_value is None else check_text(row, fmap.source("rubric_text"), rubric_value)
+    key_value = optional("answer_key")
+    answer_key = None if key_value is None else check_text(row, fmap.source("answer_key"), key_value)
     ref_value = optional("reference")
     reference = None if ref_value is None else check_text(row, fmap.source("reference"), ref_value)
     pid_value = optional("pair_id")
     pair_id = f"{stem}:{row.line}" if pid_value is None else row.ident(fmap.source("pair_id"))
     meta = {"source": row.where, "line": row.line}
     pair = PreferencePair(pair_id, user, prompt, chosen, rejected, split, meta)
-    return _Parsed(pair, seen, profile, rubric, reference, row.where, split_value is not None)
+    return _Parsed(pair, seen, profile, answer_key, reference, row.where, split_value is not None)
 
 
 def assign_unseen(user_ids: Sequence[str], fraction: float, seed: int) -> set[str]:
@@ -696,16 +704,16 @@ def load_with_stats(
         extras.extend(more)
     stats.first_error = sink.first
 
-    # users: profile items (union, first occurrence wins), first rubric text
+    # users: profile items (union, first occurrence wins), first answer key
     profiles: dict[str, list[ProfileItem]] = {}
-    rubrics: dict[str, str] = {}
+    keys: dict[str, str] = {}
     for item in parsed:
         uid = item.pair.user_id
         known = profiles.setdefault(uid, [])
         texts = {p.text for p in known}
         known.extend(p for p in item.profile if p.text not in texts)
-        if item.rubric_text is not None:
-            rubrics.setdefault(uid, item.rubric_text)
+        if item.answer_key is not None:
+            keys.setdefault(uid, item.answer_key)
     row_keys = {item.pair.content_key() for item in parsed}
     kept_extras = []
     for p in extras:
@@ -752,7 +760,18 @@ def load_with_stats(
     else:
         unseen = assign_unseen(user_ids, unseen_fraction, seed)
         seen_policy = f"seeded fraction {unseen_fraction} (seed {seed})" if unseen_fraction else "all users seen"
-    users = {u: User(u, seen=u not in unseen, profile=tuple(profiles[u]), rubric_text=rubrics.get(u)) for u in user_ids}
+    users = {
+        u: withhold_answer_key(
+            User(
+                u,
+                seen=u not in unseen,
+                profile=tuple(profiles[u]),
+                answer_key={"rubric_text": keys[u]} if u in keys else None,
+            ),
+            skipped,
+        )
+        for u in user_ids
+    }
 
     references: list[Reference] = []
     ref_keys: set[str] = set()
@@ -773,6 +792,13 @@ def load_with_stats(
         "rows_read": stats.rows_read,
         "rows_with_errors": stats.rows_with_errors,
         "dedup": dedup,
+        "user_context": describe_user_context(
+            "profile" if any(u.profile for u in users.values()) else "pairs_only",
+            users,
+            included=(["profile"] if any(u.profile for u in users.values()) else []) + ["own train pairs"],
+            withheld=[f"answer_key (from '{fmap.source('answer_key')}')"] if keys else [],
+            note="user ids are labels for reports and never reach a prompt",
+        ),
     }
     bench = Benchmark(
         name=name or (Path(label).stem if isinstance(source, str | Path) else "rows"),

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from perbench.data.user_context import derived_user_context
+
 Split = Literal["train", "test"]
 SPLITS: tuple[str, ...] = ("train", "test")
 
@@ -80,12 +82,25 @@ class AspectPole:
 
 @dataclass(frozen=True)
 class User:
+    """A user: ``profile`` is the user context (what a method may read, see :mod:`perbench.data.user_context`);
+    ``answer_key`` (what decided the labels: rubric, labelling rule, style name, PRB's aspects and narrative)
+    and ``rubric`` (checkable aspect poles, for the downstream checker) are for graders and reports only.
+    A ``meta["answer_key"]`` given at construction is moved to ``answer_key``: it has one place."""
+
     user_id: str
     seen: bool = True
     profile: tuple[ProfileItem, ...] = ()
-    rubric_text: str | None = None
     rubric: tuple[AspectPole, ...] | None = None
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    answer_key: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if "answer_key" in self.meta:
+            if self.answer_key is not None:
+                raise ValueError(f"user {self.user_id!r}: answer key given both as answer_key= and meta['answer_key']")
+            meta = dict(self.meta)
+            object.__setattr__(self, "answer_key", meta.pop("answer_key"))
+            object.__setattr__(self, "meta", meta)
 
 
 @dataclass(frozen=True)
@@ -139,11 +154,27 @@ class Benchmark:
     skipped: SkipReport = field(default_factory=SkipReport)
     meta: dict[str, Any] = field(default_factory=dict)
     weighting: Literal["pair", "row"] = "pair"
+    #: named pair subsets: name -> pair ids (e.g. ``"personalization_only"``: pairs mirrored across users)
+    subsets: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted({p.user_id for p in self.pairs} - set(self.users))
         if unknown:
             raise ValueError(f"benchmark {self.name!r}: pairs name unknown users {unknown[:5]}")
+        if "user_context" not in self.meta:  # what reaches methods about a user is always on record
+            self.meta["user_context"] = derived_user_context(self.users)
+        ids = {p.pair_id for p in self.pairs}
+        for name, members in self.subsets.items():
+            missing = sorted(members - ids)
+            if missing:
+                raise ValueError(f"benchmark {self.name!r}: subset {name!r} names unknown pair ids {missing[:5]}")
+
+    def subset(self, name: str, pairs: Iterable[PreferencePair] | None = None) -> list[PreferencePair]:
+        """The pairs (of ``pairs``, default all, order kept) that belong to the named subset."""
+        if name not in self.subsets:
+            raise KeyError(f"benchmark {self.name!r} has no pair subset {name!r} (it has {sorted(self.subsets)})")
+        members = self.subsets[name]
+        return [p for p in (self.pairs if pairs is None else pairs) if p.pair_id in members]
 
     @property
     def seen_users(self) -> list[str]:
@@ -190,8 +221,13 @@ class Benchmark:
         """Content hash of everything a result depends on."""
         parts = [self.name]
         parts += [p.content_key() + p.split for p in self.pairs]
-        parts += [f"{u}:{r.seen}:{r.rubric}:{r.rubric_text}:{len(r.profile)}" for u, r in sorted(self.users.items())]
+        parts += [
+            f"{u}:{r.seen}:{r.rubric}:{json.dumps(r.answer_key, sort_keys=True, default=str)}:"
+            + content_hash(*(it.text for it in r.profile))
+            for u, r in sorted(self.users.items())
+        ]
         parts += [content_hash(r.user_id, prompt_key(r.prompt), r.text) for r in self.references]
+        parts += [f"subset:{n}:" + content_hash(*sorted(ids)) for n, ids in sorted(self.subsets.items())]
         return content_hash(*parts)
 
     def summary(self) -> dict[str, Any]:
@@ -206,6 +242,16 @@ class Benchmark:
             "references": len(self.references),
             "weighting": self.weighting,
             "skipped": self.skipped.to_dict(),
+            **({"subsets": {n: self._subset_sizes(n) for n in sorted(self.subsets)}} if self.subsets else {}),
+        }
+
+    def _subset_sizes(self, name: str) -> dict[str, int]:
+        sel = self.subset(name)
+        return {
+            "pairs": len(sel),
+            "train_pairs": sum(p.split == "train" and self.users[p.user_id].seen for p in sel),
+            "test_pairs_seen": sum(p.split == "test" and self.users[p.user_id].seen for p in sel),
+            "test_pairs_unseen": sum(p.split == "test" and not self.users[p.user_id].seen for p in sel),
         }
 
 

@@ -154,6 +154,7 @@ def bon_curve(
     ns: Sequence[int] | None = None,
     *,
     users: Sequence[str] | None = None,
+    prompts: Sequence[str] | None = None,
     n_boot: int = 0,
     seed: int = 0,
 ) -> dict[str, Any]:
@@ -163,7 +164,7 @@ def bon_curve(
     target i. Per n: ``quality`` = mean quality of the RM's pick, ``reward`` = mean RM score of the pick,
     ``oracle`` = mean of the best quality among the first n (what a perfect RM would get), ``sample_mean``
     = mean quality of a random one of the first n. With ``users`` and ``n_boot`` > 0, ``ci`` holds
-    bootstrap CIs of ``quality`` resampled by user.
+    bootstrap CIs of ``quality`` resampled by user (and by prompt too, two-way, when ``prompts`` is given).
     """
     if len(rewards) != len(quality):
         raise ValueError(f"bon_curve: {len(rewards)} reward rows vs {len(quality)} quality rows")
@@ -191,9 +192,15 @@ def bon_curve(
         out["oracle"].append(float(np.nanmean([np.nanmax(qq[:n]) for qq in Q])))
         out["sample_mean"].append(float(np.nanmean([np.nanmean(qq[:n]) for qq in Q])))
         if "ci" in out:
-            from perbench.metrics.stats import bootstrap_by_group, pair_weighted
-
             assert users is not None
-            ci = bootstrap_by_group(q, list(users), pair_weighted, n_boot=n_boot, seed=seed)
+            if prompts is not None:
+                from perbench.metrics.bootstrap import two_way_ci
+
+                got = two_way_ci(q, list(users), list(prompts), n_boot=n_boot, seed=seed)
+                ci = (float("nan"), float("nan")) if got is None else got
+            else:
+                from perbench.metrics.stats import bootstrap_by_group, pair_weighted
+
+                ci = bootstrap_by_group(q, list(users), pair_weighted, n_boot=n_boot, seed=seed)
             out["ci"].append(list(ci))
     return out

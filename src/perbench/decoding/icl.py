@@ -14,6 +14,13 @@ encoder's unit-norm embeddings, or any encoder ``load_encoder`` accepts). The qu
 (the last user turn); an item's retrieval key is its text (a pair: request + preferred response).
 Retrieved items are listed best first. ``icl`` defaults to random items, ``icl_rag`` to BM25.
 
+What a user's items may contain: the user context only (:func:`perbench.data.user_context.context_items`:
+profile items, never the answer key) and the user's own train pairs. Which train pairs
+(:meth:`ICL.bind_benchmark` with the run's ``shots``): a seen user's train pairs, all of them (the pairs the
+reward models are fit on; ``k`` caps what one prompt shows); an unseen user's first ``shots`` train pairs,
+exactly ``Benchmark.fewshot(user, shots)``, the set every reward model adapts from. ``shots=None`` gives
+unseen users all their train pairs (standalone use only; a run passes its ``shots``).
+
 The decoder needs the users' data: call :meth:`ICL.bind` (or :meth:`ICL.bind_benchmark`) before
 :meth:`generate`. Decoding itself is :class:`~perbench.decoding.greedy.ZeroShot` on the augmented prompt
 (greedy by default, or sampled).
@@ -22,6 +29,7 @@ The decoder needs the users' data: call :meth:`ICL.bind` (or :meth:`ICL.bind_ben
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from perbench.data.records import Message, PreferencePair, Prompt, User, prompt_text
+from perbench.data.user_context import context_items
 from perbench.decoding.base import Decoder, Generation, GenRequest
 from perbench.decoding.greedy import ZeroShot
 from perbench.models.loader import LoadedLM
@@ -104,6 +113,7 @@ class ICL(Decoder):
         self.decoder = ZeroShot(sample=sample, temperature=temperature, top_p=top_p)
         self.users: dict[str, User] | None = None
         self.pairs: dict[str, list[PreferencePair]] = {}
+        self.shots: int | None = None  # the unseen users' shot count bound by bind_benchmark
         self._bm25: dict[str, Any] = {}
         self._emb: dict[str, np.ndarray] = {}
 
@@ -111,21 +121,39 @@ class ICL(Decoder):
     def bind(self, users: Mapping[str, User], pairs: Sequence[PreferencePair]) -> None:
         """The users and their pairs; only ``split == "train"`` pairs are ever used."""
         self.users = dict(users)
+        self.shots = None
         self.pairs = {}
         for p in pairs:
             if p.split == "train":
                 self.pairs.setdefault(p.user_id, []).append(p)
         self._bm25.clear()
 
-    def bind_benchmark(self, bench: Benchmark) -> None:
-        self.bind(bench.users, bench.select(split="train"))
+    def bind_benchmark(self, bench: Benchmark, shots: int | None = None) -> None:
+        """Bind ``bench``: seen users with all their train pairs, unseen users with their first ``shots``
+        train pairs (``bench.fewshot(user, shots)``, what the reward models adapt from; None: all)."""
+        if shots is not None and shots < 0:
+            raise ValueError(f"{self.name}: shots must be ≥ 0 or None, got {shots}")
+        train: dict[str, list[PreferencePair]] = {}
+        for p in bench.select(split="train"):
+            train.setdefault(p.user_id, []).append(p)
+        pairs: list[PreferencePair] = []
+        for uid, mine in train.items():
+            pairs += mine if bench.users[uid].seen or shots is None else mine[:shots]
+        self.bind(bench.users, pairs)
+        self.shots = shots
+
+    def config_key(self) -> str:
+        """Parameters plus the bound shot count: generations from different few-shot sets are cached apart."""
+        if self.shots is None:
+            return super().config_key()
+        blob = json.dumps([self.name, self.params, {"shots": self.shots}], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def candidates(self, user_id: str) -> list[ContextItem]:
         """Every item this user could show, in the user's own order."""
         if self.users is None:
             raise RuntimeError(f"{self.name}: call bind(users, pairs) or bind_benchmark(bench) first")
-        user = self.users.get(user_id)
-        profile = list(user.profile) if user is not None else []
+        profile = list(context_items(self.users.get(user_id)))
         pairs = self.pairs.get(user_id, [])
         n = self.max_item_chars
         if (self.format == "chosen" and profile) or (self.format == "pairs" and not pairs):

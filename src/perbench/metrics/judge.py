@@ -1,6 +1,6 @@
 """LLM-judge rubric scoring for benchmarks whose rubrics are not checkable (Personalized RewardBench).
 
-Each rubric aspect of the user (``User.meta["answer_key"]["rubric_aspects"]``, a list of
+Each rubric aspect of the user (``User.answer_key["rubric_aspects"]``, a list of
 ``{aspect, evidence, reason}`` — the answer key, never shown to a reward model) is scored 0 / 1 / 2 by a
 judge (0 = not addressed, 1 = partially, 2 = fully), one judge call per (response, aspect), as in the
 paper's downstream evaluation. The judge is any function from prompts to raw outputs — by default greedy
@@ -51,7 +51,7 @@ def parse_score(text: str) -> int | None:
 
 
 def rubric_aspects(user: User) -> list[dict[str, str]]:
-    key = user.meta.get("answer_key") or {}
+    key = user.answer_key or {}
     aspects = key.get("rubric_aspects") if isinstance(key, Mapping) else None
     return [dict(a) for a in aspects or []]
 

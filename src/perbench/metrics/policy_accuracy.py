@@ -3,16 +3,18 @@
 The exact formula is not public; these are our documented readings. For a response y of T tokens
 (teacher-forced, policy π, reward r_u with a value for every prefix, ARGS weight w and top-k):
 
-- **headline** ``rgd_mean`` (and ``rgd_sum``): the log-probability of y under the RGD-induced policy — the
+- **headline** ``mean``: S_u(y) / T with S_u(y) = Σ_t [log π(y_t | x, y_<t) + w·r_u(x, y_≤t)]; a constant c added
+  to r adds w·c to both sides of a pair, so it cannot move the comparison (the shift test); w = 0 gives
+  ``policy_mean``, the policy alone, reported beside it.
+- ``rgd_mean`` (and ``rgd_sum``, with ``pa_rgd``): the log-probability of y under the RGD-induced policy — the
   policy ARGS samples from, log π_RGD(y_t) = log-softmax over the policy's top-k candidates v of
   (log π(v | x, y_<t) + w·r_u(x, y_<t ⊕ v)); a token outside the top-k is a miss (the response's value is
   −inf and the miss is counted). ``rgd_sum`` = Σ_t log π_RGD(y_t), ``rgd_mean`` = rgd_sum / T. A constant
   added to r cancels in every softmax, so a constant cannot move either (the shift test).
 - ``w0_sum`` / ``w0_mean``: the same at w = 0 — the policy alone (renormalised over its own top-k), the
   value to compare the headline with. ``policy_sum`` / ``policy_mean``: Σ_t log π(y_t), untruncated.
-- ``sum`` / ``mean`` (labelled, not headline): S_u(y) = Σ_t [log π(y_t | x, y_<t) + w·r_u(x, y_≤t)] and
-  S / T. ``sum`` is **not shift-invariant**: r + c adds c·w·T, and chosen and rejected differ in T; ``mean``
-  is (r + c adds w·c to both sides).
+- ``sum`` (labelled, not headline): S_u(y). **Not shift-invariant**: r + c adds c·w·T, and chosen and
+  rejected differ in T.
 
 :func:`policy_accuracy_scores` computes every variant per response for any RM whose
 ``no_prefix_reward`` is None (frozen-feature heads, GenARM, the LoRA RMs) or that is a token-level scorer;
@@ -40,6 +42,17 @@ def rgd_scores(
     s = np.array([float(np.sum(lp) + w * np.sum(r)) for lp, r in zip(logprobs, rewards, strict=True)])
     T = np.array([max(len(lp), 1) for lp in logprobs], dtype=np.float64)
     return s, s / T
+
+
+def teacher_forced_scores(
+    logprobs: Sequence[np.ndarray], rewards: Sequence[np.ndarray], w: float
+) -> dict[str, np.ndarray]:
+    """The variants that need no top-k candidates (one teacher-forced pass): ``mean`` (the headline), ``sum``,
+    ``policy_mean`` / ``policy_sum`` (w = 0) and ``T``, per response."""
+    lp_sum = np.array([float(np.sum(lp)) for lp in logprobs])
+    s, mean = rgd_scores(logprobs, rewards, w)
+    T = np.array([max(len(lp), 1) for lp in logprobs], dtype=np.float64)
+    return {"sum": s, "mean": mean, "policy_sum": lp_sum, "policy_mean": lp_sum / T, "T": T}
 
 
 def policy_accuracy(
@@ -227,19 +240,23 @@ def rgd_policy_inputs(
 # ------------------------------------------------------------------------------------------------------------
 # Every variant in one pass, for the runner.
 
-#: The variant a constant added to the reward cannot move, reported first.
-HEADLINE = "rgd_mean"
+#: The variant reported first: the length-normalised RGD score, which a constant added to the reward cannot
+#: move and which needs no top-k truncation (real responses often leave the policy's top-k at some token, and
+#: one such miss makes ``rgd_mean`` −inf, a tie with any other miss). ``rgd_*`` come with ``pa_rgd``.
+HEADLINE = "mean"
+#: the headline's value for the policy alone (w = 0)
+W0 = {"mean": "policy_mean", "rgd_mean": "w0_mean"}
 #: Variants of :func:`policy_accuracy_scores` that are compared chosen vs rejected.
 VARIANTS = ("rgd_mean", "rgd_sum", "w0_mean", "w0_sum", "policy_mean", "policy_sum", "mean", "sum")
 VARIANT_DOC = {
-    "rgd_mean": "headline: mean_t log π_RGD(y_t), the RGD-induced policy (top-k softmax of log π + w·r); "
+    "rgd_mean": "mean_t log π_RGD(y_t), the RGD-induced policy (top-k softmax of log π + w·r); "
     "a constant added to r cannot move it",
     "rgd_sum": "Σ_t log π_RGD(y_t) (shift-invariant)",
     "w0_mean": "the same at w = 0: the policy alone over its top-k",
     "w0_sum": "Σ_t of the same at w = 0",
     "policy_mean": "mean_t log π(y_t): the policy alone, untruncated",
     "policy_sum": "Σ_t log π(y_t)",
-    "mean": "(Σ_t log π(y_t) + w·r(x, y_≤t)) / T — a constant c adds w·c to both sides: shift-invariant",
+    "mean": "headline: (Σ_t log π(y_t) + w·r(x, y_≤t)) / T — a constant c adds w·c to both sides: shift-invariant",
     "sum": "Σ_t [log π(y_t) + w·r(x, y_≤t)] — changes when a constant is added to r (c·w·T)",
 }
 
@@ -367,13 +384,15 @@ def policy_accuracy_from_scores(
     :func:`policy_accuracy_scores` of the chosen and rejected sides, with the miss accounting.
     ``headline`` names the shift-invariant variant; ``w0`` is its value for the policy alone."""
     out: dict[str, Any] = {"w": w, "k": k, "headline": HEADLINE, "variants": dict(VARIANT_DOC)}
-    for variant in VARIANTS:
+    for variant in (v for v in VARIANTS if v in chosen):
         a = policy_accuracy(
             chosen[variant], rejected[variant], users, tie=tie, n_boot=n_boot, seed=seed, prompts=prompts
         )
         a.pop("per_user", None)
         out[variant] = a
-    out["w0"] = out[HEADLINE.replace("rgd", "w0")]
+    out["w0"] = out[W0[HEADLINE]]
+    if "misses" not in chosen:
+        return out
     miss_w, miss_l = chosen["misses"] > 0, rejected["misses"] > 0
     n_resp = 2 * len(miss_w)
     out["miss_rate"] = float((miss_w.sum() + miss_l.sum()) / n_resp) if n_resp else None

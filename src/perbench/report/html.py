@@ -1,242 +1,214 @@
-"""A self-contained HTML report from a results dict (tables; no external assets)."""
+"""The self-contained HTML report (verdict first; inline CSS; plots as data-URI PNGs) and the files beside it.
+
+``write_report(results, run_dir / "report.html")`` also writes ``leaderboard.md`` and ``plots/*.png|svg`` next to
+the page, reading ``cells.jsonl`` and ``samples.jsonl`` from the same folder when they exist. Every section is
+optional: a missing piece of data drops its section (or shows n/a), it never raises. Everything from data is
+escaped.
+"""
 
 from __future__ import annotations
 
-import html
-import math
+import base64
+from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from perbench.io import atomic_write_text
+from perbench.report import details, extract, plots, sections
+from perbench.report.extract import _d
+from perbench.report.fmt import esc, is_missing
+from perbench.report.generations import generations_section
+from perbench.report.leaderboard import render_markdown
+from perbench.report.plots import Plot
 
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#222}
-h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}
-th,td{padding:.3rem .6rem;border-bottom:1px solid #eee;text-align:right}
-th:first-child,td:first-child{text-align:left}th{background:#f6f6f6}
-.muted{color:#888;font-size:.85rem}.best{font-weight:600;background:#eef7ee}
-.bar{display:inline-block;height:.6rem;background:#6a9;vertical-align:middle;margin-left:.3rem}
-code{background:#f4f4f4;padding:0 .2rem}
-"""
+PLOTS_DIR = "plots"
 
 
-def _fmt(x: Any, pct: bool = True) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    if isinstance(x, float):
-        return f"{100 * x:.1f}" if pct else f"{x:.3g}"
-    return html.escape(str(x))
+def css() -> str:
+    try:
+        return (resources.files("perbench.report") / "report.css").read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError):  # an install without package data: plain but readable
+        return "body{font-family:sans-serif;max-width:1200px;margin:2rem auto}table{border-collapse:collapse}"
 
 
-def _ci(entry: dict[str, Any], key: str = "ci") -> str:
-    lo, hi = entry.get(key, [None, None])
-    if lo is None or (isinstance(lo, float) and math.isnan(lo)):
+def figure(p: Plot | None) -> str:
+    if p is None:
         return ""
-    return f' <span class="muted">[{_fmt(lo)}, {_fmt(hi)}]</span>'
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{th}</tr>{body}</table>"
-
-
-def render(results: dict[str, Any]) -> str:
-    bench = results["benchmark"]
-    prov = results["provenance"]
-    parts = [
-        f"<h1>perbench — {html.escape(bench['name'])}</h1>",
-        f"<p class=muted>{html.escape(results['created'])} · config {results['config_hash']} · "
-        f"git {html.escape(str(prov.get('git')))} · policy <code>{html.escape(prov['models']['policy']['name'])}</code>"
-        f" · RM backbone <code>{html.escape(prov['models']['rm_backbone']['name'])}</code></p>",
-        f"<p>{bench['pairs']} pairs · {bench['users_seen']} seen / {bench['users_unseen']} unseen users · "
-        f"{bench['skipped']['total']} rows skipped · {bench['weighting']}-weighted</p>",
-    ]
-
-    up = results["upstream"]
-    parts.append("<h2>Upstream: RM accuracy (%, 95% CI by user)</h2>")
-    rows = []
-    for label, r in up.items():
-        acc = r["rm_accuracy"]
-        cells = [html.escape(label) + (' <span class="muted">baseline</span>' if r["baseline"] else "")]
-        for g in ("seen", "unseen", "all"):
-            e = acc.get(g)
-            cells.append(_fmt(e["accuracy"]) + _ci(e) if e else "–")
-        cells.append(str(acc.get("all", {}).get("ties", "–")))
-        pa = r.get("policy_accuracy", {})
-        for g in ("seen", "unseen"):
-            cells.append(_fmt(pa[g]["sum"]["accuracy"]) if g in pa else "–")
-        rows.append(cells)
-    parts.append(_table(["method", "seen", "unseen", "all", "ties", "policy acc. seen", "policy acc. unseen"], rows))
-
-    curves = {k: v["fewshot_curve"] for k, v in up.items() if "fewshot_curve" in v}
-    if curves:
-        shots = sorted({int(n) for c in curves.values() for n in c})
-        parts.append("<h2>Few-shot adaptation of unseen users (RM accuracy %)</h2>")
-        parts.append(
-            _table(
-                ["method"] + [f"{n} shots" for n in shots],
-                [
-                    [html.escape(k)] + [_fmt(c.get(str(n), {}).get("accuracy")) for n in shots]
-                    for k, c in curves.items()
-                ],
-            )
-        )
-
-    down = results["downstream"]
-    if down:
-        parts.append("<h2>Downstream: what generation gives each user</h2>")
-        metrics = [
-            ("rubric_satisfaction", "rubric sat. %"),
-            ("rubric_all", "all aspects %"),
-            ("rougeL", "ROUGE-L"),
-            ("judge_score", "judge %"),
-            ("rm_win", "RM win rate %"),
-            ("words", "words"),
-        ]
-        present = [(m, t) for m, t in metrics if any(m in d for d in down.values())]
-        best = {m: max((d[m]["mean"] for d in down.values() if m in d), default=None) for m, _ in present}
-        rows = []
-        for label, d in down.items():
-            cells = [html.escape(label)]
-            for m, _ in present:
-                if m not in d:
-                    cells.append("–")
-                    continue
-                v = d[m]["mean"]
-                text = _fmt(v, pct=m != "words") + (_ci(d[m]) if m != "words" else "")
-                cls = ' class="best"' if m not in ("words", "rm_win") and v == best[m] and len(down) > 1 else ""
-                cells.append(f"<span{cls}>{text}</span>")
-            rows.append(cells)
-        parts.append(_table(["decoder[guide]"] + [t for _, t in present], rows))
-        if any("rubric_satisfaction" in d for d in down.values()):
-            parts.append(
-                "<p class=muted>Rubric satisfaction is exact: the fraction of each user's checkable "
-                "rubric aspects the generated text meets, averaged over (user, prompt).</p>"
-            )
-
-    if down:
-        parts.append(_deltas(down))
-        parts.append(_bon_curves(down))
-    rgd = {
-        k: v["policy_accuracy"] for k, v in up.items() if any("rgd" in g for g in v.get("policy_accuracy", {}).values())
-    }
-    if rgd:
-        parts.append(_rgd_table(rgd))
-
-    if results.get("skipped_combinations"):
-        parts.append("<h2>Skipped combinations</h2>")
-        parts.append(
-            _table(
-                ["decoder", "method", "reason"],
-                [
-                    [html.escape(s["decoder"]), html.escape(s["method"]), html.escape(s["reason"])]
-                    for s in results["skipped_combinations"]
-                ],
-            )
-        )
-
-    parts.append("<h2>Provenance</h2>")
-    pk = prov["packages"]
-    parts.append(_table(["package", "version"], [[html.escape(k), html.escape(str(v))] for k, v in pk.items() if v]))
-    work = results["work"]
-    parts.append(
-        f"<p class=muted>work computed: {html.escape(str(work['computed']))} · reused: "
-        f"{html.escape(str(work['reused']))} · timing (s): {html.escape(str(results['timing_s']))}</p>"
-    )
-    parts.append(
-        "<h2>Accounting policies</h2><ul>"
-        + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in results["policies"].items())
-        + "</ul>"
-    )
+    data = base64.b64encode(p.png).decode("ascii")
     return (
-        f"<!doctype html><html><head><meta charset=utf-8><title>perbench report</title><style>{CSS}</style>"
-        f"</head><body>{''.join(parts)}</body></html>"
+        f'<figure><img alt="{esc(p.title)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{esc(p.title)} · <code>{PLOTS_DIR}/{esc(p.name)}.svg</code></figcaption></figure>"
     )
 
 
-def _signed(x: Any) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    return f"{100 * x:+.1f}"
+def _quality(analysis: Mapping[str, Any]) -> str:
+    metric = str(_d(analysis.get("verdict")).get("metric") or "")
+    return metric.partition(":")[2] or "rubric_satisfaction"
 
 
-def _deltas(down: dict[str, Any]) -> str:
-    """Paired differences of each output's quality against zero-shot and ICL-RAG on the same targets."""
-    refs = sorted({r for d in down.values() for r in d.get("vs", {})})
-    metrics = [
-        m
-        for m in ("rubric_satisfaction", "rougeL", "judge_score")
-        if any(m in d.get("vs", {}).get(r, {}) for d in down.values() for r in refs)
-    ]
-    if not refs or not metrics:
-        return ""
-    names = {"rubric_satisfaction": "rubric sat.", "rougeL": "ROUGE-L", "judge_score": "judge"}
-    head = ["decoder[guide]"] + [f"Δ {names[m]} vs {r}" for r in refs for m in metrics]
-    rows = []
-    for label, d in down.items():
-        cells = [html.escape(label)]
-        for r in refs:
-            for m in metrics:
-                e = d.get("vs", {}).get(r, {}).get(m)
-                cells.append(_signed(e["delta"]) + _ci(e) if e else "–")
-        rows.append(cells)
-    return "<h2>Downstream: difference to zero-shot and ICL-RAG (points, paired, 95% CI by user)</h2>" + _table(
-        head, rows
+def build_plots(
+    analysis: Mapping[str, Any] | None,
+    results: Mapping[str, Any] | None = None,
+    cells: Sequence[Mapping[str, Any]] | None = None,
+    all_pairs: bool = True,
+) -> dict[str, Plot]:
+    """Every figure of a report, keyed by role (``scatter``, ``fewshot``, ``bon``, ``per_user``, ``win_gain``,
+    ``scatter:METRIC``: one file per downstream metric, a panel for each upstream metric with a defined τ-b).
+    A figure that fails to draw is left out."""
+    a = _d(analysis)
+    r = _d(results)
+    out: dict[str, Plot] = {}
+
+    def add(key: str, make: Any) -> None:
+        try:
+            p = make()
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError):
+            return
+        if p is not None:
+            out[key] = p
+
+    pairs = [_d(p) for p in extract._l(_d(a.get("selection")).get("pairs"))]
+    ups, downs = extract.main_upstream(a, 3), extract.main_downstream(a, 3)
+    add("scatter", lambda: plots.scatter_grid(pairs, ups, downs, "scatter_main"))
+    if all_pairs:
+        all_ups, all_downs = extract.metrics_of(a)
+        for d in all_downs:
+            have = [
+                u
+                for u in all_ups
+                if any(p.get("upstream") == u and p.get("downstream") == d and _has_tau(p) for p in pairs)
+            ]
+            if have:
+                add(f"scatter:{d}", lambda d=d, have=have: plots.scatter_grid(pairs, have, [d], f"scatter__{d}", False))
+    add("fewshot", lambda: plots.fewshot_plot(extract.fewshot_curves(a, r)))
+    add("bon", lambda: plots.bon_plot(extract.bon_curves(r)))
+    verdict_metric = _d(a.get("verdict")).get("metric")
+    dist_metrics = ["rm_acc"] + ([str(verdict_metric)] if verdict_metric else [])
+    dists = extract.per_user_values(cells, dist_metrics) if cells else {}
+    add("per_user", lambda: plots.per_user_plot(dists or extract.per_user_from_fairness(a)))
+    q = _quality(a)
+    rows = extract.win_gain_rows(r, q) or extract.win_gain_from_analysis(a, q)
+    add("win_gain", lambda: plots.win_gain_plot([(x["label"], x["win"], x["gain"]) for x in rows], q))
+    return out
+
+
+def _has_tau(pair: Mapping[str, Any]) -> bool:
+    """A pair worth its own scatter file: at least two systems and a defined τ-b (the rest are n/a in the table)."""
+    return len(plots._points(pair)) > 1 and not is_missing(_d(pair.get("kendall_tau_b")).get("value"))
+
+
+def _toc(items: Sequence[tuple[str, str]]) -> str:
+    return '<nav class="toc">' + "".join(f'<a href="#{i}">{esc(t)}</a>' for i, t in items) + "</nav>"
+
+
+def _page(title: str, body: Sequence[str]) -> str:
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{css()}</style></head>'
+        f"<body><main>{''.join(body)}</main></body></html>"
     )
 
 
-def _bon_curves(down: dict[str, Any]) -> str:
-    """Ground-truth quality of Best-of-n vs n for every RM, with the pool's oracle and sample mean."""
-    curves = {label: d["bon_curve"] for label, d in down.items() if d.get("bon_curve")}
-    if not curves:
-        return ""
-    ns = sorted({n for c in curves.values() for m in c.values() for n in m["n"]})
-    rows = []
-    refs: dict[str, dict[str, Any]] = {}
-    for label, c in curves.items():
-        for metric, m in c.items():
-            vals = dict(zip(m["n"], m["quality"], strict=True))
-            rows.append(
-                [html.escape(label), html.escape(metric)] + [_fmt(vals.get(n), pct=metric != "rougeL") for n in ns]
-            )
-            refs.setdefault(metric, m)
-    for metric, m in refs.items():
-        for key, name in (("oracle", "oracle (best of n by ground truth)"), ("sample_mean", "random pick")):
-            vals = dict(zip(m["n"], m[key], strict=True))
-            rows.append(
-                [f'<span class="muted">{name}</span>', html.escape(metric)]
-                + [_fmt(vals.get(n), pct=metric != "rougeL") for n in ns]
-            )
-    return "<h2>Best-of-N: ground-truth quality vs N (first N samples of one shared pool)</h2>" + _table(
-        ["RM", "quality"] + [f"N={n}" for n in ns], rows
+def _shared_sections(
+    a: Mapping[str, Any],
+    figs: Mapping[str, Plot],
+    results: Mapping[str, Any],
+    cells_present: bool,
+    leaderboards: str,
+) -> list[str]:
+    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}</section>']
+    parts.append(f'<section id="methods">{sections.method_table(a)}{sections.paired_section(a)}</section>')
+    parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
+    few, bon = figure(figs.get("fewshot")), figure(figs.get("bon"))
+    if few or bon:
+        few = f'<div class="grid">{few}</div>' if few else ""
+        parts.append(f'<section id="curves"><h2>Few-shot and Best-of-N curves</h2>{few}{bon}</section>')
+    per_user = figure(figs.get("per_user"))
+    source = "cells.jsonl" if cells_present else "the analysis's per-user accuracies"
+    if per_user:
+        per_user += f'<p class="muted">Per-user distributions from {source}; one dot per user.</p>'
+    parts.append(f'<section id="users">{sections.fairness_section(a, per_user)}</section>')
+    q = _quality(a)
+    rows = extract.win_gain_rows(results, q) or extract.win_gain_from_analysis(a, q)
+    parts.append(f'<section id="wins">{sections.win_gain_section(rows, q, figure(figs.get("win_gain")))}</section>')
+    return parts
+
+
+def render(
+    results: Mapping[str, Any],
+    *,
+    cells: Sequence[Mapping[str, Any]] | None = None,
+    samples: Sequence[Mapping[str, Any]] | None = None,
+    figures: Mapping[str, Plot] | None = None,
+    notes: list[str] | None = None,
+) -> str:
+    """One run's report page. ``figures`` defaults to :func:`build_plots` of the in-page figures."""
+    a = _d(results.get("analysis"))
+    figs = figures if figures is not None else build_plots(a, results, cells, all_pairs=False)
+    bench = str(_d(results.get("benchmark")).get("name", "run"))
+    body = [details.header(results)]
+    body.append(
+        _toc(
+            [
+                ("leaderboard", "Leaderboard"),
+                ("methods", "Method table"),
+                ("selection", "Selection"),
+                ("users", "Per user"),
+                ("generations", "Generations"),
+                ("details", "Run detail"),
+                ("provenance", "Provenance"),
+            ]
+        )
     )
-
-
-def _rgd_table(pa: dict[str, Any]) -> str:
-    rows = []
-    for label, groups in pa.items():
-        for g, e in groups.items():
-            r = e.get("rgd")
-            if not r or "skipped" in r:
-                continue
-            rows.append(
-                [
-                    html.escape(label),
-                    g,
-                    _fmt(r["sum"]["accuracy"]) + _ci(r["sum"]),
-                    _fmt(r["mean"]["accuracy"]),
-                    _fmt(r["miss_rate"]),
-                    str(r["pairs_both_miss"]),
-                ]
-            )
-    if not rows:
-        return ""
-    return "<h2>Policy accuracy under the RGD-induced policy (%, top-k softmax; misses = −inf)</h2>" + _table(
-        ["method", "group", "sum", "mean", "response miss rate", "pairs both missed"], rows
+    body.append(sections.verdict_box(a))
+    body += _shared_sections(a, figs, results, bool(cells), sections.leaderboard(a, f"Leaderboard — {bench}"))
+    body.append(f'<section id="generations">{generations_section(samples)}</section>')
+    run_detail = "".join(
+        [
+            details.upstream_section(results),
+            details.fewshot_table(results),
+            details.policy_accuracy_section(results),
+            details.downstream_section(results),
+        ]
     )
+    if run_detail:
+        body.append(f'<section id="details"><h2>Run detail</h2>{run_detail}</section>')
+    body.append(details.skipped_section(results))
+    body.append(
+        f'<section id="provenance">{details.provenance_section(results, notes)}{sections.analysis_notes(a)}</section>'
+    )
+    return _page(f"perbench — {bench}", body)
 
 
-def write_report(results: dict[str, Any], path: str | Path) -> None:
-    atomic_write_text(path, render(results))
+def write_outputs(html: str, markdown: str, figs: Mapping[str, Plot], out_dir: Path, name: str = "report.html") -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots.save_plots(list(figs.values()), out_dir / PLOTS_DIR)
+    atomic_write_text(out_dir / "leaderboard.md", markdown)
+    path = out_dir / name
+    atomic_write_text(path, html)
+    return path
+
+
+def write_report(results: Mapping[str, Any], path: str | Path) -> Path:
+    """report.html at ``path``, with leaderboard.md and plots/ beside it (cells / samples read from its folder)."""
+    from perbench.report.rundir import read_jsonl
+
+    path = Path(path)
+    notes: list[str] = []
+    cells = read_jsonl(path.parent / "cells.jsonl", notes)
+    samples = read_jsonl(path.parent / "samples.jsonl", notes)
+    a = _d(results.get("analysis"))
+    figs = build_plots(a, results, cells)
+    html = render(results, cells=cells, samples=samples, figures=figs, notes=notes)
+    bench = str(_d(results.get("benchmark")).get("name", "run"))
+    md = render_markdown(a, f"perbench — {bench}")
+    return write_outputs(html, md, figs, path.parent, path.name)
+
+
+def render_run_dir(run_dir: str | Path) -> Path:
+    """Re-render a run directory's report from its results.json (and cells / samples)."""
+    from perbench.report.rundir import load_run
+
+    run = load_run(run_dir)
+    return write_report(run.results, run.path / "report.html")

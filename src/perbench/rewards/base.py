@@ -67,6 +67,9 @@ class RewardModel(ABC):
     no_prefix_reward: ClassVar[str | None] = NO_PREFIX_REWARD
     #: True when the score ignores the user (global RMs, baselines): decoding runs once per prompt.
     user_agnostic: ClassVar[bool] = False
+    #: False for methods that score without fitting on train pairs (baselines, pretrained RMs, in-context
+    #: judges): with no train pairs at all, the others are reported as not applicable
+    needs_train_pairs: ClassVar[bool] = True
     #: False when ``adapt`` ignores the shots (e.g. an in-context judge reads the user's rubric instead):
     #: results then do not depend on the shot count and are computed once.
     uses_shots: ClassVar[bool] = True

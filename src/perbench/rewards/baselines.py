@@ -16,6 +16,8 @@ from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 class LengthRM(RewardModel):
     """Longer is better (word count). ``sign=-1`` gives shorter-is-better."""
 
+    needs_train_pairs: ClassVar[bool] = False
+
     name: ClassVar[str] = "length"
     user_agnostic: ClassVar[bool] = True
 
@@ -32,6 +34,8 @@ class LengthRM(RewardModel):
 
 class RandomRM(RewardModel):
     """A seeded uniform score per (prompt, response): the same text gets the same score for every user."""
+
+    needs_train_pairs: ClassVar[bool] = False
 
     name: ClassVar[str] = "random"
     user_agnostic: ClassVar[bool] = True

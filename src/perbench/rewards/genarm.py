@@ -10,13 +10,14 @@ Per-prefix reward (policy accuracy): r(x, y_≤t) = β·Σ_{s≤t} log π_r(y_s 
 y_<t gets β·(Σ_{s<t} log π_r(y_s | …) + log π_r(v | x, y_<t)) — all from one forward of π_r over x ⊕ y. The
 full response's value is ``score``.
 
-User conditioning (our reading; GenARM itself is not personalised): the user's text — ``User.rubric_text``
-if the benchmark exposes one, else their first ``profile_k`` profile items — from ``ctx.extra["users"]``
-(dict user_id -> :class:`~perbench.data.records.User`) goes into the system message of π_r's prompt.
+User conditioning (our reading; GenARM itself is not personalised): the user's context text — their first
+``profile_k`` profile items (:func:`perbench.data.user_context.user_text`, never the answer key) — from
+``ctx.extra["users"]`` (dict user_id -> :class:`~perbench.data.records.User`) goes into the system message
+of π_r's prompt.
 Users without any text, unseen users without text and unknown ids get the plain prompt (the generic
 user). ``adapt`` takes no gradient step; an unseen user is conditioned on their own text, which the runner
-passes in ``ctx.extra["users"]`` at fit time or later through :meth:`set_users`. Benchmark loaders must
-keep answer keys (e.g. Personalized-RewardBench's rubric aspects) out of ``rubric_text``.
+passes in ``ctx.extra["users"]`` at fit time or later through :meth:`set_users`. The shots are not used
+(``uses_shots = False``): results do not depend on the shot count.
 
 Defaults: β = 0.1 (ours; the paper sweeps it), LoRA r = 8, ``steps`` = 30 (CPU-sized).
 """
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from perbench.data.records import PreferencePair, Prompt, User
+from perbench.data.user_context import user_text
 from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
 from perbench.models.loader import LoadedLM
@@ -57,17 +59,6 @@ from perbench.rewards.personal import seeded, str_array, str_list
 USER_HEADER = "You are helping one specific user. What we know about this user:"
 
 
-def user_text(user: User | None, mode: str = "auto", profile_k: int = 5, max_chars: int = 2000) -> str | None:
-    """The text that conditions a model on ``user`` (``mode``: auto | rubric | profile | none)."""
-    if user is None or mode == "none":
-        return None
-    if mode in ("auto", "rubric") and user.rubric_text:
-        return user.rubric_text[:max_chars]
-    if mode in ("auto", "profile") and user.profile:
-        return "\n".join(f"- {it.text}" for it in user.profile[:profile_k])[:max_chars]
-    return None
-
-
 class GenARMStepper:
     """KV-cached π_r over a batch of prompts: ``logprobs()`` is (B, V) log π_r of the next token;
     ``step(tokens)`` appends one token per row (one forward)."""
@@ -87,6 +78,7 @@ class GenARMStepper:
 class GenARM(RewardModel):
     name: ClassVar[str] = "genarm"
     no_prefix_reward: ClassVar[str | None] = None
+    uses_shots: ClassVar[bool] = False  # conditioned on the user's profile text; ``adapt`` ignores the shots
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ VARIANTS = ("sum", "mean", "ref_free", "ref_free_mean")
 
 
 class HubRM(RewardModel):
+    needs_train_pairs: ClassVar[bool] = False
     name: ClassVar[str] = "hub_rm"
     user_agnostic: ClassVar[bool] = True
 
@@ -125,6 +126,7 @@ class HubRM(RewardModel):
 
 
 class DPOImplicit(RewardModel):
+    needs_train_pairs: ClassVar[bool] = False
     name: ClassVar[str] = "dpo_implicit"
     user_agnostic: ClassVar[bool] = True
 

@@ -1,11 +1,18 @@
-"""ICL judge: an instruction-tuned LM reads what is known about the user and two responses, and says which
-one the user would prefer (a :class:`~perbench.rewards.base.PairwiseJudge`; no training).
+"""ICL judge: an instruction-tuned LM reads what is known about the user, a few of the user's own earlier
+choices and two responses, and says which one the user would prefer (a
+:class:`~perbench.rewards.base.PairwiseJudge`; no training).
 
 - Model: ``model=`` (any spec ``load_lm`` accepts) if given, else ``ctx.extra["policy"]``, else the RM
   backbone ``ctx.features.lm``.
-- User text: ``User.rubric_text`` if the benchmark exposes one, else their first ``profile_k`` profile items
-  (from ``ctx.extra["users"]``; :meth:`set_users` adds users later); none -> the judge is told nothing is
-  known about the user. Loaders must keep answer keys out of ``rubric_text``.
+- User text: the user context only -- their first ``profile_k`` profile items
+  (:func:`perbench.data.user_context.user_text`, from ``ctx.extra["users"]``; :meth:`set_users` adds users
+  later); none -> the judge is told nothing is known about the user. The answer key never reaches it.
+- Examples (the shots, so ``uses_shots``): a seen user's first ``max_examples`` train pairs (the pairs given to
+  ``fit``); an unseen user's shots from :meth:`adapt` (the same first ``shots`` pairs every RM adapts from),
+  at most ``max_examples`` of them; each text cut to ``max_example_chars``. A user without pairs is judged
+  from the profile alone (``scores_without_shots``). The judged pair itself is never an example.
+- ``icl_judge_oracle`` (:class:`ICLJudgeOracle`) is the same judge with the answer key in context: an upper
+  bound, never a deployable method.
 - Order: A/B is shuffled per pair by an RNG seeded with (``seed``, the pair's content key): the same pair
   always gets the same order, whatever the batch.
 - ``mode="logprob"`` (default; better for small models, never fails to parse): compare log p("A") and
@@ -21,19 +28,20 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from perbench.data.records import Message, PreferencePair, User, prompt_text
+from perbench.data.user_context import oracle_user_text, user_text
 from perbench.decoding.base import GenRequest
 from perbench.decoding.greedy import ZeroShot
 from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
 from perbench.models.loader import LoadedLM, load_lm
 from perbench.rewards.base import PairwiseJudge, RMContext
-from perbench.rewards.genarm import user_text
 from perbench.rewards.lm_utils import resolve_backbone
 from perbench.rewards.personal import str_array, str_list
 
@@ -41,7 +49,7 @@ SYSTEM = "You are an impartial judge who predicts which of two responses a speci
 TEMPLATE = """What we know about the user:
 {user}
 
-The user asked:
+{examples}The user asked:
 {question}
 
 [Response A]
@@ -52,6 +60,37 @@ The user asked:
 
 Which response would this user prefer? Answer with a single letter: A or B."""
 NO_INFO = "(nothing is known about this user)"
+EXAMPLES_HEADER = "Earlier choices of this user (a request, the response they preferred and the one they did not):"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One of the user's own earlier pairs, as shown to the judge."""
+
+    key: str  # the pair's content key (the judged pair is never its own example)
+    request: str
+    preferred: str
+    other: str
+
+
+def _clip(text: str, n: int) -> str:
+    text = text.strip()
+    return text if len(text) <= n else text[: max(n - 1, 0)].rstrip() + "…"
+
+
+def examples_block(examples: Sequence[Example], max_chars: int) -> str:
+    """The examples as they appear in the judge's prompt ("" when there are none)."""
+    if not examples:
+        return ""
+    lines = [EXAMPLES_HEADER]
+    for i, ex in enumerate(examples, 1):
+        lines.append(
+            f"[{i}] Request: {_clip(ex.request, max_chars)}\nPreferred: {_clip(ex.preferred, max_chars)}\n"
+            f"Not preferred: {_clip(ex.other, max_chars)}"
+        )
+    return "\n\n".join(lines) + "\n\n"
+
+
 _RESULT = re.compile(r"\*\*Result:\*\*\s*\(?([AB])\b")
 _LETTER = re.compile(r"(?<![A-Za-z])([AB])(?![A-Za-z])")
 
@@ -63,8 +102,14 @@ def parse_choice(text: str) -> str | None:
 
 
 class ICLJudge(PairwiseJudge):
+    needs_train_pairs: ClassVar[bool] = False
     name: ClassVar[str] = "icl_judge"
-    uses_shots: ClassVar[bool] = False  # reads the user's rubric/profile in context; no few-shot adaptation
+    #: the user's few-shot pairs are the judge's in-context examples
+    uses_shots: ClassVar[bool] = True
+    #: a user without any pair is still judged (from the profile, or told nothing is known)
+    scores_without_shots: ClassVar[bool] = True
+    #: True only for the separately named upper bound that reads the answer key
+    oracle: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -72,30 +117,70 @@ class ICLJudge(PairwiseJudge):
         mode: str = "logprob",
         seed: int = 42,
         profile_k: int = 5,
+        max_examples: int = 10,
+        max_example_chars: int = 300,
         max_new_tokens: int = 16,
         batch_size: int = 8,
         **params: Any,
     ) -> None:
         if mode not in ("logprob", "generate"):
-            raise ValueError(f"icl_judge mode must be 'logprob' or 'generate', not {mode!r}")
+            raise ValueError(f"{self.name} mode must be 'logprob' or 'generate', not {mode!r}")
+        if max_examples < 0 or max_example_chars < 1:
+            raise ValueError(
+                f"{self.name}: max_examples must be ≥ 0 and max_example_chars ≥ 1, got {max_examples}, "
+                f"{max_example_chars}"
+            )
         super().__init__(
-            model=model, mode=mode, seed=seed, profile_k=profile_k, max_new_tokens=max_new_tokens, **params
+            model=model,
+            mode=mode,
+            seed=seed,
+            profile_k=profile_k,
+            max_examples=max_examples,
+            max_example_chars=max_example_chars,
+            max_new_tokens=max_new_tokens,
+            **params,
         )
         self.model_spec, self.mode, self.seed, self.profile_k = model, mode, seed, profile_k
+        self.max_examples, self.max_example_chars = max_examples, max_example_chars
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.lm: LoadedLM | None = None
         self.texts: dict[str, str] = {}
+        self.examples: dict[str, list[Example]] = {}
         self.parse_failures = 0
         self.judged = 0
 
     def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
+        """No training: the model, the users' texts and each user's first ``max_examples`` train pairs."""
         self.lm = resolve_backbone(self.model_spec, ctx, prefer_policy=True)
         self.texts = {}
+        self.examples = {}
+        by_user: dict[str, list[PreferencePair]] = {}
+        for p in pairs:
+            if p.split == "train":
+                by_user.setdefault(p.user_id, []).append(p)
+        for uid, mine in by_user.items():
+            self.adapt(uid, mine)
         self.set_users(ctx.extra.get("users") or {})
+
+    def adapt(self, user_id: str, shots: Sequence[PreferencePair]) -> None:
+        """The user's examples are now (the first ``max_examples`` of) ``shots``; each call replaces the last."""
+        chosen = list(shots)[: self.max_examples]
+        if chosen:
+            self.examples[user_id] = [
+                Example(p.content_key(), prompt_text(p.prompt), p.chosen, p.rejected) for p in chosen
+            ]
+        else:
+            self.examples.pop(user_id, None)
+
+    def user_text(self, user: User) -> str | None:
+        """What the judge is told about ``user``: the user context (the oracle adds the answer key)."""
+        if self.oracle:
+            return oracle_user_text(user, self.profile_k)
+        return user_text(user, "auto", self.profile_k)
 
     def set_users(self, users: Mapping[str, User]) -> None:
         for uid, u in users.items():
-            t = user_text(u, "auto", self.profile_k)
+            t = self.user_text(u)
             if t:
                 self.texts[uid] = t
             else:
@@ -114,7 +199,15 @@ class ICLJudge(PairwiseJudge):
 
     def judge_prompt(self, pair: PreferencePair) -> tuple[Message, ...]:
         a, b = (pair.rejected, pair.chosen) if self.swapped(pair) else (pair.chosen, pair.rejected)
-        body = TEMPLATE.format(user=self.texts.get(pair.user_id, NO_INFO), question=prompt_text(pair.prompt), a=a, b=b)
+        key = pair.content_key()
+        shown = [ex for ex in self.examples.get(pair.user_id, []) if ex.key != key]
+        body = TEMPLATE.format(
+            user=self.texts.get(pair.user_id, NO_INFO),
+            examples=examples_block(shown, self.max_example_chars),
+            question=prompt_text(pair.prompt),
+            a=a,
+            b=b,
+        )
         return (Message("system", SYSTEM), Message("user", body))
 
     def prefer(self, pairs: Sequence[PreferencePair]) -> np.ndarray:
@@ -160,14 +253,32 @@ class ICLJudge(PairwiseJudge):
     def state(self) -> dict[str, np.ndarray]:
         uids = sorted(self.texts)
         model = self.model_spec or (self.lm.name if self.lm is not None else "")
+        rows = [(u, ex) for u in sorted(self.examples) for ex in self.examples[u]]
         return {
             "model": np.asarray(model),
             "text_users": str_array(uids),
             "texts": str_array([self.texts[u] for u in uids]),
+            "example_users": str_array([u for u, _ in rows]),
+            "example_keys": str_array([ex.key for _, ex in rows]),
+            "example_requests": str_array([ex.request for _, ex in rows]),
+            "example_preferred": str_array([ex.preferred for _, ex in rows]),
+            "example_other": str_array([ex.other for _, ex in rows]),
         }
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         self.texts = dict(zip(str_list(state["text_users"]), str_list(state["texts"]), strict=True))
+        self.examples = {}
+        cols = [str_list(state[k]) for k in ("example_keys", "example_requests", "example_preferred", "example_other")]
+        for uid, *fields in zip(str_list(state["example_users"]), *cols, strict=True):
+            self.examples.setdefault(uid, []).append(Example(*fields))
         name = str(state["model"])
         if self.lm is None or self.lm.name != name:
             self.lm = load_lm(name) if name else None
+
+
+class ICLJudgeOracle(ICLJudge):
+    """An upper bound, not a deployable method: the ICL judge told the rule that decided the labels (the
+    user's answer key, :func:`perbench.data.user_context.oracle_user_text`) besides their profile and pairs."""
+
+    name: ClassVar[str] = "icl_judge_oracle"
+    oracle: ClassVar[bool] = True

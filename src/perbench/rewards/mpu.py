@@ -6,6 +6,8 @@ not define them publicly.
 - MPU: an unseen user gets a head fit on their few-shot pairs only (same objective and l2).
 - MPU-Avg: an unseen user gets the average of the seen users' heads (its shots are ignored).
 - Unknown user (never fit nor adapted), both variants: the average seen head.
+- No train pairs at all (an evaluation-only benchmark): no seen head, features are left unstandardised, the
+  average head is zero (every unknown user's reward is 0, a tie); adaptation still fits a head from shots.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class MPU(PersonalFeatureRM):
         import torch
 
         diff = data.diff
+        if not data.users:
+            d = diff.shape[1]
+            self.std.mu, self.std.sd = np.zeros(d, np.float32), np.ones(d, np.float32)
+            self.heads, self.avg = torch.zeros(0, d), torch.zeros(d)
+            return
         heads = [fit_logistic(diff[idx], l2=self.l2, max_iter=self.max_iter) for idx in data.by_user()]
         self.heads = torch.stack(heads)
         self.avg = self.heads.mean(0)
@@ -60,7 +67,7 @@ class MPU(PersonalFeatureRM):
         import torch
 
         self.heads = torch.from_numpy(state["heads"].astype(np.float32))
-        self.avg = self.heads.mean(0)
+        self.avg = self.heads.mean(0) if len(self.heads) else torch.zeros(self.heads.shape[1])
 
 
 class MPUAvg(MPU):

@@ -194,6 +194,11 @@ class PDPO(RewardModel):
         self.lora = lora_state(self.model)
         self.adapted = {}
 
+    @property
+    def adapts_from_shots(self) -> bool:
+        """Without adaptation steps an unseen user is the generic user: the shots change nothing."""
+        return self.adapt_steps > 0
+
     def adapt(self, user_id: str, shots: Sequence[PreferencePair]) -> None:
         """Default (``adapt_steps`` = 0): nothing — unseen users are the generic user. Otherwise fit o_u on
         the shots (π_θ and e_0 frozen). Each call replaces the user's earlier adaptation."""

@@ -11,6 +11,8 @@ pairs (so the encoder sees every context size the few-shot curve will ask for) a
 user's pairs; a seen user's z at evaluation is μ of all their train pairs.
 
 New user: z = μ(encoder(their shots)) — no gradient step. Unknown user: the mean of the seen users' μ.
+No train pairs at all (an evaluation-only benchmark): the networks keep their seeded initialisation, features
+are left unstandardised, an unknown user's z is 0; rewards are finite but carry no learnt preference.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ class VPL(PersonalFeatureRM):
         self, zw: torch.Tensor, zl: torch.Tensor, groups: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pad per-user index lists into (U, C, d) context tensors and a (U, C) mask."""
-        C = max(1, max(len(g) for g in groups))
+        C = max([1, *(len(g) for g in groups)])
         idx = torch.zeros(len(groups), C, dtype=torch.long)
         mask = torch.zeros(len(groups), C, dtype=torch.bool)
         for i, g in enumerate(groups):
@@ -126,6 +128,11 @@ class VPL(PersonalFeatureRM):
             beta = self.beta * min(1.0, (t + 1) / max(1.0, self.anneal * self.steps))
             return bt + beta * kl
 
+        if not data.users:  # nothing to learn from: seeded initial networks, no seen user
+            self.std.mu, self.std.sd = np.zeros(d, np.float32), np.ones(d, np.float32)
+            self.Z = torch.zeros(0, self.z_dim)
+            net.eval()
+            return
         adam_steps(list(net.parameters()), loss_fn, self.steps, self.lr, self.weight_decay)
         net.eval()
         with torch.no_grad():
@@ -141,7 +148,11 @@ class VPL(PersonalFeatureRM):
     def _reward(self, user_ids: Sequence[str], z: torch.Tensor) -> torch.Tensor:
         if self.net is None or self.Z is None:
             raise RuntimeError(f"{self.name} used before fit")
-        return self.net.r(z, self.user_rows(user_ids, self.Z, self.Z.mean(0)))
+        return self.net.r(z, self.user_rows(user_ids, self.Z, self._fallback()))
+
+    def _fallback(self) -> torch.Tensor:
+        assert self.Z is not None
+        return self.Z.mean(0) if len(self.Z) else self.Z.new_zeros(self.z_dim)
 
     def _state(self) -> dict[str, np.ndarray]:
         assert self.net is not None and self.Z is not None

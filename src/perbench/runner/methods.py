@@ -29,6 +29,9 @@ class MethodHandle:
         self._rm: RewardModel | None = None
         self._adapted: tuple[int, bool] | None = None
         probe = self.cls(**spec.params)
+        #: whether the method's unseen-user scores depend on the shots (an instance may switch its class's
+        #: ``uses_shots`` off, e.g. P-DPO without adaptation steps falls back to the generic user)
+        self.uses_shots = bool(self.cls.uses_shots and getattr(probe, "adapts_from_shots", True))
         # Every method that learns may default to the RM backbone (feature heads, LoRA methods): key on it.
         backbone = ctx.features.fingerprint if ctx.features is not None else None
         self.fit_key = unit_key("fit", probe.config_key(), bench.fingerprint(), backbone, ctx.seed)
@@ -72,7 +75,7 @@ class MethodHandle:
         adapted: the runner reports them as not applicable for methods that adapt from shots."""
         rm = self.fitted()
         state = (shots, active)
-        if self._adapted != state and not self.user_agnostic and self.cls.uses_shots:
+        if self._adapted != state and not self.user_agnostic and self.uses_shots:
             for user in self.bench.unseen_users:
                 few = self.bench.fewshot(user, shots)
                 if few and active:
@@ -83,7 +86,7 @@ class MethodHandle:
         return rm
 
     def key(self, shots: int, *extra: Any) -> str:
-        adapts = not self.user_agnostic and self.cls.uses_shots
+        adapts = not self.user_agnostic and self.uses_shots
         return unit_key(self.fit_key, shots if adapts else None, *extra)
 
 

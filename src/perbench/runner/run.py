@@ -209,22 +209,25 @@ class Runner:
         return self.units.arrays("scores", h.key(shots, "scores", tag, pair_ids(pairs), *extra), compute)
 
     def _accuracy(
-        self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle
+        self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle, tie: Any = None
     ) -> dict[str, Any]:
         from perbench.metrics.rm_accuracy import preference_accuracy, rm_accuracy
         from perbench.rewards.base import PairwiseJudge
 
         users = [p.user_id for p in pairs]
         prompts = [prompt_key(p.prompt) for p in pairs]
-        tie: Any = self.cfg.tie_policy
+        tie = tie or self.cfg.tie_policy
         boot: dict[str, Any] = {"n_boot": self.cfg.bootstrap, "seed": self.cfg.seed, "prompts": prompts}
         if issubclass(h.cls, PairwiseJudge):
             return preference_accuracy(scores["chosen"], users, tie=tie, **boot)
         return rm_accuracy(scores["chosen"], scores["rejected"], users, tie=tie, **boot)
 
+    def _unfittable(self, h: MethodHandle) -> bool:
+        return h.cls.needs_train_pairs and not self.bench.train_pairs()
+
     def _not_applicable(self, h: MethodHandle) -> set[str]:
         """Unseen users a method cannot score: it adapts from shots and the user has no train pairs."""
-        if h.user_agnostic or not h.cls.uses_shots:
+        if h.user_agnostic or not h.uses_shots or getattr(h.cls, "scores_without_shots", False):
             return set()
         return {u for u in self.bench.unseen_users if not self.bench.fewshot(u, 1)}
 
@@ -233,6 +236,9 @@ class Runner:
 
         bench, cfg = self.bench, self.cfg
         out: dict[str, Any] = {"baseline": h.baseline, "user_agnostic": h.user_agnostic}
+        if self._unfittable(h):
+            out["not_applicable"] = "no train pairs to fit on (the benchmark has none)"
+            return out
         acc: dict[str, Any] = {}
         na_users = self._not_applicable(h)
         groups = {"seen": bench.test_pairs(seen=True), "unseen": bench.test_pairs(seen=False)}
@@ -245,7 +251,6 @@ class Runner:
                 "pairs": sum(len(v) for v in na_pairs.values()),
             }
         all_scores: dict[str, dict[str, np.ndarray]] = {}
-        outcome: dict[str, float] = {}
         judge = issubclass(h.cls, PairwiseJudge)
         for group, pairs in groups.items():
             if not pairs:
@@ -257,7 +262,6 @@ class Runner:
             acc[group] = self._accuracy(scores, pairs, h)
             oc = _outcomes(scores, judge, cfg.tie_policy)
             self.cells.add_pairs(h.label, f"rm_acc_{group}", pairs, oc)
-            outcome.update({p.pair_id: float(v) for p, v in zip(pairs, oc, strict=True)})
             for p, sw, sl in zip(pairs, scores["chosen"], scores["rejected"], strict=True):
                 self.samples.append(
                     {
@@ -278,8 +282,11 @@ class Runner:
             if sub is not None:
                 index = {p.pair_id: i for i, p in enumerate(pairs)}
                 pick = [index[p.pair_id] for p in sub]
-                acc["pers_only"] = self._accuracy({k: v[pick] for k, v in merged.items()}, sub, h)
-                self.cells.add_pairs(h.label, "rm_acc_pers_only", sub, [outcome[p.pair_id] for p in sub])
+                # ties count ½ here whatever tie_policy says: mirrored pairs then give any user-agnostic scorer
+                # exactly 0.5 (a strict rule would count each tied mirror pair as two losses)
+                picked = {k: v[pick] for k, v in merged.items()}
+                acc["pers_only"] = self._accuracy(picked, sub, h, tie="half")
+                self.cells.add_pairs(h.label, "rm_acc_pers_only", sub, _outcomes(picked, judge, "half"))
         out["rm_accuracy"] = acc
         unseen = groups["unseen"]
         if unseen and not h.user_agnostic:
@@ -292,8 +299,7 @@ class Runner:
 
     def _pers_only(self, pairs: list[PreferencePair]) -> list[PreferencePair] | None:
         """The test pairs on the benchmark's personalization-only split (None when it has none)."""
-        subsets = getattr(self.bench, "subsets", None) or {}
-        ids = subsets.get("personalization_only")
+        ids = self.bench.subsets.get("personalization_only")
         if not ids:
             return None
         return [p for p in pairs if p.pair_id in ids]
@@ -310,7 +316,7 @@ class Runner:
         for n in self.cfg.shot_curve:
             s = self._scores(h, unseen, n, "unseen")
             a = self._accuracy(s, unseen, h)
-            eff = [len(self.bench.fewshot(u, n)) for u in users] if h.cls.uses_shots else [0] * len(users)
+            eff = [len(self.bench.fewshot(u, n)) for u in users] if h.uses_shots else [0] * len(users)
             curve[str(n)] = {
                 "accuracy": a["accuracy"],
                 "ci": a["ci"],
@@ -318,7 +324,7 @@ class Runner:
                 "effective_shots": {"mean": float(np.mean(eff)), "min": int(min(eff)), "max": int(max(eff))},
             }
             self.cells.add_pairs(h.label, f"fewshot_acc@{n}", unseen, _outcomes(s, judge, self.cfg.tie_policy))
-        if h.selects_shots and h.cls.uses_shots:
+        if h.selects_shots and h.uses_shots:
             active: dict[str, Any] = {}
             for n in self.cfg.shot_curve:
                 s = self._scores(h, unseen, n, "unseen", active=True)
@@ -328,7 +334,7 @@ class Runner:
                 self.cells.add_pairs(h.label, f"fewshot_active_acc@{n}", unseen, oc)
             h.adapted(self.cfg.shots)  # back to the headline shots for what follows
             out["fewshot_curve_active"] = active
-        if not h.cls.uses_shots:
+        if not h.uses_shots:
             out["fewshot_flat"] = "this method ignores the shots: one value for every shot count"
         return curve
 
@@ -345,7 +351,8 @@ class Runner:
 
     def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair]) -> str:
         w, k = self._pa_params()
-        return h.key(self.cfg.shots, "pa2", w, k, group, pair_ids(pairs), self.policy.fingerprint)
+        rgd = [k] if self.cfg.pa_rgd else []
+        return h.key(self.cfg.shots, "pa3", w, *rgd, group, pair_ids(pairs), self.policy.fingerprint)
 
     def _policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
         """Policy accuracy under the reward-guided policy that ARGS would deploy with this RM: the headline
@@ -356,6 +363,7 @@ class Runner:
             policy_accuracy_from_scores,
             policy_accuracy_problem,
             policy_accuracy_scores,
+            teacher_forced_scores,
         )
         from perbench.metrics.rm_accuracy import pair_outcomes
         from perbench.rewards.base import ScoreItem
@@ -372,7 +380,12 @@ class Runner:
             res: dict[str, np.ndarray] = {}
             for side in ("chosen", "rejected"):
                 items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in pairs]
-                got = policy_accuracy_scores(self.policy, rm, items, w=w, k=k, max_length=self.cfg.max_length)
+                if self.cfg.pa_rgd:
+                    got = policy_accuracy_scores(self.policy, rm, items, w=w, k=k, max_length=self.cfg.max_length)
+                else:  # one teacher-forced pass; the policy's log-probs come from the feature cache
+                    texts = [(i.prompt, i.response) for i in items]
+                    lps = [t.logprobs for t in self.policy_extractor.tokens(texts, desc="policy log-probs")]
+                    got = teacher_forced_scores(lps, rm.token_rewards(items), w)
                 res.update({f"{side}_{n}": v for n, v in got.items()})
             return res
 
@@ -424,7 +437,7 @@ class Runner:
 
         decoder = registry.decoders.get(spec.name)(**spec.params)
         if hasattr(decoder, "bind_benchmark"):
-            decoder.bind_benchmark(self.bench)
+            decoder.bind_benchmark(self.bench, shots=self.cfg.shots)
         return decoder
 
     def _requests(self, decoder: Any, targets: list[tuple[Prompt, str]]) -> list[Any]:
@@ -552,6 +565,9 @@ class Runner:
                 continue
             for h in handles:
                 if self.cfg.guide_with is not None and h.label not in self.cfg.guide_with:
+                    continue
+                if self._unfittable(h):
+                    self.skipped_combos.append({"decoder": d.label(), "method": h.label, "reason": "no train pairs"})
                     continue
                 check = getattr(cls, "rm_problem", None)
                 problem = (
@@ -735,7 +751,10 @@ class Runner:
                 if not ok.any():
                     continue
                 kept = [u for u, m in zip(users, ok, strict=True) if m]
-                curves[metric] = bon_curve(list(S[ok]), list(Q[ok]), users=kept, n_boot=cfg.bootstrap, seed=cfg.seed)
+                kept_prompts = [prompt_key(t[0]) for t, m in zip(targets, ok, strict=True) if m]
+                curves[metric] = bon_curve(
+                    list(S[ok]), list(Q[ok]), users=kept, prompts=kept_prompts, n_boot=cfg.bootstrap, seed=cfg.seed
+                )
                 # gain of the RM's pick among all N samples over the first sample (N = 1), per target
                 for i in np.flatnonzero(ok):
                     gain = Q[i, pick_best(S[i])] - Q[i, 0]

@@ -1,7 +1,8 @@
 """Persona-style rows (P-SOUPS-like) and domain-style rows.
 
-Persona-style: ``prompt``, ``chosen``, ``rejected``, a ``persona`` sentence (the user id and the rubric), a
-``profile`` string and ``history`` pairs (``[{prompt, chosen, rejected}, ...]``). Real files repeat the same
+Persona-style: ``prompt``, ``chosen``, ``rejected``, a ``persona`` sentence (the user id and the answer key:
+it defines the label), a ``profile`` string (user context) and ``history`` pairs (``[{prompt, chosen,
+rejected}, ...]``). Real files repeat the same
 pair many times with different profile/history text, so pairs are deduplicated on
 (user, prompt, chosen, rejected) with counts (pair weighting); ``dedup=False`` keeps them (row weighting).
 Row pairs keep the file's split (``test`` when there is none); history pairs become the user's ``train``
@@ -10,7 +11,8 @@ pairs, except a history pair identical to one of the user's row pairs, which is 
 Domain-style: one query with responses keyed by style (``{"query": ..., "responses": {style: text}}``, or a
 list of ``{style, response}``). Each style is a user: chosen = its own style's response, rejected = each other
 style's. Every ordered pair of responses appears once per direction across two users, so any scorer that
-ignores the user scores exactly 0.5 (strict ties count as wrong) -- a check of the accounting.
+ignores the user scores exactly 0.5 (strict ties count as wrong) -- a check of the accounting. The style name
+decides the label: it is the answer key (``User.answer_key``), and methods see the style's pairs only.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from perbench.data.loaders import (
     type_name,
 )
 from perbench.data.records import Benchmark, PreferencePair, SkipReport, Split, User, dedup_pairs
+from perbench.data.user_context import describe_user_context
 
-PERSONA_DEFAULTS: dict[str, str] = {"user_id": "persona", "rubric_text": "persona"}
+PERSONA_DEFAULTS: dict[str, str] = {"user_id": "persona", "answer_key": "persona"}
 
 
 def _history_hook(history_field: str) -> Any:
@@ -90,10 +93,11 @@ def load_persona(
     on_error: OnError = "raise",
     dedup: bool = True,
 ) -> Benchmark:
-    """Persona-style rows: ``persona`` is the user id and the rubric text unless ``mapping`` overrides."""
+    """Persona-style rows: ``persona`` is the user id and the answer key unless ``mapping`` overrides; profile
+    items that quote the persona sentence are dropped (counted: ``profile_item_contains_answer_key``)."""
     merged = dict(FieldMap.parse(mapping).paths)
     merged.setdefault("user_id", PERSONA_DEFAULTS["user_id"])
-    merged.setdefault("rubric_text", merged["user_id"])  # the persona sentence is also the rubric
+    merged.setdefault("answer_key", merged["user_id"])  # the persona sentence defines the label
     bench, _ = load_with_stats(
         source,
         mapping=merged,
@@ -110,6 +114,13 @@ def load_persona(
     )
     bench.meta["history_policy"] = (
         f"'{history_field}' pairs -> the user's train split; copies of the user's row pairs dropped (counted)"
+    )
+    bench.meta["user_context"] = describe_user_context(
+        "profile",
+        bench.users,
+        included=[f"profile (from '{merged.get('profile', 'profile')}')", f"own train pairs ('{history_field}')"],
+        withheld=[f"the persona sentence (from '{merged['answer_key']}')"],
+        note="the user id is the persona sentence: ids are labels for reports and never reach a prompt",
     )
     return bench
 
@@ -221,7 +232,9 @@ def load_domain_styles(
     else:
         seen_policy = "all styles seen"
     users = {
-        s: User(s, seen=s not in unseen, rubric_text=f"Prefers responses in the style '{s}'.", meta={"style": s})
+        s: User(
+            s, seen=s not in unseen, answer_key={"style": s, "rubric_text": f"Prefers responses in the style '{s}'."}
+        )
         for s in styles
     }
     meta = {
@@ -233,5 +246,12 @@ def load_domain_styles(
         "split_policy": (f"seeded {train_fraction} of queries train (seed {seed})" if train_fraction else "all test"),
         "seen_policy": seen_policy,
         "sanity_check": "any user-agnostic scorer scores exactly 0.5 on these pairs (strict ties wrong)",
+        "user_context": describe_user_context(
+            "pairs_only",
+            users,
+            included=["own train pairs"],
+            withheld=["style name"],
+            note="the user id is the style name: ids are labels for reports and never reach a prompt",
+        ),
     }
     return Benchmark(name or "domain_styles", pairs, users, skipped=skipped, meta=meta, weighting="pair")

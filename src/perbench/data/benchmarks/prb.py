@@ -10,8 +10,9 @@ Choices we make (see ``docs/benchmarks-data.md``):
   macro-over-users equals micro-over-pairs. Users have no training pairs: the benchmark is evaluation-only,
   so every user is marked *unseen* with an empty few-shot set.
 * **The answer key never reaches a pair.** ``rubric_aspects`` and ``narrative`` describe what the chosen
-  response was told to cover; they live only in ``User.meta["answer_key"]`` (for downstream rubric judging)
-  -- not in any prompt, response, ``User.rubric_text`` or ``User.profile``.
+  response was told to cover; they live only in ``User.answer_key`` (for downstream rubric judging) -- not in
+  any prompt or response. Methods see the user context: the profile posts (an aspect's ``evidence`` may quote
+  them; the posts stay, they are the user's own history).
 * ``include_profile=k`` prepends the top-k posts ranked by BM25 (``bm25s``) similarity to the question,
   each formatted ``Post i (Category: c):\\n{text}``. The reference code used contriever; BM25 keeps this
   offline and deterministic (ties keep the profile's order).
@@ -34,6 +35,7 @@ from perbench.data.loaders import (
     type_name,
 )
 from perbench.data.records import Benchmark, PreferencePair, ProfileItem, SkipReport, User, dedup_pairs
+from perbench.data.user_context import describe_user_context
 
 PRB_HUB_ID = "QiyaoMa/Personalized-RewardBench"
 PRB_CONFIGS: tuple[str, ...] = (
@@ -202,16 +204,8 @@ def load_prb(
                 user_id,
                 seen=False,
                 profile=tuple(profile),
-                rubric_text=None,
-                meta={
-                    "category": category,
-                    "question": question,
-                    "answer_key": {
-                        "rubric_aspects": aspects,
-                        "narrative": narrative,
-                        "rubric_text": rubric_summary(aspects),
-                    },
-                },
+                meta={"category": category, "question": question},
+                answer_key={"rubric_aspects": aspects, "narrative": narrative, "rubric_text": rubric_summary(aspects)},
             )
     pairs = dedup_pairs(pairs, skipped)
     kept = {p.user_id for p in pairs}
@@ -229,6 +223,14 @@ def load_prb(
         "users": "one user per row (user id = row id): per-user results are per-row",
         "seen_policy": "evaluation-only: every user unseen, no few-shot pairs",
         "split_policy": "every pair test",
-        "answer_key": "rubric_aspects/narrative kept in User.meta['answer_key'] only; never in pairs",
+        "answer_key": "rubric_aspects/narrative kept in User.answer_key only; never in pairs",
+        "user_context": describe_user_context(
+            "profile",
+            users,
+            included=["profile (past posts)"],
+            withheld=["rubric_aspects", "narrative"],
+            note="evaluation-only: no train pairs"
+            + (f"; top-{include_profile} posts in the prompt" if include_profile else ""),
+        ),
     }
     return Benchmark(name or "prb", pairs, users, skipped=skipped, meta=meta, weighting="pair")

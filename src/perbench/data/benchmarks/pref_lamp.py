@@ -42,6 +42,7 @@ from perbench.data.records import (
     User,
     dedup_pairs,
 )
+from perbench.data.user_context import describe_user_context
 
 LAMP5_PREFIX = "Generate a title for the following abstract of a paper: "
 NegativePool = Literal["other_users", "same_profile", "both"]
@@ -448,6 +449,12 @@ def load_pref_lamp(
         "negative_sources": {
             s: sum(p.meta["negative_source"] == s for p in pairs) for s in ("same_profile", "other_users")
         },
+        "user_context": describe_user_context(
+            "profile",
+            users,
+            included=["profile (the user's earlier papers: title and abstract)", "own train pairs"],
+            note="real labels: there is no answer key; test gold titles are test references only",
+        ),
     }
     bench = Benchmark(name or "pref_lamp", pairs, users, references, skipped=skipped, meta=meta)
     if with_table1 and len(bench.pairs) >= 2:

@@ -13,8 +13,9 @@ Split (LoRe, seed 123): users with more than 5 dialogues; 80/20 seen/unseen user
 dialogues' pairs, in dialogue then turn order. We use LoRe's seed but our own shuffles, so the user sample is
 not the identical one.
 
-Survey fields: ``self_description`` and ``system_string`` become profile items; ``system_string`` (the
-participant's own instructions to a model) is also the ``rubric_text``; every other survey field goes to
+Survey fields: ``self_description`` and ``system_string`` (the participant's own instructions to a model)
+become profile items: both are texts the user wrote, so they are user context that methods may read. Labels
+are the participant's real choices, so there is no answer key. Every other survey field goes to
 ``User.meta["survey"]``.
 """
 
@@ -46,6 +47,7 @@ from perbench.data.records import (
     User,
     dedup_pairs,
 )
+from perbench.data.user_context import describe_user_context
 
 PROFILE_FIELDS: tuple[str, ...] = ("self_description", "system_string")
 MODEL_ROLES = ("model", "assistant")
@@ -140,12 +142,7 @@ def _survey(path: Path, sink: ErrorSink) -> tuple[dict[str, User], int]:
         first_at[uid] = row.where
         profile = tuple(ProfileItem(k, v) for k, v in texts.items() if v)
         survey = {k: v for k, v in data.items() if k not in ("user_id", *PROFILE_FIELDS)}
-        users[uid] = User(
-            uid,
-            profile=profile,
-            rubric_text=texts["system_string"],
-            meta={"survey": survey, "source": row.where},
-        )
+        users[uid] = User(uid, profile=profile, meta={"survey": survey, "source": row.where})
     return users, n
 
 
@@ -262,7 +259,6 @@ def load_prism(
             u,
             seen=u not in unseen,
             profile=users[u].profile,
-            rubric_text=users[u].rubric_text,
             meta={**users[u].meta, "dialogues": len(by_user[u])},
         )
         for u in sorted(kept)
@@ -279,5 +275,11 @@ def load_prism(
         "split_policy": f"per user, dialogues shuffled (seed {seed}); first floor({train_fraction}*n) train",
         "seen_policy": f"seeded fraction {unseen_fraction} of eligible users unseen (seed {seed})",
         "pairs_recipe": "per turn: chosen vs each non-chosen sibling; prompt = dialogue so far",
+        "user_context": describe_user_context(
+            "profile",
+            out_users,
+            included=["profile (survey self_description and system_string, written by the user)", "own train pairs"],
+            note="real labels: there is no answer key to withhold",
+        ),
     }
     return Benchmark(name or "prism", pairs, out_users, skipped=skipped, meta=meta, weighting="pair")

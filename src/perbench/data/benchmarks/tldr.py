@@ -12,6 +12,7 @@ Protocol ``"pal"`` (PAL / P-DPO synthetic users):
   each draws its rule with a seeded coin (P(shorter) = 3/10, the seen users' mix) -- our choice, the papers
   are silent. An unseen user's first ``n_shot`` comparisons (seeded order) are their few-shot set, the rest
   test. A seen user's posts are split ``seen_test_fraction`` test / rest train, by post, seeded -- our choice.
+  The rule is the user's answer key (``User.answer_key``): methods see the user's pairs only.
 
 Protocol ``"lore"`` (LoRe): the workers' real labels; workers present in both the train and validation
 splits, 50/50 seen/unseen by seed; at most 150 train pairs per seen user and at most 50 few-shot pairs per
@@ -41,6 +42,7 @@ from perbench.data.loaders import (
     type_name,
 )
 from perbench.data.records import Benchmark, PreferencePair, SkipReport, Split, User, dedup_pairs
+from perbench.data.user_context import describe_user_context
 
 TLDR_HUB_ID = "openai/summarize_from_feedback"
 TldrProtocol = Literal["pal", "lore"]
@@ -288,7 +290,7 @@ def _pal(
             if pick is None:
                 skipped.add("equal_length", c.where)
                 continue
-            out.append(_pair(c, pick, "test", f"prefers {prefers[w]}"))
+            out.append(_pair(c, pick, "test", "length rule (the user's answer key)"))
         labelled[w] = dedup_pairs(out, skipped)
 
     pairs: list[PreferencePair] = []
@@ -314,8 +316,8 @@ def _pal(
         users[w] = User(
             w,
             seen=rank < len(seen),
-            rubric_text=f"Prefers {prefers[w]} summaries.",
-            meta={"prefers": prefers[w], "rank": rank, "comparisons": len(groups[w])},
+            answer_key={"prefers": prefers[w], "rubric_text": f"Prefers {prefers[w]} summaries."},
+            meta={"rank": rank, "comparisons": len(groups[w])},
         )
     policy = {
         "seen_policy": f"top {n_users} workers by comparisons; ranks {list(shorter_ranks)} prefer shorter",
@@ -323,6 +325,12 @@ def _pal(
         "split_policy": f"seen: posts {test_fraction} test (seeded, by post); unseen: first {n_shot} shots "
         "train, rest test",
         "label_rule": "length in characters after stripping; equal lengths dropped",
+        "user_context": describe_user_context(
+            "pairs_only",
+            users,
+            included=["own train pairs"],
+            withheld=["the length rule (prefers shorter / longer)"],
+        ),
     }
     return pairs, users, policy
 
@@ -368,5 +376,8 @@ def _lore(
         "split_policy": f"train split -> train (<= {max_train} per seen user, <= {max_fewshot} few-shot per "
         "unseen user, seeded sample); validation -> test",
         "label_rule": "the worker's own choice",
+        "user_context": describe_user_context(
+            "pairs_only", users, included=["own train pairs"], note="real labels: there is no answer key to withhold"
+        ),
     }
     return pairs, users, policy

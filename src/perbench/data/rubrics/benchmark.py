@@ -4,19 +4,31 @@ For user u and prompt x: chosen meets every aspect pole of u's rubric; rejected 
 pole of at least one of them (the hardest such candidate: fewest violated aspects). Both come from the same
 pool, so length or style alone cannot separate them across users. The chosen text is also u's gold
 reference for x (ROUGE); rubric satisfaction of any generated text is exact, from the checkers.
+
+Same pool is not enough to remove every text-only cue: most chosen *and* rejected candidates are edited ones,
+but not equally often, so a scorer that only detects "was this edited" beats 50 % without knowing the user.
+The ``personalization_only`` subset removes every such cue: each of its pairs (u, x, a ≻ b) is matched one to
+one with a pair (v, x, b ≻ a) of another user of the same group (seen / unseen) and split, so any scorer that
+ignores the user gets exactly one of the two right. Partners are existing pairs where possible; otherwise a
+*mirror pair* (v, x, b ≻ a) is added for a user v whose rubric b meets and a violates (``mirror_splits``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from perbench.data.records import Benchmark, PreferencePair, Reference, SkipReport
 from perbench.data.rubrics.aspects import ASPECTS, opposite
 from perbench.data.rubrics.prompts import RUBRIC_PROMPTS
-from perbench.data.rubrics.users import RUBRIC_USERS, to_user
+from perbench.data.rubrics.users import RUBRIC_USERS, RubricUser, rubric_user_context, to_user
+
+#: the named subset of pairs on which every user-agnostic scorer scores exactly 0.5
+PERSONALIZATION_ONLY = "personalization_only"
 
 
 def read_pool(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -48,7 +60,14 @@ def load_rubrics(
     seed: int = 0,
     max_train_prompts: int | None = None,
     max_test_prompts: int | None = None,
+    mirror_splits: Sequence[str] = ("train", "test"),
 ) -> Benchmark:
+    """The rubric benchmark from the candidate pool. ``mirror_splits``: the splits where mirror pairs may be
+    added so that the ``personalization_only`` subset covers (almost) every pair; ``()`` keeps only the
+    hardest-negative pairs (the subset is then the naturally mirrored ones)."""
+    bad_splits = sorted(set(mirror_splits) - {"train", "test"})
+    if bad_splits:
+        raise ValueError(f"mirror_splits: unknown splits {bad_splits} (expected 'train' and/or 'test')")
     from perbench.data.rubrics.build import POOL_PATH
 
     path = Path(pool) if pool else POOL_PATH
@@ -96,6 +115,8 @@ def load_rubrics(
                 )
             )
             refs.append(Reference(ru.user_id, p.text, chosen["text"], p.split))
+    added, members, report = mirror_pairs(pairs, by_prompt, seed=seed, splits=tuple(mirror_splits))
+    pairs += added
     return Benchmark(
         name="rubrics",
         pairs=pairs,
@@ -107,5 +128,101 @@ def load_rubrics(
             "candidates": sum(len(v) for v in by_prompt.values()),
             "prompts": {"train": len(train), "test": len(test)},
             "seed": seed,
+            "subsets": {PERSONALIZATION_ONLY: report},
+            "user_context": rubric_user_context(users),
         },
+        subsets={PERSONALIZATION_ONLY: members},
     )
+
+
+def _disagrees(ru: RubricUser, chosen: dict[str, Any], rejected: dict[str, Any]) -> int:
+    """How many of ``ru``'s poles ``rejected`` violates, when ``chosen`` meets all of them (else 0)."""
+    ann_c, ann_r = chosen["annotations"], rejected["annotations"]
+    if not all(ann_c[ap.aspect] == ap.pole for ap in ru.rubric):
+        return 0
+    return sum(ann_r[ap.aspect] == opposite(ap.aspect, ap.pole) for ap in ru.rubric)
+
+
+def _tiebreak(seed: int, *parts: str) -> str:
+    return hashlib.sha256("|".join((str(seed), *parts)).encode()).hexdigest()
+
+
+def mirror_pairs(
+    pairs: Sequence[PreferencePair],
+    by_prompt: dict[str, list[dict[str, Any]]],
+    *,
+    seed: int = 0,
+    splits: tuple[str, ...] = ("train", "test"),
+) -> tuple[list[PreferencePair], frozenset[str], dict[str, Any]]:
+    """Match every pair (u, x, a ≻ b) one to one with a pair (v, x, b ≻ a), v ≠ u in the same group and split.
+
+    1. existing pairs are matched first (in pair order, the first unmatched reverse pair);
+    2. a pair left over, in a split of ``splits``, gets a new mirror pair for a user v whose rubric ``b``
+       meets and ``a`` violates (per the checkers): the eligible v with the fewest mirror pairs so far,
+       ties broken by a seeded hash. Pairs with no eligible v stay outside the subset (counted).
+
+    Returns (added pairs, ids of the subset: matched originals and their partners, a report for meta).
+    """
+    cands = {c["cand_id"]: c for rows in by_prompt.values() for c in rows}
+    users = {ru.user_id: ru for ru in RUBRIC_USERS}
+
+    def key(p: PreferencePair, reverse: bool = False) -> tuple[str, bool, str, str, str]:
+        a, b = p.meta["chosen_id"], p.meta["rejected_id"]
+        return (p.split, users[p.user_id].seen, p.meta["prompt_id"], *((b, a) if reverse else (a, b)))
+
+    by_key: dict[tuple[str, bool, str, str, str], list[str]] = {}
+    for p in pairs:
+        by_key.setdefault(key(p), []).append(p.pair_id)
+    existing = {(p.user_id, p.meta["prompt_id"], p.meta["chosen_id"], p.meta["rejected_id"]) for p in pairs}
+    matched: set[str] = set()
+    natural = 0
+    for p in pairs:
+        if p.pair_id in matched:
+            continue
+        partner = next((q for q in by_key.get(key(p, reverse=True), []) if q not in matched), None)
+        if partner is not None:
+            matched |= {p.pair_id, partner}
+            natural += 1
+    added: list[PreferencePair] = []
+    load: dict[tuple[str, str], int] = {}
+    unmatched = {"train": 0, "test": 0}
+    for p in pairs:
+        if p.pair_id in matched:
+            continue
+        pid, a, b = p.meta["prompt_id"], p.meta["chosen_id"], p.meta["rejected_id"]
+        eligible = []
+        if p.split in splits:
+            for v, ru in users.items():
+                if v == p.user_id or ru.seen != users[p.user_id].seen or (v, pid, b, a) in existing:
+                    continue
+                n_viol = _disagrees(ru, cands[b], cands[a])
+                if n_viol:
+                    eligible.append((load.get((p.split, v), 0), _tiebreak(seed, v, p.pair_id), v, n_viol))
+        if not eligible:
+            unmatched[p.split] += 1
+            continue
+        _, _, v, n_viol = min(eligible)
+        load[(p.split, v)] = load.get((p.split, v), 0) + 1
+        existing.add((v, pid, b, a))
+        q = PreferencePair(
+            pair_id=f"{v}-{pid}-mirror-{p.user_id}",
+            user_id=v,
+            prompt=p.prompt,
+            chosen=p.rejected,
+            rejected=p.chosen,
+            split=p.split,
+            meta={"prompt_id": pid, "chosen_id": b, "rejected_id": a, "violations": n_viol, "mirror_of": p.pair_id},
+        )
+        added.append(q)
+        matched |= {p.pair_id, q.pair_id}
+    report = {
+        "built": "each pair (u, x, a ≻ b) matched one to one with (v, x, b ≻ a) of another user in the same "
+        "split and seen/unseen group: existing pairs first, else an added mirror pair for a user whose rubric "
+        "b meets and a violates; every user-agnostic scorer gets exactly one pair of each match right",
+        "mirror_splits": list(splits),
+        "matched_existing": natural,
+        "mirror_pairs_added": len(added),
+        "left_out": unmatched,
+        "pairs": len(matched),
+    }
+    return added, frozenset(matched), report

@@ -7,9 +7,12 @@ reward model can satisfy everyone. Unseen users ask for combinations that no see
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from perbench.data.records import AspectPole, User
+from perbench.data.user_context import describe_user_context
 
 
 @dataclass(frozen=True)
@@ -17,7 +20,7 @@ class RubricUser:
     user_id: str
     seen: bool
     rubric: tuple[AspectPole, ...]
-    description: str  # one sentence, usable verbatim in a judge or in-context prompt
+    description: str  # one sentence: the answer key, for graders, reports and oracle methods only
 
 
 def _u(user_id: str, seen: bool, poles: str, description: str) -> RubricUser:
@@ -230,5 +233,22 @@ RUBRIC_USERS: tuple[RubricUser, ...] = (
 
 
 def to_user(r: RubricUser) -> User:
-    """The benchmark record for a rubric user (``rubric_text`` is the description)."""
-    return User(user_id=r.user_id, seen=r.seen, rubric_text=r.description, rubric=r.rubric)
+    """The benchmark record for a rubric user. The rubric decided chosen vs rejected, so the description and the
+    poles are the answer key (``User.answer_key``, ``User.rubric`` for the checker); no profile: methods see the
+    user's pairs only."""
+    return User(
+        user_id=r.user_id,
+        seen=r.seen,
+        rubric=r.rubric,
+        answer_key={"rubric_text": r.description, "aspect_poles": [f"{ap.aspect}={ap.pole}" for ap in r.rubric]},
+    )
+
+
+def rubric_user_context(users: Mapping[str, User]) -> dict[str, Any]:
+    """``Benchmark.meta["user_context"]`` of the built-in rubric benchmark: pairs only, the rubric withheld."""
+    return describe_user_context(
+        "pairs_only",
+        users,
+        included=["own train pairs"],
+        withheld=["rubric description", "rubric aspect poles"],
+    )

@@ -1,0 +1,178 @@
+"""What a method may know about a user (the *user context*), kept apart from the *answer key*.
+
+User context: what a deployed system could know -- the user's profile items (past posts, past papers, a
+self-description or an instruction the user wrote) and their own train pairs. Answer key: whatever decided
+the labels -- a rubric, a labelling rule ("prefers shorter summaries"), the style name that picks the chosen
+response, Personalized-RewardBench's rubric aspects and narrative. The answer key lives only in
+``User.answer_key`` (and the checkable poles in ``User.rubric``, read only by the downstream checker).
+
+Every consumer that puts something about a user into a model's input -- GenARM's user conditioning, the ICL
+judge, the ICL / ICL-RAG decoders -- goes through :func:`context_items` / :func:`user_text`, which read the
+profile only. :func:`oracle_user_text` is the one way to put the answer key in context; only a separately
+named oracle method (``icl_judge_oracle``) calls it.
+
+Each loader records its policy with :func:`describe_user_context` in ``Benchmark.meta["user_context"]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perbench.data.records import ProfileItem, SkipReport, User
+
+#: ``mode`` values of :func:`user_text`: the profile (``auto`` and ``profile`` are the same) or nothing
+USER_TEXT_MODES: tuple[str, ...] = ("auto", "profile", "none")
+ORACLE_HEADER = "The rule that decided this user's preferences (oracle information):"
+CONTEXT_HEADER = "Other things we know about the user:"
+#: the declared policies (``Benchmark.meta["user_context"]["policy"]``)
+POLICIES: dict[str, str] = {
+    "pairs_only": "no user text: methods see the user's own train pairs only",
+    "profile": "the user's profile items and their own train pairs",
+}
+
+
+def context_items(user: User | None) -> tuple[ProfileItem, ...]:
+    """The profile items a method may read about ``user`` (never the answer key)."""
+    return () if user is None else tuple(user.profile)
+
+
+def user_text(user: User | None, mode: str = "auto", profile_k: int = 5, max_chars: int = 2000) -> str | None:
+    """The text that describes ``user`` to a model: their first ``profile_k`` profile items as ``- item`` lines,
+    cut to ``max_chars``; None when there is nothing (or ``mode="none"``).
+
+    ``mode``: ``auto`` / ``profile`` (the profile) or ``none``. The answer key is never read here: a mode that
+    asks for it (``rubric``, ``oracle``) is an error -- use :func:`oracle_user_text` in a method named as an
+    oracle."""
+    if mode in ("rubric", "oracle"):
+        raise ValueError(
+            f"user text mode {mode!r} would put the answer key in a method's input; the user context is the "
+            f"profile ({'/'.join(USER_TEXT_MODES)}), and the answer key only reaches a separately named oracle "
+            "method (icl_judge_oracle)"
+        )
+    if mode not in USER_TEXT_MODES:
+        raise ValueError(f"user text mode must be one of {USER_TEXT_MODES}, got {mode!r}")
+    if profile_k < 0:
+        raise ValueError(f"profile_k must be ≥ 0, got {profile_k}")
+    if user is None or mode == "none":
+        return None
+    items = context_items(user)[:profile_k]
+    if not items:
+        return None
+    return "\n".join(f"- {it.text}" for it in items)[:max_chars]
+
+
+def answer_key_summary(user: User) -> str | None:
+    """A readable statement of the user's answer key (``answer_key["rubric_text"]``, else its texts joined)."""
+    key = user.answer_key or {}
+    summary = key.get("rubric_text")
+    if isinstance(summary, str) and summary.strip():
+        return summary.strip()
+    texts = answer_key_texts(user)
+    return "; ".join(texts) if texts else None
+
+
+def oracle_user_text(user: User | None, profile_k: int = 5, max_chars: int = 2000) -> str | None:
+    """Answer key + user context, for an oracle upper bound only (the answer key is never cut off)."""
+    if user is None:
+        return None
+    key = answer_key_summary(user)
+    context = user_text(user, "auto", profile_k, max_chars)
+    if key is None:
+        return context
+    text = f"{ORACLE_HEADER}\n{key}"
+    if context:
+        text += f"\n{CONTEXT_HEADER}\n{context}"
+    return text[: max(max_chars, len(ORACLE_HEADER) + 1 + len(key))]
+
+
+def _leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        if value.strip():
+            yield value.strip()
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for v in value:
+            yield from _leaves(v)
+
+
+def answer_key_texts(user: User) -> list[str]:
+    """Every text of the user's answer key (each string in ``User.answer_key``, nested ones included), plus the
+    checkable poles as ``aspect=pole``; first occurrence first."""
+    out = list(_leaves(user.answer_key or {}))
+    out += [f"{ap.aspect}={ap.pole}" for ap in user.rubric or ()]
+    return list(dict.fromkeys(out))
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().casefold()
+
+
+def is_phrase(text: str) -> bool:
+    """Two words or more: a text specific enough that finding it verbatim elsewhere means it was copied
+    (a single word such as a style name or "shorter" also occurs in ordinary responses)."""
+    return len(text.split()) >= 2
+
+
+def leaked_answer_keys(user: User, text: str) -> list[str]:
+    """The answer-key phrases of ``user`` that occur in ``text`` (case and whitespace ignored)."""
+    haystack = _norm(text)
+    return [k for k in answer_key_texts(user) if is_phrase(k) and _norm(k) in haystack]
+
+
+def withhold_answer_key(user: User, skipped: SkipReport) -> User:
+    """``user`` without the profile items that quote their own answer key (each dropped item counted as
+    ``profile_item_contains_answer_key``): a file whose profile repeats the persona sentence or rubric would
+    otherwise hand the answer key to every method."""
+    keep = []
+    for it in user.profile:
+        if leaked_answer_keys(user, it.text):
+            skipped.add("profile_item_contains_answer_key", f"{user.user_id}/{it.item_id}")
+        else:
+            keep.append(it)
+    return user if len(keep) == len(user.profile) else replace(user, profile=tuple(keep))
+
+
+def describe_user_context(
+    policy: str, users: Mapping[str, User], *, included: Sequence[str], withheld: Sequence[str] = (), note: str = ""
+) -> dict[str, Any]:
+    """The record of what reaches methods about each user (``Benchmark.meta["user_context"]``).
+
+    ``included``/``withheld`` name the benchmark's own fields; the counts come from the users themselves, and
+    ``answer_key_fields`` lists the fields actually present in ``User.answer_key`` (plus ``rubric`` when users
+    have checkable poles)."""
+    if policy not in POLICIES:
+        raise ValueError(f"user context policy must be one of {sorted(POLICIES)}, got {policy!r}")
+    fields = sorted({k for u in users.values() for k in (u.answer_key or {})})
+    if any(u.rubric for u in users.values()):
+        fields.append("rubric")
+    out: dict[str, Any] = {
+        "policy": policy,
+        "description": POLICIES[policy],
+        "included": list(included),
+        "withheld_answer_key": list(withheld),
+        "answer_key_fields": fields,
+        "users": len(users),
+        "users_with_profile": sum(bool(u.profile) for u in users.values()),
+        "users_with_answer_key": sum(bool(u.answer_key or u.rubric) for u in users.values()),
+    }
+    if note:
+        out["note"] = note
+    return out
+
+
+def derived_user_context(users: Mapping[str, User]) -> dict[str, Any]:
+    """The policy of a benchmark whose loader declared none, read off its users."""
+    has_profile = any(u.profile for u in users.values())
+    return describe_user_context(
+        "profile" if has_profile else "pairs_only",
+        users,
+        included=["profile", "own train pairs"] if has_profile else ["own train pairs"],
+        withheld=["answer_key"] if any(u.answer_key or u.rubric for u in users.values()) else [],
+        note="derived from the users (the loader declared no policy)",
+    )

@@ -1,0 +1,157 @@
+"""``perbench compare RUN_DIR…``: pool the cells of several runs, analyse them once, write one report.
+
+Methods × benchmarks × policies × seeds are pooled as the papers pool across model scales; each benchmark also
+gets its own leaderboard (an analysis of its cells alone) when there are several.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perbench.report import details, sections
+from perbench.report.extract import _d
+from perbench.report.fmt import esc, num, table
+from perbench.report.rundir import RunData, load_run
+
+
+def benchmark_of(group: str) -> str:
+    return str(group).split("|", 1)[0]
+
+
+def _setting(runs: Sequence[RunData], key: str, default: Any) -> Any:
+    for r in runs:
+        v = _d(r.results.get("config")).get(key)
+        if v is not None:
+            return v
+    return default
+
+
+def analyze_runs(
+    runs: Sequence[RunData], metric: str | None = None, n_boot: int | None = None, seed: int = 0
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The pooled analysis of every run's cells, and one analysis per benchmark when there are several."""
+    from perbench.metrics.analysis import analyze
+
+    missing = [str(r.path) for r in runs if not r.cells]
+    if missing:
+        raise ValueError(f"no cells.jsonl (or it is empty) in: {', '.join(missing)}; rerun them with this version")
+    owner: dict[str, int] = {}
+    for k, r in enumerate(runs):
+        for g in sorted({str(c.get("group")) for c in r.cells or []}):
+            if g in owner:
+                raise ValueError(
+                    f"{runs[owner[g]].path} and {r.path} both hold group {g!r} (same setting and seed): "
+                    "pooling them would count its cells twice"
+                )
+            owner[g] = k
+    cells = [c for r in runs for c in r.cells or []]
+    boot = int(n_boot if n_boot is not None else _setting(runs, "bootstrap", 1000))
+    kw: dict[str, Any] = {
+        "verdict_metric": metric or _setting(runs, "verdict_metric", None),
+        "reference_method": _setting(runs, "reference_method", "global_bt"),
+        "n_boot": boot,
+        "seed": seed,
+    }
+    pooled = analyze(cells, **kw)
+    benches = sorted({benchmark_of(str(c.get("group", ""))) for c in cells})
+    per: dict[str, dict[str, Any]] = {}
+    if len(benches) > 1:
+        for b in benches:
+            per[b] = analyze([c for c in cells if benchmark_of(str(c.get("group", ""))) == b], **kw)
+    return pooled, per
+
+
+def runs_table(runs: Sequence[RunData], out_dir: Path) -> str:
+    rows = []
+    for r in runs:
+        res = r.results
+        models = _d(_d(res.get("provenance")).get("models"))
+        report = r.path / "report.html"
+        try:
+            rel = Path(report).resolve().relative_to(out_dir.resolve().parent)
+            href = "../" + rel.as_posix()
+        except ValueError:
+            href = report.resolve().as_uri()
+        groups = sorted({str(c.get("group")) for c in r.cells or []})
+        rows.append(
+            [
+                f'<a href="{esc(href)}">{esc(r.path.name)}</a>',
+                esc(_d(res.get("benchmark")).get("name", "?")),
+                esc(_d(models.get("policy")).get("name", "?")),
+                esc(", ".join(groups)),
+                f"<code>{esc(res.get('config_hash', '?'))}</code>",
+                esc(res.get("created", "")),
+                num(len(r.cells or []), pct=False),
+            ]
+        )
+    return "<h2>Runs pooled</h2>" + table(["run", "benchmark", "policy", "groups", "config", "created", "cells"], rows)
+
+
+def render_comparison(
+    runs: Sequence[RunData],
+    analysis: Mapping[str, Any],
+    per_benchmark: Mapping[str, Mapping[str, Any]],
+    figures: Mapping[str, Any],
+    out_dir: Path,
+) -> str:
+    from perbench.report.html import _page, _shared_sections, _toc
+
+    boards = "".join(sections.leaderboard(a, f"Leaderboard — {b}") for b, a in per_benchmark.items())
+    pooled_title = (
+        "Leaderboard — all runs pooled"
+        if per_benchmark
+        else "Leaderboard — " + ", ".join(sorted({str(_d(r.results.get("benchmark")).get("name", "?")) for r in runs}))
+    )
+    boards += sections.leaderboard(analysis, pooled_title)
+    body = [
+        f"<h1>perbench compare — {len(runs)} run{'s' if len(runs) != 1 else ''}</h1>",
+        _toc(
+            [
+                ("leaderboard", "Leaderboard"),
+                ("methods", "Method table"),
+                ("selection", "Selection"),
+                ("users", "Per user"),
+                ("runs", "Runs"),
+            ]
+        ),
+        sections.verdict_box(analysis),
+    ]
+    cells_present = any(r.cells for r in runs)
+    body += _shared_sections(analysis, figures, {}, cells_present, boards)
+    notes = [n for r in runs for n in r.notes]
+    body.append(f'<section id="runs">{runs_table(runs, out_dir)}')
+    body.append(details.provenance_section(runs[0].results, notes) if len(runs) == 1 else "")
+    body.append(sections.analysis_notes(analysis) + "</section>")
+    return _page("perbench compare", body)
+
+
+def compare_runs(
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    metric: str | None = None,
+    n_boot: int | None = None,
+    seed: int = 0,
+) -> Path:
+    """Analyse the pooled cells of ``run_dirs``; write report.html, leaderboard.md, analysis.json and plots/."""
+    from perbench.io import atomic_write_text
+    from perbench.report.html import build_plots, write_outputs
+    from perbench.report.leaderboard import render_markdown
+
+    if not run_dirs:
+        raise ValueError("compare needs at least one run directory")
+    runs = [load_run(d) for d in run_dirs]
+    analysis, per = analyze_runs(runs, metric, n_boot, seed)
+    out_dir = Path(out)
+    cells = [c for r in runs for c in r.cells or []]
+    figs = build_plots(analysis, None, cells)
+    html = render_comparison(runs, analysis, per, figs, out_dir)
+    md = render_markdown(analysis, f"perbench compare — {len(runs)} runs", per)
+    path = write_outputs(html, md, figs, out_dir)
+    atomic_write_text(
+        out_dir / "analysis.json",
+        json.dumps({"runs": [str(r.path) for r in runs], "analysis": analysis, "per_benchmark": per}, indent=1),
+    )
+    return path

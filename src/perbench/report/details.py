@@ -1,0 +1,246 @@
+"""Report sections read from one run's results.json (upstream / downstream detail, provenance)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perbench.report.extract import _d, _l
+from perbench.report.fmt import esc, na_span, num, table, value_ci
+
+_GROUPS = ("seen", "unseen", "pers_only", "all")
+
+
+def header(results: Mapping[str, Any]) -> str:
+    bench = _d(results.get("benchmark"))
+    prov = _d(results.get("provenance"))
+    models = _d(prov.get("models"))
+    bits = [
+        esc(results.get("created", "")),
+        f"config <code>{esc(results.get('config_hash', '?'))}</code>",
+        f"git <code>{esc(prov.get('git'))}</code>",
+    ]
+    for key, name in (("policy", "policy"), ("rm_backbone", "RM backbone")):
+        if _d(models.get(key)).get("name"):
+            bits.append(f"{name} <code>{esc(models[key]['name'])}</code>")
+    facts = []
+    if "pairs" in bench:
+        facts.append(f"{num(bench.get('pairs'), pct=False)} pairs")
+    if "users_seen" in bench:
+        facts.append(
+            f"{num(bench.get('users_seen'), pct=False)} seen / {num(bench.get('users_unseen'), pct=False)} unseen users"
+        )
+    skipped = _d(bench.get("skipped")).get("total")
+    if skipped is not None:
+        facts.append(f"{num(skipped, pct=False)} rows skipped")
+    if bench.get("weighting"):
+        facts.append(f"{esc(bench['weighting'])}-weighted")
+    return f'<h1>perbench — {esc(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>' + (
+        f"<p>{' · '.join(facts)}</p>" if facts else ""
+    )
+
+
+def upstream_section(results: Mapping[str, Any]) -> str:
+    up = _d(results.get("upstream"))
+    if not up:
+        return ""
+    groups = [g for g in _GROUPS if any(g in _d(_d(r).get("rm_accuracy")) for r in up.values())]
+    rows = []
+    for label, r in up.items():
+        r = _d(r)
+        acc = _d(r.get("rm_accuracy"))
+        cells = [esc(label) + (' <span class="muted">baseline</span>' if r.get("baseline") else "")]
+        for g in groups:
+            e = _d(acc.get(g))
+            cells.append(value_ci(e.get("accuracy"), e.get("ci"), na=e.get("not_applicable") or f"no {g} users"))
+        cells.append(num(_d(acc.get("all")).get("ties"), pct=False))
+        rows.append(cells)
+    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(["method", *groups, "ties"], rows)
+
+
+def fewshot_table(results: Mapping[str, Any]) -> str:
+    up = _d(results.get("upstream"))
+    curves = {k: _d(_d(v).get("fewshot_curve")) for k, v in up.items() if _d(_d(v).get("fewshot_curve"))}
+    if not curves:
+        return ""
+    shots = sorted({int(n) for c in curves.values() for n in c if str(n).isdigit()})
+    rows = [
+        [esc(k)] + [value_ci(_d(c.get(str(n))).get("accuracy"), _d(c.get(str(n))).get("ci")) for n in shots]
+        for k, c in curves.items()
+    ]
+    return "<h3>Few-shot adaptation of unseen users (RM accuracy %)</h3>" + table(
+        ["method"] + [f"{n} shots" for n in shots], rows
+    )
+
+
+_DOWN_METRICS = (
+    ("rubric_satisfaction", "rubric sat. %"),
+    ("rubric_all", "all aspects %"),
+    ("rouge1", "ROUGE-1"),
+    ("rougeL", "ROUGE-L"),
+    ("bertscore_f1", "BERTScore-F1"),
+    ("judge_score", "judge %"),
+    ("rm_win", "RM win rate %"),
+    ("words", "words"),
+)
+
+
+def downstream_section(results: Mapping[str, Any]) -> str:
+    down = _d(results.get("downstream"))
+    if not down:
+        return ""
+    present = [(m, t) for m, t in _DOWN_METRICS if any(m in _d(d) for d in down.values())]
+    rows = []
+    for label, d in down.items():
+        d = _d(d)
+        cells = [esc(label)]
+        for m, _ in present:
+            e = _d(d.get(m))
+            if not e:
+                cells.append(na_span("not measured for this output"))
+            elif m == "words":
+                cells.append(num(e.get("mean"), pct=False))
+            else:
+                cells.append(value_ci(e.get("mean"), e.get("ci")))
+        rows.append(cells)
+    out = "<h3>Downstream: what generation gives each user</h3>" + table(
+        ["decoder[guide]"] + [t for _, t in present], rows
+    )
+    return out + deltas(down) + bon_table(down)
+
+
+def deltas(down: Mapping[str, Any]) -> str:
+    """Paired differences of each output's quality against zero-shot and ICL-RAG on the same targets."""
+    refs = sorted({str(r) for d in down.values() for r in _d(_d(d).get("vs"))})
+    names = {"rubric_satisfaction": "rubric sat.", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "judge_score": "judge"}
+    metrics = [m for m in names if any(m in _d(_d(_d(d).get("vs")).get(r)) for d in down.values() for r in refs)]
+    if not refs or not metrics:
+        return ""
+    head = ["decoder[guide]"] + [f"Δ {names[m]} vs {r}" for r in refs for m in metrics]
+    rows = []
+    for label, d in down.items():
+        cells = [esc(label)]
+        for r in refs:
+            for m in metrics:
+                e = _d(_d(_d(_d(d).get("vs")).get(r)).get(m))
+                cells.append(value_ci(e.get("delta"), e.get("ci"), signed=True, na="no shared targets") if e else "–")
+        rows.append(cells)
+    return "<h3>Downstream: difference to zero-shot and ICL-RAG (points, paired, 95% CI)</h3>" + table(head, rows)
+
+
+def bon_table(down: Mapping[str, Any]) -> str:
+    curves = {label: _d(_d(d).get("bon_curve")) for label, d in down.items() if _d(_d(d).get("bon_curve"))}
+    if not curves:
+        return ""
+    ns = sorted({int(n) for c in curves.values() for m in c.values() for n in _l(_d(m).get("n"))})
+    rows = []
+    refs: dict[str, dict[str, Any]] = {}
+    for label, c in curves.items():
+        for metric, m in c.items():
+            m = _d(m)
+            vals = dict(zip(_l(m.get("n")), _l(m.get("quality")), strict=False))
+            rows.append([esc(label), esc(metric)] + [num(vals.get(n)) for n in ns])
+            refs.setdefault(str(metric), m)
+    for metric, m in refs.items():
+        for key, name in (("oracle", "oracle (best of n by ground truth)"), ("sample_mean", "random pick")):
+            vals = dict(zip(_l(m.get("n")), _l(m.get(key)), strict=False))
+            rows.append([f'<span class="muted">{name}</span>', esc(metric)] + [num(vals.get(n)) for n in ns])
+    return (
+        "<details><summary>Best-of-N: ground-truth quality vs N (first N samples of one shared pool), "
+        "table</summary>" + table(["RM", "quality"] + [f"N={n}" for n in ns], rows) + "</details>"
+    )
+
+
+def policy_accuracy_section(results: Mapping[str, Any]) -> str:
+    """Headline (RGD-induced, shift-invariant) policy accuracy beside the policy alone and the labelled variants."""
+    rows = []
+    for label, r in _d(results.get("upstream")).items():
+        for g, e in _d(_d(r).get("policy_accuracy")).items():
+            e = _d(e)
+            if e.get("not_applicable"):
+                rows.append([esc(label), esc(g), na_span(str(e["not_applicable"]))] + [""] * 5)
+                continue
+            old = _d(e.get("rgd"))
+            head = _d(e.get(str(e.get("headline") or ""))) or _d(old.get("mean"))
+            if not head and not _d(e.get("sum")):
+                continue
+            w0 = _d(e.get("w0"))
+            miss = e.get("miss_rate", old.get("miss_rate"))
+            rows.append(
+                [
+                    esc(label),
+                    esc(g),
+                    value_ci(head.get("accuracy"), head.get("ci"), na="no RGD variant"),
+                    value_ci(w0.get("accuracy"), w0.get("ci"), na="not reported"),
+                    value_ci(_d(e.get("mean")).get("accuracy"), None),
+                    value_ci(_d(e.get("sum")).get("accuracy"), None),
+                    value_ci(miss, None, na="no misses counted"),
+                    esc(e.get("w", "")) + " / " + esc(e.get("k", old.get("k", ""))),
+                ]
+            )
+    if not rows:
+        return ""
+    cols = ["method", "group", "headline (RGD)", "policy alone (w=0)", "mean", "sum", "miss rate", "w / k"]
+    return (
+        "<h3>Policy accuracy under the RGD-induced policy (%, headline is shift-invariant)</h3>"
+        + table(cols, rows)
+        + '<p class="muted">Headline: the RGD-induced policy\'s log-probability ratio (adding a constant to the '
+        "reward leaves it unchanged); 'sum' / 'mean' are the labelled raw-score variants.</p>"
+    )
+
+
+def skipped_section(results: Mapping[str, Any]) -> str:
+    skipped = [_d(s) for s in _l(results.get("skipped_combinations"))]
+    if not skipped:
+        return ""
+    rows = [[esc(s.get("decoder")), esc(s.get("method")), esc(s.get("reason"))] for s in skipped]
+    return "<h2>Skipped combinations</h2>" + table(["decoder", "method", "reason"], rows, "text")
+
+
+def _opt(x: Any, code: bool = False) -> str:
+    if x is None or x == "":
+        return '<span class="muted">–</span>'
+    return f"<code>{esc(x)}</code>" if code else esc(x)
+
+
+def provenance_section(results: Mapping[str, Any], notes: list[str] | None = None) -> str:
+    prov = _d(results.get("provenance"))
+    parts = ["<h2>Provenance</h2>"]
+    facts = [
+        f"{esc(k)}: <code>{esc(prov[k])}</code>"
+        for k in ("git", "python", "platform", "seed")
+        if prov.get(k) is not None
+    ]
+    if facts:
+        parts.append(f'<p class="small">{" · ".join(facts)}</p>')
+    models = _d(prov.get("models"))
+    mrows = [
+        [esc(role)] + [_opt(_d(m).get(k), code=k == "fingerprint") for k in ("name", "fingerprint", "device", "dtype")]
+        for role, m in models.items()
+        if isinstance(m, dict)
+    ]
+    if mrows:
+        parts.append(table(["role", "model", "fingerprint", "device", "dtype"], mrows, "text"))
+    pk = _d(prov.get("packages"))
+    if pk:
+        parts.append(
+            "<details><summary>package versions</summary>"
+            + table(["package", "version"], [[esc(k), esc(v)] for k, v in pk.items() if v])
+            + "</details>"
+        )
+    work = _d(results.get("work"))
+    if work or results.get("timing_s"):
+        parts.append(
+            f'<p class="muted">work computed: {esc(work.get("computed", {}))} · reused: '
+            f"{esc(work.get('reused', {}))} · timing (s): {esc(results.get('timing_s', {}))}</p>"
+        )
+    pol = _d(results.get("policies"))
+    if pol:
+        parts.append(
+            "<details><summary>Accounting policies</summary><ul>"
+            + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in pol.items())
+            + "</ul></details>"
+        )
+    if notes:
+        parts.append('<ul class="small muted">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    return "".join(parts)

@@ -1,0 +1,106 @@
+"""``leaderboard.md``: the verdict and the leaderboard as Markdown, from ``results["analysis"]``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perbench.report.extract import _d, _l, main_downstream, main_upstream
+from perbench.report.fmt import ci_text, is_missing, is_pct_metric, metric_label, num
+from perbench.report.sections import own_decoding
+
+
+def _md(text: Any) -> str:
+    """Markdown-safe cell text: no table breaks, no raw HTML."""
+    s = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return s.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cell(entry: Any, metric: str, reasons: list[str]) -> str:
+    """``value [lo, hi]``, or ``n/a[k]`` where reason k is listed under the table."""
+    e = _d(entry)
+    if is_missing(e.get("value")):
+        why = str(e.get("na") or "not measured for this method")
+        if why not in reasons:
+            reasons.append(why)
+        return f"n/a[{reasons.index(why) + 1}]"
+    pct = is_pct_metric(metric)
+    c = ci_text(e.get("ci"), pct)
+    return num(e["value"], pct) + (f" {c}" if c else "")
+
+
+def leaderboard_table(analysis: Mapping[str, Any], title: str = "Leaderboard") -> list[str]:
+    tab = _d(analysis.get("table"))
+    ranking = _d(analysis.get("ranking"))
+    cols = list(dict.fromkeys([*main_downstream(analysis, 3), *main_upstream(analysis, 3)]))
+    if not tab or not cols:
+        return []
+    order = [str(m) for m in _l(_d(ranking.get(cols[0])).get("order"))]
+    methods = [m for m in order if m in tab] + [m for m in _l(analysis.get("methods")) or list(tab) if m not in order]
+    lines = [f"## {_md(title)}", "", "| # | method | " + " | ".join(_md(metric_label(c)) for c in cols) + " |"]
+    lines.append("|---|---|" + "---|" * len(cols))
+    reasons: list[str] = []
+    for i, m in enumerate(methods, 1):
+        cells = []
+        for c in cols:
+            r = _d(ranking.get(c))
+            own = own_decoding(tab, m, c)
+            if own is not None:
+                cells.append(_cell(_d(tab.get(m)).get(own), own, reasons) + " (reference)")
+                continue
+            text = _cell(_d(tab.get(m)).get(c), c, reasons)
+            if r.get("best") == m:
+                text += " **best**"
+            elif r.get("best") is None and m in _l(r.get("tied")) and len(_l(r.get("tied"))) > 1:
+                text += " (tied)"
+            cells.append(text)
+        rank = str(i) if m in order else "–"
+        lines.append(f"| {rank} | {_md(m)} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"[{k}] {_md(why)}  " for k, why in enumerate(reasons, 1)]
+    if reasons:
+        lines.append("")
+    for c in cols:
+        r = _d(ranking.get(c))
+        if r.get("best"):
+            lines.append(f"- {_md(metric_label(c))}: best **{_md(r['best'])}**")
+        elif _l(r.get("tied")):
+            lines.append(f"- {_md(metric_label(c))}: tied: {_md(', '.join(str(t) for t in r['tied']))}")
+    lines.append("")
+    return lines
+
+
+def render_markdown(
+    analysis: Mapping[str, Any] | None, title: str, per_benchmark: Mapping[str, Mapping[str, Any]] | None = None
+) -> str:
+    """The verdict paragraph, the leaderboard(s) and the main τ-b table."""
+    a = _d(analysis)
+    lines = [f"# {_md(title)}", ""]
+    verdict = _d(a.get("verdict")).get("text")
+    lines += ["**Verdict.** " + (_md(verdict) if verdict else "n/a (no selection analysis in these results)"), ""]
+    if not a:
+        return "\n".join(lines)
+    if per_benchmark and len(per_benchmark) > 1:
+        for bench, sub in per_benchmark.items():
+            lines += leaderboard_table(sub, f"Leaderboard: {bench}")
+        lines += leaderboard_table(a, "Leaderboard: all benchmarks pooled")
+    else:
+        lines += leaderboard_table(a)
+    pairs = [_d(p) for p in _l(_d(a.get("selection")).get("pairs"))]
+    downs = set(main_downstream(a, 3))
+    pairs = [p for p in pairs if p.get("downstream") in downs]
+    if pairs:
+        lines += ["## Upstream → downstream (Kendall τ-b, 95% CI)", "", "| upstream | downstream | systems | τ-b |"]
+        lines.append("|---|---|---|---|")
+        for p in pairs:
+            t = _d(p.get("kendall_tau_b"))
+            val, ci = t.get("value"), _l(t.get("ci"))
+            v = "n/a" if not isinstance(val, int | float) or is_missing(val) else f"{float(val):+.2f}"
+            c = f"[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]" if len(ci) == 2 and not any(map(is_missing, ci)) else ""
+            lines.append(
+                f"| {_md(metric_label(str(p.get('upstream'))))} | {_md(metric_label(str(p.get('downstream'))))} | "
+                f"{num(p.get('n_systems'), pct=False)} | {v} {c} |"
+            )
+        lines.append("")
+    lines.append("Values in %, 95% CIs from a two-way (users × prompts) bootstrap; n/a = not applicable.")
+    return "\n".join(lines) + "\n"

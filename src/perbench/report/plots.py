@@ -1,0 +1,308 @@
+"""The report's figures (matplotlib, Agg, imported lazily): PNG for the page, PNG and SVG files beside it.
+
+Every function takes plain data and returns a :class:`Plot` (or None when there is nothing to draw); figures are
+built without pyplot's global state, math-text parsing is off (a ``$`` in a method label is just a character),
+and SVG ids use a fixed salt with no date, so the same data gives the same files.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perbench.report.fmt import is_missing, is_pct_metric, metric_label
+
+PALETTE = ("#3b6fb6", "#e07b39", "#3f9e5a", "#c4453c", "#8064a8", "#8c6d3f", "#d16ba5", "#6f6f6f", "#b5b535", "#2eb3c4")
+_RC: dict[str, Any] = {
+    "text.parse_math": False,
+    "svg.hashsalt": "perbench",
+    "svg.fonttype": "none",
+    "font.size": 8.5,
+    "axes.titlesize": 9,
+    "axes.labelsize": 8.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e6e6e6",
+    "grid.linewidth": 0.6,
+    "legend.fontsize": 7.5,
+    "legend.frameon": False,
+}
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A rendered figure: ``name`` is the file stem (safe characters only), ``in_page`` whether the page shows it."""
+
+    name: str
+    title: str
+    png: bytes
+    svg: bytes
+    in_page: bool = True
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.")[:100] or "plot"
+
+
+def short(label: str, n: int = 22) -> str:
+    return label if len(label) <= n else label[: n - 1] + "…"
+
+
+@contextmanager
+def _style() -> Iterator[Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with matplotlib.rc_context(_RC):  # type: ignore[arg-type]
+        from matplotlib.figure import Figure
+
+        yield Figure
+
+
+def _render(fig: Any, name: str, title: str, in_page: bool = True, dpi: int = 110) -> Plot:
+    png, svg = io.BytesIO(), io.BytesIO()
+    fig.savefig(png, format="png", dpi=dpi, metadata={"Software": None})
+    fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
+    return Plot(safe_name(name), title, png.getvalue(), svg.getvalue(), in_page)
+
+
+def _margins(
+    fig: Any,
+    left: float = 0.7,
+    right: float = 0.2,
+    bottom: float = 0.55,
+    top: float = 0.4,
+    wspace: float = 0.0,
+    hspace: float = 0.0,
+) -> None:
+    """Fixed margins in inches (no layout engine: one draw per saved format keeps rendering fast)."""
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(
+        left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h, wspace=wspace, hspace=hspace
+    )
+
+
+def _scale(metric: str) -> float:
+    return 100.0 if is_pct_metric(metric) else 1.0
+
+
+def _unit(metric: str) -> str:
+    return " (%)" if is_pct_metric(metric) else ""
+
+
+def _tau_title(pair: Mapping[str, Any]) -> str:
+    tau = pair.get("kendall_tau_b") or {}
+    v, ci = tau.get("value"), tau.get("ci")
+    if is_missing(v):
+        return "τ-b n/a"
+    text = f"τ-b = {v:+.2f}"
+    if isinstance(ci, Sequence) and len(ci) == 2 and not any(is_missing(c) for c in ci):
+        text += f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+    return text
+
+
+def _points(pair: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    return [
+        (str(q[0]), float(q[1]), float(q[2]))
+        for q in pair.get("points") or []
+        if isinstance(q, Sequence) and len(q) == 3 and not is_missing(q[1]) and not is_missing(q[2])
+    ]
+
+
+def scatter_grid(
+    pairs: Sequence[Mapping[str, Any]], ups: Sequence[str], downs: Sequence[str], name: str, in_page: bool = True
+) -> Plot | None:
+    """Upstream (x) against downstream (y) values of every system, one panel per pair, fitted τ-b in the title.
+
+    In-page grids label each point; file-only grids (many panels) use one colour per method and a legend."""
+    by = {(p.get("upstream"), p.get("downstream")): p for p in pairs}
+    if not any((u, d) in by for d in downs for u in ups):
+        return None
+    systems = sorted({m for p in by.values() for m, _, _ in _points(p)})
+    color = {m: PALETTE[k % len(PALETTE)] for k, m in enumerate(systems)}
+    nrow, ncol = len(downs), len(ups)
+    from matplotlib.ticker import MaxNLocator
+
+    with _style() as Figure:
+        fig = Figure(figsize=(3.3 * ncol, 2.9 * nrow + (0.4 if in_page else 0.9)))
+        axes = fig.subplots(nrow, ncol, squeeze=False)
+        _margins(fig, left=0.75, top=0.75, bottom=0.55 if in_page else 1.0, wspace=0.45, hspace=0.7)
+        for i, d in enumerate(downs):
+            for j, u in enumerate(ups):
+                ax = axes[i][j]
+                p = by.get((u, d))
+                if p is None:
+                    ax.set_axis_off()
+                    continue
+                pts = _points(p)
+                xs, ys = [x * _scale(u) for _, x, _ in pts], [y * _scale(d) for _, _, y in pts]
+                ax.scatter(xs, ys, s=22, c=[color[m] for m, _, _ in pts], zorder=3)
+                if in_page:
+                    for (m, _, _), x, y in zip(pts, xs, ys, strict=True):
+                        ax.annotate(short(m, 16), (x, y), fontsize=6.5, xytext=(3, 3), textcoords="offset points")
+                ax.xaxis.set_major_locator(MaxNLocator(4))
+                ax.yaxis.set_major_locator(MaxNLocator(4))
+                ax.set_title(f"{_tau_title(p)}  (n={p.get('n_systems', len(pts))})")
+                ax.set_xlabel(metric_label(u) + _unit(u))
+                ax.set_ylabel(metric_label(d) + _unit(d))
+        if not in_page and systems:
+            from matplotlib.lines import Line2D
+
+            handles = [Line2D([], [], ls="", marker="o", color=color[m], label=short(m, 28)) for m in systems]
+            fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)))
+        fig.suptitle("Upstream metric (x) vs downstream metric (y), one point per system", fontsize=10)
+        return _render(fig, name, "Upstream vs downstream", in_page, dpi=110 if in_page else 80)
+
+
+def fewshot_plot(curves: Mapping[str, Sequence[tuple[int, float, float | None, float | None]]]) -> Plot | None:
+    """RM accuracy of unseen users against the number of shots they were adapted with, one line per method."""
+    curves = {m: [c for c in cs if not is_missing(c[1])] for m, cs in curves.items()}
+    curves = {m: sorted(cs) for m, cs in curves.items() if cs}
+    if not curves:
+        return None
+    with _style() as Figure:
+        fig = Figure(figsize=(5.2, 3.4))
+        ax = fig.subplots()
+        _margins(fig)
+        for k, (m, cs) in enumerate(curves.items()):
+            color = PALETTE[k % len(PALETTE)]
+            xs = [c[0] for c in cs]
+            ax.plot(xs, [100 * c[1] for c in cs], marker="o", ms=3.5, color=color, label=short(m))
+            band = [c for c in cs if not is_missing(c[2]) and not is_missing(c[3])]
+            if len(band) > 1:
+                ax.fill_between(
+                    [c[0] for c in band],
+                    [100 * float(c[2] or 0) for c in band],
+                    [100 * float(c[3] or 0) for c in band],
+                    color=color,
+                    alpha=0.12,
+                    lw=0,
+                )
+        ax.set_xlabel("shots per unseen user")
+        ax.set_ylabel("RM accuracy (%)")
+        ax.axhline(50, color="#999", lw=0.8, ls=":")
+        ax.set_title("Few-shot adaptation of unseen users (95% CI bands)")
+        ax.legend(loc="best")
+        return _render(fig, "fewshot_curves", "Few-shot curves")
+
+
+def bon_plot(curves: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Plot | None:
+    """Ground-truth quality of Best-of-n vs n per RM (label → quality metric → curve), with oracle and random pick."""
+    metrics = list(dict.fromkeys(q for c in curves.values() for q in c))[:4]
+    if not metrics:
+        return None
+    with _style() as Figure:
+        fig = Figure(figsize=(3.4 * len(metrics), 3.2))
+        axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+        _margins(fig, wspace=0.4)
+        for ax, q in zip(axes, metrics, strict=True):
+            ref: Mapping[str, Any] | None = None
+            for k, (label, c) in enumerate(curves.items()):
+                m = c.get(q)
+                if not m or not m.get("n"):
+                    continue
+                ref = ref or m
+                xs, ys = list(m["n"]), [_num(v) * _scale(q) for v in m.get("quality", [])]
+                if len(xs) == len(ys):
+                    ax.plot(xs, ys, marker="o", ms=3, color=PALETTE[k % len(PALETTE)], label=short(label, 30))
+            if ref is not None:
+                for key, style, text in (("oracle", "--", "oracle"), ("sample_mean", ":", "random pick")):
+                    vals = ref.get(key)
+                    if vals and len(vals) == len(ref["n"]):
+                        ax.plot(list(ref["n"]), [_num(v) * _scale(q) for v in vals], ls=style, color="#777", label=text)
+            ax.set_xscale("log", base=2)
+            ns = sorted({int(n) for c in curves.values() for n in (c.get(q) or {}).get("n", [])})
+            if ns:
+                ax.set_xticks(ns, [str(n) for n in ns])
+                ax.minorticks_off()
+            ax.set_xlabel("N (samples)")
+            ax.set_ylabel(metric_label(q) + _unit(q))
+            ax.set_title(metric_label(q))
+        if axes[0].get_legend_handles_labels()[0]:
+            axes[0].legend(loc="best")
+        return _render(fig, "best_of_n_curves", "Best-of-N curves")
+
+
+def per_user_plot(dists: Mapping[str, Mapping[str, Sequence[float]]]) -> Plot | None:
+    """Per-user values (metric → method → one value per user): a box and every user as a dot."""
+    dists = {k: {m: list(v) for m, v in d.items() if v} for k, d in dists.items()}
+    dists = {k: d for k, d in dists.items() if d}
+    if not dists:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n_methods = max(len(d) for d in dists.values())
+    with _style() as Figure:
+        fig = Figure(figsize=(4.8 * len(dists), 1.1 + 0.42 * n_methods))
+        axes = fig.subplots(1, len(dists), squeeze=False)[0]
+        _margins(fig, left=1.55, wspace=0.6)
+        for ax, (metric, d) in zip(axes, dists.items(), strict=True):
+            names = list(d)[::-1]
+            data = [[v * _scale(metric) for v in d[m]] for m in names]
+            ax.boxplot(
+                data,
+                vert=False,
+                widths=0.55,
+                showfliers=False,
+                medianprops={"color": "#c4453c"},
+                boxprops={"color": "#555"},
+            )
+            for i, vals in enumerate(data, start=1):
+                ax.scatter(vals, i + rng.uniform(-0.16, 0.16, len(vals)), s=7, alpha=0.55, color="#3b6fb6", zorder=3)
+            ax.set_yticks(range(1, len(names) + 1), [short(m, 18) for m in names])
+            ax.set_xlabel(metric_label(metric) + _unit(metric) + " per user")
+            ax.set_title(metric_label(metric))
+        return _render(fig, "per_user", "Per-user distributions")
+
+
+def win_gain_plot(rows: Sequence[tuple[str, float, float]], quality: str) -> Plot | None:
+    """RM win rate (its own guided output vs zero-shot) against the ground-truth gain over zero-shot."""
+    rows = [r for r in rows if not is_missing(r[1]) and not is_missing(r[2])]
+    if not rows:
+        return None
+    with _style() as Figure:
+        fig = Figure(figsize=(5.2, 3.6))
+        ax = fig.subplots()
+        _margins(fig, left=0.75)
+        for k, (label, win, gain) in enumerate(rows):
+            ax.scatter([100 * win], [100 * gain], s=26, color=PALETTE[k % len(PALETTE)], zorder=3)
+            ax.annotate(
+                short(re.sub(r"\(.*?\)", "", label), 24),
+                (100 * win, 100 * gain),
+                fontsize=6.5,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+        ax.margins(x=0.3, y=0.15)
+        ax.axhline(0, color="#999", lw=0.8)
+        ax.axvline(50, color="#999", lw=0.8, ls=":")
+        ax.set_xlabel("RM win rate vs zero-shot (%)")
+        ax.set_ylabel(f"ground-truth gain, {metric_label(quality)} (points)")
+        ax.set_title("Does the RM's own preference track real gains?")
+        return _render(fig, "win_rate_vs_gain", "Win rate vs ground-truth gain")
+
+
+def _num(v: Any) -> float:
+    return math.nan if is_missing(v) else float(v)
+
+
+def save_plots(plots: Sequence[Plot], out_dir: Path) -> list[Path]:
+    """Write every plot as NAME.png and NAME.svg into ``out_dir``; returns the paths written."""
+    from perbench.io import atomic_write_bytes
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for p in plots:
+        for ext, data in (("png", p.png), ("svg", p.svg)):
+            path = out_dir / f"{p.name}.{ext}"
+            atomic_write_bytes(path, data)
+            written.append(path)
+    return written

@@ -1,0 +1,325 @@
+"""Report sections read from ``results["analysis"]``: verdict, leaderboard, method table, selection, fairness.
+
+Each function returns HTML ("" when its data is absent); "best" is only ever what the analysis's ranking says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perbench.report.extract import _d, _l, main_downstream, main_upstream, metrics_of
+from perbench.report.fmt import (
+    badge,
+    esc,
+    is_missing,
+    is_pct_metric,
+    metric_label,
+    na_span,
+    num,
+    table,
+    value_ci,
+)
+
+CORRELATIONS = (
+    ("kendall_tau_b", "Kendall τ-b"),
+    ("weighted_tau", "weighted τ"),
+    ("spearman", "Spearman ρ"),
+    ("pearson", "Pearson r"),
+    ("ndcg", "NDCG"),
+    ("rbo", "RBO"),
+)
+
+
+def _mhead(metric: str) -> str:
+    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
+
+
+def _table_raw(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
+    """Like :func:`fmt.table` but the header cells are already HTML."""
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return (
+        f'<div class="scroll"><table class="{esc(cls)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+    )
+
+
+def cell_html(entry: Any, metric: str) -> str:
+    """``value [lo, hi] ± sd`` of a table entry, or n/a with the reason on hover."""
+    e = _d(entry)
+    if is_missing(e.get("value")):
+        return na_span(e.get("na") if entry is not None else "not measured for this method")
+    out = value_ci(e["value"], e.get("ci"), is_pct_metric(metric))
+    sd = e.get("sd_seeds")
+    if not is_missing(sd):
+        out += f' <span class="ci">± {num(sd, is_pct_metric(metric))} sd</span>'
+    return out
+
+
+def own_decoding(tab: Mapping[str, Any], method: str, metric: str) -> str | None:
+    """For a pure decoder such as ``zero_shot``, the metric ``METHOD:QUALITY`` standing in for ``D:QUALITY``."""
+    if ":" not in metric or not is_missing(_d(_d(tab.get(method)).get(metric)).get("value")):
+        return None
+    own = f"{method}:{metric.partition(':')[2]}"
+    return own if own != metric and not is_missing(_d(_d(tab.get(method)).get(own)).get("value")) else None
+
+
+def verdict_box(analysis: Mapping[str, Any] | None) -> str:
+    v = _d(_d(analysis).get("verdict"))
+    if not v:
+        return (
+            '<section class="verdict none"><h2>Verdict</h2><p>No verdict: these results carry no selection analysis '
+            "(no downstream metric, or results written before the analysis existed).</p></section>"
+        )
+    text = v.get("text") or "No verdict text."
+    facts = []
+    metric = v.get("metric")
+    if v.get("deploy"):
+        facts.append(f"deploy <b>{esc(v['deploy'])}</b>")
+    elif _l(v.get("tied")):
+        facts.append("tied: " + ", ".join(f"<b>{esc(m)}</b>" for m in v["tied"]))
+    if metric:
+        pct = is_pct_metric(str(metric))
+        facts.append(f"{_mhead(str(metric))} {value_ci(v.get('value'), v.get('ci'), pct)}")
+    if v.get("runner_up"):
+        facts.append(f"runner-up {esc(v['runner_up'])}")
+    if v.get("upstream_metric"):
+        agrees = v.get("agrees")
+        word = "n/a" if agrees is None else ("agrees" if agrees else "disagrees")
+        tau = _corr({"value": v.get("upstream_tau"), "ci": v.get("upstream_tau_ci")})
+        facts.append(f"upstream {_mhead(str(v['upstream_metric']))} {esc(word)} (τ-b {tau})")
+    cls = "verdict" + (" tie" if not v.get("deploy") else "")
+    return (
+        f'<section class="{cls}"><h2>Verdict</h2><p class="vtext">{esc(text)}</p>'
+        f'<p class="facts">{" · ".join(facts)}</p></section>'
+    )
+
+
+def leaderboard(analysis: Mapping[str, Any] | None, title: str = "Leaderboard") -> str:
+    """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs."""
+    a = _d(analysis)
+    tab = _d(a.get("table"))
+    if not tab:
+        return ""
+    ranking = _d(a.get("ranking"))
+    cols = [*main_downstream(a, 3), *main_upstream(a, 3)]
+    cols = list(dict.fromkeys(c for c in cols if c in ranking or any(c in _d(r) for r in tab.values())))
+    if not cols:
+        return ""
+    order = [str(m) for m in _l(_d(ranking.get(cols[0])).get("order"))]
+    methods = [m for m in order if m in tab] + [m for m in _l(a.get("methods")) or list(tab) if m not in order]
+    rows = []
+    for i, m in enumerate(methods, 1):
+        cells = [str(i) if m in order else "–", esc(m)]
+        for c in cols:
+            r = _d(ranking.get(c))
+            own = own_decoding(tab, m, c)
+            if own is not None:  # a decoder without an RM (zero-shot): its own value, as the reference
+                cells.append(cell_html(_d(tab.get(m)).get(own), own) + ' <span class="ci">(reference)</span>')
+                continue
+            html = cell_html(_d(tab.get(m)).get(c), c)
+            if r.get("best") == m:
+                html += " " + badge("best", "best")
+            elif r.get("best") is None and m in _l(r.get("tied")) and len(_l(r.get("tied"))) > 1:
+                html += " " + badge("tied", "tied")
+            cells.append(html)
+        rows.append(cells)
+    head = ["#", "method", *(_mhead(c) for c in cols)]
+    notes = []
+    for c in cols:
+        r = _d(ranking.get(c))
+        if not r:
+            continue
+        if r.get("best"):
+            vs = _d(r.get("vs_runner_up"))
+            extra = ""
+            if vs:
+                extra = (
+                    f" (vs runner-up {esc(vs.get('b'))}: "
+                    f"{value_ci(vs.get('delta'), vs.get('ci'), is_pct_metric(c), signed=True)})"
+                )
+            notes.append(f"<li>{_mhead(c)}: best <b>{esc(r['best'])}</b>{extra}</li>")
+        elif _l(r.get("tied")):
+            notes.append(f"<li>{_mhead(c)}: tied: {esc(', '.join(str(t) for t in r['tied']))}</li>")
+    return (
+        f"<h3>{esc(title)}</h3>"
+        + _table_raw(head, rows, "lb")
+        + (f'<ul class="small">{"".join(notes)}</ul>' if notes else "")
+        + '<p class="muted">Ordered by the first column. "best" only where the 95% CI of the difference to every '
+        "other method excludes 0 (two-way bootstrap over users × prompts); otherwise the top methods are tied.</p>"
+    )
+
+
+def method_table(analysis: Mapping[str, Any] | None) -> str:
+    """Every metric (rows, upstream then downstream) × every method (columns)."""
+    a = _d(analysis)
+    tab = _d(a.get("table"))
+    if not tab:
+        return ""
+    methods = [m for m in _l(a.get("methods")) if m in tab] or list(tab)
+    ups, downs = metrics_of(a)
+    rows = []
+    for side, metrics in (("upstream", ups), ("downstream", downs)):
+        if not metrics:
+            continue
+        rows.append([f'<b class="side">{side}</b>'] + [""] * len(methods))
+        for metric in metrics:
+            rows.append([_mhead(metric)] + [cell_html(_d(tab.get(m)).get(metric), metric) for m in methods])
+    head = ["metric"] + [esc(m) for m in methods]
+    return (
+        "<h2>Methods: upstream and downstream side by side</h2>"
+        + _table_raw(head, rows, "wide")
+        + '<p class="muted">% with 95% CI; ± sd across seeds where a config has several. '
+        "n/a: not applicable or not run (hover for the reason).</p>"
+    )
+
+
+def _corr(e: Any) -> str:
+    """A correlation with two decimals and its CI, or n/a with the reason on hover."""
+    e = _d(e)
+    v, ci = e.get("value"), _l(e.get("ci"))
+    if is_missing(v):
+        return na_span(e.get("na") or "undefined (too few systems, or a constant ranking)")
+    out = f"{float(v):+.2f}"
+    if len(ci) == 2 and not any(is_missing(c) for c in ci):
+        out += f' <span class="ci">[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]</span>'
+    return out
+
+
+def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = "") -> str:
+    a = _d(analysis)
+    sel = _d(a.get("selection"))
+    pairs = [_d(p) for p in _l(sel.get("pairs"))]
+    preds = _d(sel.get("best_predictor"))
+    if not pairs and not preds:
+        return ""
+    parts = ["<h2>Does the upstream ranking predict the downstream one?</h2>"]
+    main = set(main_downstream(a, 3))
+    texts = {d: str(_d(p).get("text")) for d, p in preds.items() if _d(p).get("text")}
+    first = [t for d, t in texts.items() if d in main] or list(texts.values())[:3]
+    others = [t for t in texts.values() if t not in first]
+    if first:
+        parts.append('<ul class="predictors">' + "".join(f"<li>{esc(t)}</li>" for t in first) + "</ul>")
+    if others:
+        parts.append(
+            f"<details><summary>best predictor of the other {len(others)} downstream metrics</summary>"
+            '<ul class="predictors">' + "".join(f"<li>{esc(t)}</li>" for t in others) + "</ul></details>"
+        )
+    head = ["upstream", "downstream", "systems", *(esc(n) for _, n in CORRELATIONS)]
+
+    def row(p: Mapping[str, Any]) -> list[str]:
+        return [
+            _mhead(str(p.get("upstream"))),
+            _mhead(str(p.get("downstream"))),
+            num(p.get("n_systems"), pct=False),
+        ] + [_corr(p.get(k)) for k, _ in CORRELATIONS]
+
+    main_up = set(main_upstream(a, 3))
+    shown = [p for p in pairs if p.get("downstream") in main and p.get("upstream") in main_up] or pairs[:12]
+    parts.append(_table_raw(head, [row(p) for p in shown], "sel lb2"))
+    rest = [p for p in pairs if p not in shown]
+    if rest:
+        parts.append(
+            f"<details><summary>all {len(pairs)} upstream → downstream pairs</summary>"
+            + _table_raw(head, [row(p) for p in pairs], "sel lb2")
+            + "</details>"
+        )
+    parts.append(
+        '<p class="muted">A system is a (setting, method) with both metrics. 95% CIs re-draw users and prompts '
+        "jointly, every method on the same draw. NDCG and RBO compare the two rankings' heads.</p>"
+    )
+    parts.append(scatter_html)
+    return "".join(parts)
+
+
+def paired_section(analysis: Mapping[str, Any] | None) -> str:
+    a = _d(analysis)
+    paired = _d(a.get("paired"))
+    metrics = [m for m in [*main_downstream(a, 3), *main_upstream(a, 3)] if _l(paired.get(m))]
+    if not metrics:
+        return ""
+    rows = []
+    for metric in metrics:
+        for p in _l(paired[metric]):
+            p = _d(p)
+            mark = badge("CI excludes 0", "best") if p.get("excludes_zero") else ""
+            rows.append(
+                [
+                    _mhead(metric),
+                    esc(p.get("a")),
+                    esc(p.get("b")),
+                    value_ci(p.get("delta"), p.get("ci"), is_pct_metric(metric), signed=True) + " " + mark,
+                ]
+            )
+    return (
+        "<details><summary>Paired differences (points, same users and prompts)</summary>"
+        + _table_raw(["metric", "a", "b (reference)", "a − b"], rows)
+        + "</details>"
+    )
+
+
+def fairness_section(analysis: Mapping[str, Any] | None, plot_html: str = "") -> str:
+    fair = _d(_d(analysis).get("fairness"))
+    if not fair and not plot_html:
+        return ""
+    rows = []
+    for m, f in fair.items():
+        f = _d(f)
+        if f.get("na") and is_missing(f.get("worst_decile_acc")):
+            rows.append([esc(m), na_span(f["na"]), na_span(f["na"]), "", na_span(f["na"])])
+            continue
+        gain = _d(f.get("gain_over_reference"))
+        rows.append(
+            [
+                esc(m),
+                value_ci(f.get("worst_decile_acc"), None, na="no per-user accuracy"),
+                value_ci(f.get("minority_acc"), None, na="no minority users"),
+                num(f.get("minority_users"), pct=False),
+                value_ci(gain.get("value"), gain.get("ci"), signed=True, na="this is the reference, or no overlap"),
+            ]
+        )
+    head = ["method", "worst-decile user acc.", "minority-user acc.", "minority users", "gain over global RM"]
+    return (
+        "<h2>Per user: who is served, who is left behind</h2>"
+        + (table(head, rows) if rows else "")
+        + '<p class="muted">Minority users: those on whom the global (user-agnostic) RM scores below 50%, '
+        "i.e. whose preferences oppose the majority's.</p>" + plot_html
+    )
+
+
+def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html: str = "") -> str:
+    if not rows:
+        return ""
+    body = []
+    for r in rows:
+        mark = badge("real gain", "best") if r.get("excludes_zero") and (r.get("gain") or 0) > 0 else ""
+        body.append(
+            [
+                esc(r.get("label")),
+                value_ci(r.get("win"), r.get("win_ci"), na="no win rate"),
+                value_ci(r.get("gain"), r.get("gain_ci"), signed=True, na="no zero-shot reference on these targets")
+                + " "
+                + mark,
+            ]
+        )
+    head = ["decoder[RM]", "win rate %", "gain (points)"]
+    return (
+        "<h2>Win rate next to ground-truth gain</h2>"
+        + '<div class="row2"><div>'
+        + table(head, body)
+        + f'<p class="muted">Win rate: how often the RM prefers its own guided output to the zero-shot one. Gain: '
+        f"the paired ground-truth difference to zero-shot in {esc(metric_label(quality))}. A win rate far above 50% "
+        "with no real gain means the RM prefers its output for reasons the user does not share.</p></div>"
+        + plot_html
+        + "</div>"
+    )
+
+
+def analysis_notes(analysis: Mapping[str, Any] | None) -> str:
+    a = _d(analysis)
+    if not a:
+        return ""
+    notes = [esc(n) for n in _l(a.get("notes"))]
+    res = a.get("resampling")
+    head = f"<p class='muted'>Resampling: {esc(res)}</p>" if res else ""
+    return head + (f'<ul class="small muted">{"".join(f"<li>{n}</li>" for n in notes)}</ul>' if notes else "")

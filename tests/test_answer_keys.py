@@ -1,0 +1,411 @@
+"""No answer key reaches a method, and every method gets the same shots.
+
+For every benchmark loader, on the tiny upstream-layout fixtures: the answer key (rubric, labelling rule,
+style name, persona sentence, PRB's aspects and narrative) is recorded in ``User.answer_key`` for graders,
+and none of it appears in any text a reward model, a judge or a decoder reads -- the pairs, the user text,
+GenARM's conditioned prompt, the ICL judge's prompt, the ICL / ICL-RAG prompts. Only the separately named
+oracle judge reads it. ICL decoders and reward models see the identical few-shot set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from perbench.config import Component
+from perbench.data.benchmarks.persona import load_domain_styles, load_persona
+from perbench.data.benchmarks.prb import load_prb
+from perbench.data.benchmarks.pref_lamp import load_pref_lamp
+from perbench.data.benchmarks.prism import load_prism
+from perbench.data.benchmarks.tldr import load_tldr
+from perbench.data.loaders import load_benchmark_file
+from perbench.data.records import Benchmark, PreferencePair, ProfileItem, Prompt, User, prompt_messages
+from perbench.data.rubrics.benchmark import load_rubrics
+from perbench.data.rubrics.build import assemble_pool
+from perbench.data.rubrics.users import RUBRIC_USERS
+from perbench.data.user_context import (
+    POLICIES,
+    answer_key_texts,
+    is_phrase,
+    oracle_user_text,
+    user_text,
+)
+from perbench.decoding.base import GenRequest
+from perbench.decoding.icl import ICL, ICLRAG
+from perbench.rewards.base import RewardModel, RMContext, ScoreItem
+from perbench.rewards.genarm import GenARM
+from perbench.rewards.icl_judge import ICLJudge, ICLJudgeOracle
+from tests.fixtures_upstream import (
+    PRB_SECRET,
+    domain_rows,
+    lamp5_user_based,
+    persona_rows,
+    prb_rows,
+    tldr_rows,
+    write_jsonl,
+    write_prism,
+)
+
+SHOTS = 2
+
+
+class BagEncoder:
+    """A cheap stand-in for the sentence encoder (Pref-LaMP's negative mining): hashed bag of words."""
+
+    name = "bag"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 128), np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 128] += 1.0
+        return np.asarray(out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9), np.float32)
+
+
+GENERIC_ROWS: list[dict[str, Any]] = [
+    {
+        "user": "a",
+        "q": f"Question {i}?",
+        "good": f"Good answer {i}.",
+        "bad": f"Bad answer {i}.",
+        "rule": "Wants answers that name a colour.",
+        "posts": ["I paint landscapes.", "My rule: Wants answers that name a colour."],
+        "split": "train" if i < 3 else "test",
+    }
+    for i in range(5)
+] + [
+    {
+        "user": "b",
+        "q": f"Question {i}?",
+        "good": f"Bad answer {i}.",
+        "bad": f"Good answer {i}.",
+        "rule": "Wants answers without any colour words.",
+        "posts": ["I grow tomatoes."],
+        "split": "train" if i < 3 else "test",
+    }
+    for i in range(5)
+]
+
+
+def _rubrics(tmp: Path) -> Benchmark:
+    bases = {
+        "p01": {"x": "Boil water. Add the egg.", "y": "Well, you know, it's easy! Just do it, it's fine."},
+        "p04": {"x": "Pick a time. Stick to it.", "y": "Honestly? You'll figure it out, it's no big deal."},
+    }
+    path = tmp / "pool.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in assemble_pool(bases, seed=1)))
+    return load_rubrics(pool=str(path))
+
+
+def load_all(tmp: Path) -> dict[str, tuple[Benchmark, list[str]]]:
+    """Every loader on its fixture, with the answer-key texts known from the fixture itself (so a loader that
+    forgot to record its answer key still gets checked)."""
+    tldr = write_jsonl(tmp / "cmp.jsonl", tldr_rows())
+    persona = persona_rows()
+    return {
+        "rubrics": (_rubrics(tmp), [u.description for u in RUBRIC_USERS]),
+        "prb": (
+            load_prb(write_jsonl(tmp / "prb.jsonl", prb_rows()), include_profile=2),
+            [PRB_SECRET] + [r["narrative"] for r in prb_rows()],
+        ),
+        "tldr_pal": (
+            load_tldr(tldr, unseen_min_comparisons=5, n_shot=SHOTS + 1),
+            [f"Prefers {x} summaries." for x in ("shorter", "longer")] + ["prefers shorter", "prefers longer"],
+        ),
+        "tldr_lore": (load_tldr(tldr, protocol="lore"), []),
+        "persona": (
+            load_persona(write_jsonl(tmp / "persona.jsonl", persona), unseen_users=["I love baroque music."]),
+            sorted({r["persona"] for r in persona}),
+        ),
+        "domain_styles": (
+            load_domain_styles(
+                write_jsonl(tmp / "dom.jsonl", domain_rows()), train_fraction=0.4, unseen_styles=["playful"]
+            ),
+            ["Prefers responses in the style"],
+        ),
+        "prism": (load_prism(write_prism(tmp / "prism"), unseen_fraction=0.25), []),
+        "pref_lamp": (
+            load_pref_lamp(
+                lamp5_user_based(tmp / "lamp"), encoder=BagEncoder(), unseen_fraction=0.25, with_table1=False
+            ),
+            [],
+        ),
+        "file": (
+            load_benchmark_file(
+                write_jsonl(tmp / "generic.jsonl", GENERIC_ROWS),
+                mapping="user_id=user,prompt=q,chosen=good,rejected=bad,answer_key=rule,profile=posts,split=split",
+                unseen_users=["b"],
+            ),
+            sorted({r["rule"] for r in GENERIC_ROWS}),
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def benches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Benchmark, list[str]]]:
+    return load_all(tmp_path_factory.mktemp("answer_keys"))
+
+
+NAMES = ["rubrics", "prb", "tldr_pal", "tldr_lore", "persona", "domain_styles", "prism", "pref_lamp", "file"]
+WITH_KEY = {"rubrics", "prb", "tldr_pal", "persona", "domain_styles", "file"}
+
+
+def _prompt_text(prompt: Prompt) -> str:
+    return "\n".join(m["content"] for m in prompt_messages(prompt))
+
+
+def _judge(bench: Benchmark, cls: type[ICLJudge], monkeypatch: pytest.MonkeyPatch) -> ICLJudge:
+    """The judge as the runner drives it: fit on the train pairs (no model needed to build prompts), then
+    every unseen user adapted from their first ``SHOTS`` pairs."""
+    monkeypatch.setattr("perbench.rewards.icl_judge.resolve_backbone", lambda *a, **k: None)
+    judge = cls()
+    judge.fit(bench.train_pairs(), RMContext(extra={"users": bench.users}))
+    for u in bench.unseen_users:
+        few = bench.fewshot(u, SHOTS)
+        if few:
+            judge.adapt(u, few)
+    return judge
+
+
+def method_inputs(bench: Benchmark, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    """(where, text) for every text that reaches a reward model, a judge or a decoder prompt."""
+    for p in bench.pairs:
+        yield f"pair {p.pair_id} prompt", _prompt_text(p.prompt)
+        yield f"pair {p.pair_id} responses", f"{p.chosen}\n{p.rejected}"
+        yield f"pair {p.pair_id} meta", json.dumps(dict(p.meta), default=str)
+    for uid, u in bench.users.items():
+        yield f"user text {uid}", user_text(u) or ""
+    genarm = GenARM()
+    genarm.set_users(bench.users)
+    judge = _judge(bench, ICLJudge, monkeypatch)
+    decoders: list[ICL] = [ICL(k=4), ICL(k=4, format="pairs"), ICLRAG(k=4)]
+    for dec in decoders:
+        dec.bind_benchmark(bench, shots=SHOTS)
+    for p in bench.test_pairs():
+        yield f"genarm {p.pair_id}", _prompt_text(genarm.user_prompt(p.user_id, p.prompt))
+        yield f"icl_judge {p.pair_id}", _prompt_text(judge.judge_prompt(p))
+        for dec in decoders:
+            yield (
+                f"{dec.name}/{dec.format} {p.pair_id}",
+                _prompt_text(dec.build_prompt(GenRequest(p.prompt, p.user_id, 0))),
+            )
+
+
+def _secrets(bench: Benchmark, known: list[str]) -> list[str]:
+    texts = set(known)
+    for u in bench.users.values():
+        texts.update(t for t in answer_key_texts(u) if is_phrase(t))
+    return sorted(texts)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_answer_key_reaches_any_method(
+    name: str, benches: dict[str, tuple[Benchmark, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench, known = benches[name]
+    secrets = _secrets(bench, known)
+    if name in WITH_KEY:
+        assert secrets, name
+        # the answer key is kept for graders and reports, in one place
+        assert all(answer_key_texts(u) for u in bench.users.values()), name
+        assert all("answer_key" not in u.meta for u in bench.users.values())
+    n = 0
+    for where, text in method_inputs(bench, monkeypatch):
+        low = text.casefold()
+        leaked = [s for s in secrets if s.casefold() in low]
+        assert not leaked, f"{name}: {where} contains answer key {leaked[0]!r}"
+        n += 1
+    assert n > len(bench.pairs)  # the prompts were really built
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_user_text_holds_no_answer_key_word_and_no_test_response(
+    name: str, benches: dict[str, tuple[Benchmark, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stricter on what describes the user: not even a one-word answer key (a style name, "shorter") is in
+    the user text; and no response a user preferred in a test pair is in any context a method reads about
+    that user (user text, judge examples, ICL items)."""
+    bench, _ = benches[name]
+    for uid, u in bench.users.items():
+        t = (user_text(u) or "").casefold()
+        assert not [k for k in answer_key_texts(u) if k.casefold() in t], (name, uid)
+    judge = _judge(bench, ICLJudge, monkeypatch)
+    decoders = [ICL(k=100, format=fmt) for fmt in ("chosen", "pairs")]
+    for dec in decoders:
+        dec.bind_benchmark(bench, shots=SHOTS)
+    for uid in bench.users:
+        contexts = [ex.preferred + "\n" + ex.other for ex in judge.examples.get(uid, [])]
+        contexts += [judge.texts.get(uid, "")] + [it.text for dec in decoders for it in dec.candidates(uid)]
+        answers = {p.chosen for p in bench.select(split="test", user=uid)}
+        assert not [a for a in answers if any(a in c for c in contexts)], (name, uid)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_benchmark_declares_its_user_context(name: str, benches: dict[str, tuple[Benchmark, list[str]]]) -> None:
+    bench, _ = benches[name]
+    uc = bench.meta["user_context"]
+    assert uc["policy"] in POLICIES, name
+    assert uc["policy"] == ("profile" if any(u.profile for u in bench.users.values()) else "pairs_only"), name
+    if name != "rubrics":  # the built-in benchmark's loader declares it with rubric_user_context (see the docs)
+        assert "derived" not in uc.get("note", ""), name
+    assert "own train pairs" in " ".join(uc["included"]) or name == "prb"
+    assert bool(uc["withheld_answer_key"]) == (name in WITH_KEY), name
+    assert bool(uc["answer_key_fields"]) == (name in WITH_KEY), name
+    assert uc["users_with_profile"] == sum(bool(u.profile) for u in bench.users.values())
+    json.dumps(uc)  # goes into results.json as is
+
+
+def test_a_benchmark_without_a_declaration_gets_one_derived_from_its_users() -> None:
+    users = {
+        "a": User("a", answer_key={"rubric_text": "Likes cats."}),
+        "b": User("b", profile=(ProfileItem("1", "hi"),)),
+    }
+    bench = Benchmark("x", [PreferencePair("p", "a", "q", "c", "r")], users)
+    uc = bench.meta["user_context"]
+    assert uc["policy"] == "profile" and "derived" in uc["note"] and uc["answer_key_fields"] == ["rubric_text"]
+    assert uc["users_with_answer_key"] == 1
+
+
+def test_answer_key_has_one_place_and_is_fingerprinted() -> None:
+    u = User("a", meta={"answer_key": {"rubric_text": "Likes cats."}, "x": 1})
+    assert u.answer_key == {"rubric_text": "Likes cats."} and dict(u.meta) == {"x": 1}
+    with pytest.raises(ValueError, match="both"):
+        User("a", meta={"answer_key": {}}, answer_key={"rubric_text": "k"})
+    pairs = [PreferencePair("p", "a", "q", "c", "r")]
+    a = Benchmark("x", pairs, {"a": User("a", answer_key={"rubric_text": "Likes cats."})})
+    b = Benchmark("x", pairs, {"a": User("a", answer_key={"rubric_text": "Likes dogs."})})
+    assert a.fingerprint() != b.fingerprint()
+
+
+def test_profile_items_quoting_the_answer_key_are_withheld_and_counted(
+    benches: dict[str, tuple[Benchmark, list[str]]],
+) -> None:
+    bench, _ = benches["file"]
+    assert [it.text for it in bench.users["a"].profile] == ["I paint landscapes."]
+    assert bench.skipped.counts["profile_item_contains_answer_key"] == 1
+    persona, _ = benches["persona"]
+    assert persona.skipped.counts["profile_item_contains_answer_key"] == 2
+
+
+def test_asking_for_the_answer_key_by_mode_is_an_error() -> None:
+    u = User("a", profile=(ProfileItem("1", "I bake bread."),), answer_key={"rubric_text": "Likes short answers."})
+    for mode in ("rubric", "oracle"):
+        with pytest.raises(ValueError, match="answer key"):
+            user_text(u, mode)
+    with pytest.raises(ValueError, match="answer key"):
+        GenARM(user_context="rubric").set_users({"a": u})
+    assert user_text(u) == "- I bake bread." and user_text(u, "none") is None
+
+
+@pytest.mark.parametrize("name", sorted(WITH_KEY))
+def test_the_oracle_judge_reads_the_answer_key_and_says_so(
+    name: str, benches: dict[str, tuple[Benchmark, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perbench.registry import reward_models
+
+    bench, _ = benches[name]
+    assert reward_models.get("icl_judge_oracle") is ICLJudgeOracle
+    assert "ORACLE" in reward_models.entry("icl_judge_oracle").help
+    assert ICLJudgeOracle.name == "icl_judge_oracle" and ICLJudge.oracle is False
+    oracle = _judge(bench, ICLJudgeOracle, monkeypatch)
+    plain = _judge(bench, ICLJudge, monkeypatch)
+    for p in bench.test_pairs()[:5]:
+        u = bench.users[p.user_id]
+        key = (u.answer_key or {})["rubric_text"]
+        body = oracle.judge_prompt(p)[1].content
+        assert key in body and "oracle" in body, (name, p.pair_id)
+        assert key not in plain.judge_prompt(p)[1].content
+        full = oracle_user_text(u)
+        assert full is not None and full in body
+
+
+# ------------------------------------------------------------------------------------------ equal shots
+class Recorder(RewardModel):
+    """Records what the runner gives a reward model: fit pairs and each unseen user's shots."""
+
+    name: ClassVar[str] = "shot_recorder"
+    fits: ClassVar[list[list[str]]] = []
+    shots: ClassVar[dict[str, list[str]]] = {}
+
+    def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
+        Recorder.fits.append([p.pair_id for p in pairs])
+
+    def adapt(self, user_id: str, shots: Sequence[PreferencePair]) -> None:
+        Recorder.shots[user_id] = [p.pair_id for p in shots]
+
+    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        return np.zeros(len(items))
+
+
+@pytest.fixture
+def recorder() -> Iterator[type[Recorder]]:
+    from perbench.registry import reward_models
+
+    reward_models.register("shot_recorder", Recorder)
+    Recorder.fits.clear()
+    Recorder.shots.clear()
+    try:
+        yield Recorder
+    finally:
+        reward_models._entries.pop("shot_recorder", None)
+
+
+def _by_user(pairs: list[PreferencePair]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for p in pairs:
+        out.setdefault(p.user_id, []).append(p.pair_id)
+    return out
+
+
+@pytest.mark.parametrize("name", ["prism", "tldr_pal", "domain_styles", "file"])
+def test_icl_decoders_judge_and_reward_models_get_the_same_shots(
+    name: str,
+    benches: dict[str, tuple[Benchmark, list[str]]],
+    recorder: type[Recorder],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from perbench.runner.methods import MethodHandle
+    from perbench.runner.units import Units
+
+    bench, _ = benches[name]
+    handle = MethodHandle(Component("shot_recorder"), bench, RMContext(), Units(tmp_path / "units.sqlite"))
+    handle.adapted(SHOTS)
+    fit = _by_user([p for p in bench.pairs if p.pair_id in set(recorder.fits[0])])
+    rm_sets = {u: fit.get(u, []) for u in bench.seen_users} | {u: recorder.shots.get(u, []) for u in bench.unseen_users}
+    # an unseen user with more train pairs than shots exists, so the cap is exercised
+    assert any(len(bench.fewshot(u)) > SHOTS for u in bench.unseen_users), name
+    for dec in (ICL(k=3, format="pairs"), ICLRAG(k=3, format="pairs")):
+        dec.bind_benchmark(bench, shots=SHOTS)
+        icl_sets = {u: [p.pair_id for p in dec.pairs.get(u, [])] for u in bench.users}
+        assert icl_sets == rm_sets, (name, dec.name)
+        assert dec.config_key() != type(dec)(k=3, format="pairs").config_key()  # cached apart per shot count
+    judge = _judge(bench, ICLJudge, monkeypatch)
+    keys = {p.content_key(): p.pair_id for p in bench.pairs}
+    for u in bench.unseen_users:
+        assert [keys[ex.key] for ex in judge.examples.get(u, [])] == rm_sets[u][: judge.max_examples]
+    for u in bench.seen_users:
+        assert [keys[ex.key] for ex in judge.examples.get(u, [])] == rm_sets[u][: judge.max_examples]
+
+
+def test_shot_flags() -> None:
+    assert GenARM.uses_shots is False
+    assert ICLJudge.uses_shots is True and ICLJudge.scores_without_shots is True
+
+
+def test_judge_examples_survive_a_saved_state(
+    benches: dict[str, tuple[Benchmark, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench, _ = benches["prism"]
+    judge = _judge(bench, ICLJudge, monkeypatch)
+    again = ICLJudge()
+    again.load_state(judge.state())  # no model named in the state: nothing is loaded
+    p = bench.test_pairs(seen=False)[0]
+    assert again.judge_prompt(p) == judge.judge_prompt(p)
+    assert "Earlier choices of this user" in judge.judge_prompt(p)[1].content
