@@ -207,3 +207,17 @@ def test_prb_without_train_pairs_reports_not_applicable(tmp_path: Path) -> None:
     assert {"decoder": "best_of_n(n=2)", "method": "mpu", "reason": "no train pairs"} in res["skipped_combinations"]
     assert "rm_acc_unseen" in res["analysis"]["table"]["length"]
     json.dumps(res, allow_nan=False)
+
+
+def test_seeds_pool_into_one_analysis_with_sd(tiny_pool: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(tiny_pool, tmp_path).override(
+        seeds=[0, 1], decoders=["zero_shot", {"name": "best_of_n", "n": 2}], max_new_tokens=4, bertscore=False
+    )
+    res = run(cfg)
+    a = res.results["analysis"]
+    assert [s["seed"] for s in res.results["seed_runs"]] == [0, 1]
+    groups = {json.loads(line)["group"] for line in (res.run_dir / "cells.jsonl").read_text().splitlines()}
+    assert {g.rsplit("|", 1)[1] for g in groups} == {"seed0", "seed1"}
+    entry = a["table"]["global_bt"]["rm_acc_seen"]
+    assert entry["sd_seeds"] is not None and entry["value"] is not None
+    assert (res.run_dir / "report.html").exists()

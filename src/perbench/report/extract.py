@@ -11,7 +11,7 @@ from perbench.report.fmt import is_missing
 
 Curve = list[tuple[int, float, float | None, float | None]]
 _AT = re.compile(r"^(fewshot(?:_active)?_acc)@(\d+)$")
-HEADLINE_UPSTREAM = ("rm_acc_seen", "rm_acc_unseen", "pa_rgd", "rm_acc_pers_only", "pa_mean")
+HEADLINE_UPSTREAM = ("rm_acc_seen", "rm_acc_unseen", "pa", "rm_acc_pers_only", "pa_rgd")
 
 
 def _d(x: Any) -> dict[str, Any]:

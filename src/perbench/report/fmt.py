@@ -31,9 +31,9 @@ _UPSTREAM = {
     "rm_acc_pers_only": "RM acc. pers.-only",
     "fewshot_acc": "few-shot acc.",
     "fewshot_active_acc": "few-shot acc. (active)",
-    "pa_rgd": "policy acc. (RGD)",
-    "pa_mean": "policy acc. (mean)",
-    "pa_sum": "policy acc. (sum)",
+    "pa": "policy acc.",
+    "pa_rgd": "policy acc. (top-k RGD policy)",
+    "pa_sum": "policy acc. (sum, not shift-invariant)",
 }
 
 

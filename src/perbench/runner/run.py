@@ -405,7 +405,8 @@ class Runner:
             prompts=[prompt_key(p.prompt) for p in pairs],
         )
         tie: Any = self.cfg.tie_policy
-        for variant, metric in ((HEADLINE, "pa_rgd"), ("mean", "pa_mean"), ("sum", "pa_sum")):
+        variants = [(HEADLINE, "pa"), ("sum", "pa_sum")] + ([("rgd_mean", "pa_rgd")] if self.cfg.pa_rgd else [])
+        for variant, metric in variants:
             oc = pair_outcomes(side["chosen"][variant], side["rejected"][variant], tie)
             self.cells.add_pairs(h.label, metric, pairs, oc)
         return out
@@ -948,7 +949,9 @@ def print_verdict(analysis: dict[str, Any]) -> None:
     ups = list(dict.fromkeys(p["upstream"] for p in pairs))
     downs = list(dict.fromkeys(p["downstream"] for p in pairs))
     quality = str(verdict.get("metric") or "").split(":")[-1]
-    downs = [d for d in downs if d.split(":")[-1] == quality] or downs[:3]  # the rest: results.json, report
+    with_tau = {p["downstream"] for p in pairs if p["kendall_tau_b"].get("value") is not None}
+    # the verdict's quality under each decoder; the rest are in results.json and the report
+    downs = [d for d in downs if d.split(":")[-1] == quality and d in with_tau] or downs[:3]
     ups = [u for u in ups if not u.startswith("fewshot")] or ups
     cell = {(p["upstream"], p["downstream"]): p["kendall_tau_b"] for p in pairs}
     width = max(len(u) for u in ups) + 2
