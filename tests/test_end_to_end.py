@@ -166,6 +166,15 @@ def test_decoders_by_reward_models_by_policies(tiny_pool: Path, tmp_path: Path) 
     gens = [r for r in rows if r["kind"] == "generation"]
     assert {r["policy"] for r in gens} == {"tiny-random", "tiny-random:1"}
     assert all(r["decoder"].endswith("@" + r["policy"]) for r in gens)
+    # policy accuracy depends on the policy: computed under each one, and each (policy, method) system has its own
+    other = res["upstream"]["global_bt"]["policy_accuracy_by_policy"]["tiny-random:1"]
+    assert set(other) == {"seen", "unseen"} and other["seen"]["headline"] == "mean"
+    cells = [json.loads(x) for x in (cfg.run_dir() / "cells.jsonl").read_text().splitlines()]
+    pa = {}
+    for c in cells:
+        if c["metric"] == "pa" and c["method"] == "global_bt":
+            pa.setdefault(c["group"].split("|")[1], []).append(c["value"])
+    assert set(pa) == {"tiny-random", "tiny-random:1"} and len(pa["tiny-random"]) == len(pa["tiny-random:1"])
 
 
 def test_benchmark_parameter_errors_name_the_parameter(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

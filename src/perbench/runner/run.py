@@ -68,6 +68,7 @@ class Runner:
         self.samples: list[dict[str, Any]] = []
         self.timing: dict[str, float] = {}
         self.skipped_combos: list[dict[str, str]] = []
+        self.pa_by_policy: dict[str, dict[str, dict[str, Any]]] = {}
 
     # ---------------------------------------------------------------- phases
     def run(self) -> RunResult:
@@ -107,6 +108,8 @@ class Runner:
         self.timing["total"] = time.perf_counter() - t0
         from perbench.runner.results import build_results
 
+        for label, by_policy in self.pa_by_policy.items():
+            upstream[label]["policy_accuracy_by_policy"] = by_policy
         with self._timed("analysis"):
             analysis = analyze_cells(self.cells.rows, cfg)
         results = build_results(self, upstream, downstream)
@@ -144,7 +147,7 @@ class Runner:
         cfg = self.cfg
         self.policy = load_lm(cfg.policy, device=cfg.device, dtype=cfg.dtype)
         self.rm_lm = load_lm(cfg.rm_backbone, device=cfg.device, dtype=cfg.dtype)
-        store = Store(cache_dir() / "features.sqlite")
+        store = self.feature_store = Store(cache_dir() / "features.sqlite")
         self.extractor = FeatureExtractor(
             self.rm_lm, store, batch_size=cfg.feature_batch_size, max_length=cfg.max_length
         )
@@ -291,7 +294,7 @@ class Runner:
         unseen = groups["unseen"]
         if unseen and not h.user_agnostic:
             out["fewshot_curve"] = self._fewshot_curve(h, unseen, out)
-        if h.cls.no_prefix_reward is None or callable(getattr(h.cls, "candidate_rewards", None)):
+        if _has_prefix_reward(h):
             out["policy_accuracy"] = {g: self._policy_accuracy(h, pairs, g) for g, pairs in groups.items() if pairs}
         else:
             out["policy_accuracy"] = {"not_applicable": str(h.cls.no_prefix_reward)}
@@ -528,9 +531,13 @@ class Runner:
                 main if spec == self.cfg.policy else load_lm(spec, device=self.cfg.device, dtype=self.cfg.dtype)
             )
             if spec != self.cfg.policy:
-                # a (policy, method) system pairs the method's upstream numbers with its downstream under that policy
+                # a (policy, method) system pairs the method's upstream numbers with its downstream under that
+                # policy; policy accuracy is the one upstream number that depends on the policy: computed anew
                 self.cells.group = f"{self.bench.name}|{spec}|seed{self.cfg.seed}"
-                self.cells.rows += [{**r, "group": self.cells.group} for r in upstream_rows]
+                self.cells.rows += [
+                    {**r, "group": self.cells.group} for r in upstream_rows if not r["metric"].startswith("pa")
+                ]
+                self._policy_accuracy_under(spec, handles)
             self.downstream_policies.append(self.policy)
             first_sample = len(self.samples)
             part = self._downstream(handles)
@@ -543,6 +550,26 @@ class Runner:
         self.policy = main
         self.cells.group = main_group
         return out
+
+    def _policy_accuracy_under(self, spec: str, handles: list[MethodHandle]) -> None:
+        """Policy accuracy of every RM under another policy of ``policies`` (``self.policy``), stored in
+        ``self.pa_by_policy[method][policy][group]``."""
+        from perbench.rewards.features import FeatureExtractor
+
+        saved = self.policy_extractor
+        self.policy_extractor = FeatureExtractor(
+            self.policy, self.feature_store, batch_size=self.cfg.feature_batch_size, max_length=self.cfg.max_length
+        )
+        for h in handles:
+            if self._unfittable(h) or not _has_prefix_reward(h):
+                continue
+            na = self._not_applicable(h)
+            for g in ("seen", "unseen"):
+                pairs = [p for p in self.bench.test_pairs(seen=g == "seen") if p.user_id not in na]
+                if pairs:
+                    got = self._policy_accuracy(h, pairs, g)
+                    self.pa_by_policy.setdefault(h.label, {}).setdefault(spec, {})[g] = got
+        self.policy_extractor = saved
 
     def _downstream(self, handles: list[MethodHandle]) -> dict[str, Any]:
         from perbench import registry
@@ -963,6 +990,11 @@ def print_verdict(analysis: dict[str, Any]) -> None:
             v, ci = t.get("value"), t.get("ci")
             text = "n/a" if v is None else f"{v:+.2f}" + ("" if not ci else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
             print(f"    {u:<{width}}{text}")
+
+
+def _has_prefix_reward(h: MethodHandle) -> bool:
+    """The method defines r(x, y_≤t) for every prefix (policy accuracy, ARGS-style guidance)."""
+    return h.cls.no_prefix_reward is None or callable(getattr(h.cls, "candidate_rewards", None))
 
 
 def _outcomes(scores: dict[str, np.ndarray], judge: bool, tie: str) -> np.ndarray:
