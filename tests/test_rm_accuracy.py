@@ -59,3 +59,23 @@ def test_bootstrap_resamples_users_not_pairs() -> None:
     lo, hi = bootstrap_by_group(np.array([1.0, 1.0, 0.0]), ["a", "a", "b"], macro, n_boot=500)
     assert lo == 0.0 and hi == 1.0
     assert np.isnan(bootstrap_by_group(vals, ["a"] * 4, pair_weighted)[0])
+
+
+def test_results_files_are_strict_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A one-user group has no bootstrap CI: results.json says null, never a bare NaN that JSON.parse rejects."""
+    import json
+
+    from perbench.io import atomic_write_json, atomic_write_jsonl
+
+    acc = rm_accuracy(np.array([1.0, 0.0]), np.array([0.0, 1.0]), ["only", "only"], n_boot=50)
+    obj = {"acc": acc, "inf": float("inf"), "arr": np.array([np.nan, 1.0]), "np": np.float32("nan")}
+    atomic_write_json(tmp_path / "r.json", obj)
+    atomic_write_jsonl(tmp_path / "r.jsonl", [obj])
+
+    def refuse(c: str) -> None:
+        raise ValueError(f"non-standard JSON constant {c}")
+
+    for name in ("r.json", "r.jsonl"):
+        back = json.loads((tmp_path / name).read_text(), parse_constant=refuse)
+        assert back["acc"]["ci"] == [None, None] and back["inf"] is None and back["arr"] == [None, 1.0]
+        assert back["np"] is None and back["acc"]["accuracy"] == 0.5

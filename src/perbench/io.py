@@ -44,7 +44,23 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False, default=_default)
+    """Strict JSON: NaN and ±inf (not JSON; ``JSON.parse`` and jq reject them) are written as null."""
+    return json.dumps(finite(obj), ensure_ascii=False, indent=2, sort_keys=False, allow_nan=False)
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with numpy values made plain and every non-finite float replaced by None."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    if isinstance(obj, str | int | bool) or obj is None:
+        return obj
+    return finite(_default(obj))
 
 
 def _default(obj: Any) -> Any:
@@ -64,7 +80,7 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=_default) + "\n" for r in rows))
+    atomic_write_text(path, "".join(json.dumps(finite(r), ensure_ascii=False, allow_nan=False) + "\n" for r in rows))
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
