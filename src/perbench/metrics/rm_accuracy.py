@@ -95,6 +95,14 @@ def rm_accuracy(
     )
 
 
+def preference_outcomes(prefs: np.ndarray, tie: TiePolicy = "strict") -> np.ndarray:
+    """Per-pair outcome from a pairwise judge's preferences: 1 / 0, a tie (0.5) is ½ or 0 under the tie rule,
+    an unparseable answer (NaN) is 0."""
+    out = np.nan_to_num(np.asarray(prefs, np.float64), nan=0.0)
+    out[out == 0.5] = 0.5 if tie == "half" else 0.0
+    return out
+
+
 def preference_accuracy(
     prefs: np.ndarray,
     users: Sequence[str],
@@ -108,6 +116,5 @@ def preference_accuracy(
     prefs = np.asarray(prefs, np.float64)
     invalid = int(np.isnan(prefs).sum())
     ties = int((prefs == 0.5).sum())
-    out = np.nan_to_num(prefs, nan=0.0)
-    out[out == 0.5] = 0.5 if tie == "half" else 0.0
+    out = preference_outcomes(prefs, tie)
     return accuracy_summary(out, users, ties=ties, tie=tie, n_boot=n_boot, seed=seed, invalid=invalid, prompts=prompts)

@@ -234,6 +234,13 @@ class Runner:
             return set()
         return {u for u in self.bench.unseen_users if not self.bench.fewshot(u, 1)}
 
+    def _test_groups(self, not_applicable: set[str]) -> dict[str, list[PreferencePair]]:
+        """Test pairs by group (seen, unseen) without the users a method cannot score."""
+        return {
+            g: [p for p in self.bench.test_pairs(seen=g == "seen") if p.user_id not in not_applicable]
+            for g in ("seen", "unseen")
+        }
+
     def _upstream(self, h: MethodHandle) -> dict[str, Any]:
         from perbench.rewards.base import PairwiseJudge
 
@@ -244,9 +251,8 @@ class Runner:
             return out
         acc: dict[str, Any] = {}
         na_users = self._not_applicable(h)
-        groups = {"seen": bench.test_pairs(seen=True), "unseen": bench.test_pairs(seen=False)}
-        na_pairs = {g: [p for p in pairs if p.user_id in na_users] for g, pairs in groups.items()}
-        groups = {g: [p for p in pairs if p.user_id not in na_users] for g, pairs in groups.items()}
+        groups = self._test_groups(na_users)
+        na_pairs = {g: [p for p in bench.test_pairs(seen=g == "seen") if p.user_id in na_users] for g in groups}
         if na_users:
             out["not_applicable"] = {
                 "reason": "no train pairs to adapt from",
@@ -314,29 +320,24 @@ class Runner:
         from perbench.rewards.base import PairwiseJudge
 
         judge = issubclass(h.cls, PairwiseJudge)
-        curve: dict[str, Any] = {}
         users = sorted({p.user_id for p in unseen})
-        for n in self.cfg.shot_curve:
-            s = self._scores(h, unseen, n, "unseen")
-            a = self._accuracy(s, unseen, h)
-            eff = [len(self.bench.fewshot(u, n)) for u in users] if h.uses_shots else [0] * len(users)
-            curve[str(n)] = {
-                "accuracy": a["accuracy"],
-                "ci": a["ci"],
-                "macro": a["macro"],
-                "effective_shots": {"mean": float(np.mean(eff)), "min": int(min(eff)), "max": int(max(eff))},
-            }
-            self.cells.add_pairs(h.label, f"fewshot_acc@{n}", unseen, _outcomes(s, judge, self.cfg.tie_policy))
-        if h.selects_shots and h.uses_shots:
-            active: dict[str, Any] = {}
+
+        def points(active: bool) -> dict[str, Any]:
+            metric = "fewshot_active_acc" if active else "fewshot_acc"
+            curve: dict[str, Any] = {}
             for n in self.cfg.shot_curve:
-                s = self._scores(h, unseen, n, "unseen", active=True)
+                s = self._scores(h, unseen, n, "unseen", active=active)
                 a = self._accuracy(s, unseen, h)
-                active[str(n)] = {"accuracy": a["accuracy"], "ci": a["ci"], "macro": a["macro"]}
-                oc = _outcomes(s, judge, self.cfg.tie_policy)
-                self.cells.add_pairs(h.label, f"fewshot_active_acc@{n}", unseen, oc)
-            h.adapted(self.cfg.shots)  # back to the headline shots for what follows
-            out["fewshot_curve_active"] = active
+                curve[str(n)] = {"accuracy": a["accuracy"], "ci": a["ci"], "macro": a["macro"]}
+                if not active:
+                    eff = [len(self.bench.fewshot(u, n)) if h.uses_shots else 0 for u in users]
+                    curve[str(n)]["effective_shots"] = {"mean": float(np.mean(eff)), "min": min(eff), "max": max(eff)}
+                self.cells.add_pairs(h.label, f"{metric}@{n}", unseen, _outcomes(s, judge, self.cfg.tie_policy))
+            return curve
+
+        curve = points(active=False)
+        if h.selects_shots and h.uses_shots:
+            out["fewshot_curve_active"] = points(active=True)
         if not h.uses_shots:
             out["fewshot_flat"] = "this method ignores the shots: one value for every shot count"
         return curve
@@ -358,9 +359,10 @@ class Runner:
         return h.key(self.cfg.shots, "pa3", w, *rgd, group, pair_ids(pairs), self.policy.fingerprint)
 
     def _policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
-        """Policy accuracy under the reward-guided policy that ARGS would deploy with this RM: the headline
-        variant (the RGD-induced policy's log-probability) cannot be moved by adding a constant to the reward;
-        the policy alone (w = 0) is reported beside it; the 'sum' / 'mean' variants are labelled."""
+        """Policy accuracy under the reward-guided policy that ARGS would deploy with this RM (its w, k): the
+        headline variant (length-normalised) cannot be moved by adding a constant to the reward; the policy
+        alone (w = 0) is reported beside it; 'sum' is labelled as not shift-invariant; the top-k RGD-induced
+        policy's variants come with ``pa_rgd``."""
         from perbench.metrics.policy_accuracy import (
             HEADLINE,
             policy_accuracy_from_scores,
@@ -563,9 +565,7 @@ class Runner:
         for h in handles:
             if self._unfittable(h) or not _has_prefix_reward(h):
                 continue
-            na = self._not_applicable(h)
-            for g in ("seen", "unseen"):
-                pairs = [p for p in self.bench.test_pairs(seen=g == "seen") if p.user_id not in na]
+            for g, pairs in self._test_groups(self._not_applicable(h)).items():
                 if pairs:
                     got = self._policy_accuracy(h, pairs, g)
                     self.pa_by_policy.setdefault(h.label, {}).setdefault(spec, {})[g] = got
@@ -999,12 +999,10 @@ def _has_prefix_reward(h: MethodHandle) -> bool:
 
 def _outcomes(scores: dict[str, np.ndarray], judge: bool, tie: str) -> np.ndarray:
     """Per-pair outcome (1 / 0 / ½ under the tie policy) from scores or a pairwise judge's preferences."""
-    from perbench.metrics.rm_accuracy import pair_outcomes
+    from perbench.metrics.rm_accuracy import pair_outcomes, preference_outcomes
 
     if judge:
-        prefs = np.nan_to_num(np.asarray(scores["chosen"], np.float64), nan=0.0)
-        prefs[prefs == 0.5] = 0.5 if tie == "half" else 0.0
-        return prefs
+        return preference_outcomes(scores["chosen"], tie)  # type: ignore[arg-type]
     return pair_outcomes(scores["chosen"], scores["rejected"], tie)  # type: ignore[arg-type]
 
 
