@@ -82,11 +82,11 @@ def main() -> None:
 
     from perbench.cache import Store
     from perbench.decoding.args import ARGS
-    from perbench.decoding.base import GenRequest
     from perbench.decoding.genarm import GenARMDecoder
     from perbench.decoding.greedy import ZeroShot
     from perbench.decoding.token_ranker import TokenRanker
     from perbench.device import set_threads
+    from perbench.models.generate import GenRequest
     from perbench.models.loader import LoadedLM, load_lm
     from perbench.rewards.features import FeatureExtractor
     from perbench.rewards.global_bt import GlobalBT

@@ -36,8 +36,8 @@ from perbench.data.user_context import (
     oracle_user_text,
     user_text,
 )
-from perbench.decoding.base import GenRequest
 from perbench.decoding.icl import ICL, ICLRAG
+from perbench.models.generate import GenRequest
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.genarm import GenARM
 from perbench.rewards.icl_judge import ICLJudge, ICLJudgeOracle

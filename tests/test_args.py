@@ -3,9 +3,9 @@ from __future__ import annotations
 import torch
 
 from perbench.decoding.args import ARGS
-from perbench.decoding.base import GenRequest
 from perbench.decoding.greedy import ZeroShot
 from perbench.models.chat import encode_prompt
+from perbench.models.generate import GenRequest
 from perbench.rewards.features import FeatureExtractor
 from tests.conftest import random_linear_rm
 

@@ -8,13 +8,13 @@ import torch
 
 from perbench.data.records import Message, PreferencePair, ProfileItem, User
 from perbench.decoding.args import ARGS
-from perbench.decoding.base import GenRequest
 from perbench.decoding.best_of_n import BestOfN, bon_curve, bon_ns, pick_best, sample_seed
 from perbench.decoding.genarm import GenARMDecoder
 from perbench.decoding.greedy import ZeroShot
 from perbench.decoding.icl import ICL, ICLRAG
 from perbench.decoding.token_ranker import TokenRanker
 from perbench.models.chat import encode_prompt
+from perbench.models.generate import GenRequest
 from perbench.models.loader import LoadedLM, tiny_random_lm
 from perbench.rewards.base import RMContext, ScoreItem
 from perbench.rewards.baselines import LengthRM

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from perbench.data.records import User
-from perbench.decoding.base import GenRequest
 from perbench.decoding.greedy import ZeroShot
 from perbench.decoding.token_ranker import TokenRanker
 from perbench.metrics.judge import RubricJudge, judge_prompt, parse_score
@@ -22,6 +21,7 @@ from perbench.metrics.policy_accuracy import (
 from perbench.metrics.text import bertscore, rouge
 from perbench.metrics.win_rate import win_outcomes, win_rate
 from perbench.models.chat import encode_pair
+from perbench.models.generate import GenRequest
 from perbench.rewards.base import ScoreItem
 from perbench.rewards.features import FeatureExtractor
 from tests.conftest import random_linear_rm

@@ -13,8 +13,8 @@ import torch
 
 from perbench.data.records import PreferencePair
 from perbench.decoding.args import candidate_rewards
-from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt, encode_response
+from perbench.models.stepper import CachedLM
 from perbench.registry import reward_models
 from perbench.rewards.base import FeatureRM, RMContext, ScoreItem
 from perbench.rewards.features import FeatureExtractor

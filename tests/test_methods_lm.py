@@ -295,7 +295,7 @@ def test_feature_methods_on_a_real_backbone(tiny_lm, store) -> None:  # type: ig
 
 def test_args_decodes_with_a_personalized_rm(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]
     from perbench.decoding.args import ARGS
-    from perbench.decoding.base import GenRequest
+    from perbench.models.generate import GenRequest
 
     rm = new("lore", steps=30)
     rm.fit(TRAIN, ctx_for(tiny_lm, store))

@@ -34,9 +34,9 @@ def test_safetensors_cache_is_reused(smol) -> None:  # type: ignore[no-untyped-d
 
 
 def test_real_greedy_matches_generate_and_speaks(smol) -> None:  # type: ignore[no-untyped-def]
-    from perbench.decoding.base import GenRequest
     from perbench.decoding.greedy import ZeroShot
     from perbench.models.chat import encode_prompt
+    from perbench.models.generate import GenRequest
 
     req = GenRequest("What is the capital of France?", "u", seed=0)
     g = ZeroShot().generate(smol, [req], None, max_new_tokens=12)[0]

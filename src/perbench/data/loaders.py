@@ -45,6 +45,7 @@ from perbench.data.records import (
     prompt_key,
 )
 from perbench.data.user_context import describe_user_context, withhold_answer_key
+from perbench.errors import PerbenchError
 
 OnError = Literal["raise", "skip"]
 Source = str | Path | Sequence[Mapping[str, Any]]
@@ -95,7 +96,7 @@ _FALSE = {"false", "0", "no", "n", "unseen"}
 
 
 # --------------------------------------------------------------------------------------------------- errors
-class DataError(ValueError):
+class DataError(PerbenchError, ValueError):
     """Bad input, located: ``data.jsonl:7: field 'chosen': expected a string, got int``."""
 
     def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:

@@ -22,10 +22,11 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from perbench.data.records import Prompt
-from perbench.decoding.base import Decoder, Generation, GenRequest, decode_loop, row_generators, sample_rows
-from perbench.decoding.stepper import CachedLM
+from perbench.decoding.base import Decoder
 from perbench.models.chat import encode_prompt
+from perbench.models.generate import Generation, GenRequest, decode_loop, row_generators, sample_rows
 from perbench.models.loader import LoadedLM
+from perbench.models.stepper import CachedLM
 from perbench.rewards.base import FeatureRM, RewardModel
 
 

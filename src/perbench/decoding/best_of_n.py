@@ -22,9 +22,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from perbench.cache import Store
-from perbench.decoding.base import Decoder, Generation, GenRequest
+from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
 from perbench.models.chat import encode_prompt
+from perbench.models.generate import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel, ScoreItem
 

@@ -8,7 +8,7 @@ over the **whole vocabulary**. π_r is an autoregressive reward model: a causal 
 tokenizer. α is the decoding coefficient (β_r / β in the paper: the reward model's training β over the KL
 coefficient of the decoding objective). It is a parameter of the decoder, default 1.0 as in the reference
 code, recorded in the decoder's params (and so in its config key and label) — not derived from the
-reward model's training β. Both models are KV-cached (:class:`~perbench.decoding.stepper.CachedLM`), so a
+reward model's training β. Both models are KV-cached (:class:`~perbench.models.stepper.CachedLM`), so a
 step costs one one-token forward of the policy plus one of π_r — no candidate expansion.
 
 What the decoder accepts as the guide (``rm``):
@@ -31,10 +31,11 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from perbench.data.records import Prompt
-from perbench.decoding.base import Decoder, Generation, GenRequest, decode_loop, row_generators, sample_top_p
-from perbench.decoding.stepper import CachedLM
+from perbench.decoding.base import Decoder
 from perbench.models.chat import encode_prompt
+from perbench.models.generate import Generation, GenRequest, decode_loop, row_generators, sample_top_p
 from perbench.models.loader import LoadedLM
+from perbench.models.stepper import CachedLM
 from perbench.rewards.base import RewardModel
 
 

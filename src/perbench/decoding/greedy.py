@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import torch
-
-from perbench.decoding.base import Decoder, Generation, GenRequest, decode_loop, row_generators, sample_top_p
-from perbench.decoding.stepper import CachedLM
+from perbench.decoding.base import Decoder
+from perbench.models.generate import Generation, GenRequest, generate_plain
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel
 
@@ -23,13 +21,6 @@ class ZeroShot(Decoder):
     def generate(
         self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | None, *, max_new_tokens: int
     ) -> list[Generation]:
-        gens = row_generators(requests, policy.policy.device) if self.sample else []
-
-        def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, None]:
-            lp = state.logprobs(hidden)
-            if not self.sample:
-                return lp.argmax(-1), None
-            lp = torch.log_softmax(lp / self.temperature, dim=-1)  # temperature first, then the nucleus
-            return sample_top_p(lp, self.top_p, gens), None
-
-        return decode_loop(policy, requests, max_new_tokens, choose)
+        return generate_plain(
+            policy, requests, max_new_tokens, sample=self.sample, temperature=self.temperature, top_p=self.top_p
+        )

@@ -38,8 +38,9 @@ import numpy as np
 
 from perbench.data.records import Message, PreferencePair, Prompt, User, prompt_text
 from perbench.data.user_context import context_items
-from perbench.decoding.base import Decoder, Generation, GenRequest
+from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
+from perbench.models.generate import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel
 

@@ -72,16 +72,13 @@ def judge_prompt(question: str, response: str, aspect: Mapping[str, str]) -> str
 
 def lm_judge(lm: LoadedLM, *, max_new_tokens: int = 16, batch_size: int = 8) -> JudgeFn:
     """Greedy decoding of ``lm`` as a judge function."""
-    from perbench.decoding.base import GenRequest
-    from perbench.decoding.greedy import ZeroShot
-
-    dec = ZeroShot()
+    from perbench.models.generate import GenRequest, generate_plain
 
     def judge(prompts: Sequence[str]) -> list[str]:
         out: list[str] = []
         for s in range(0, len(prompts), batch_size):
             reqs = [GenRequest(p, "judge", 0) for p in prompts[s : s + batch_size]]
-            out += [g.text for g in dec.generate(lm, reqs, None, max_new_tokens=max_new_tokens)]
+            out += [g.text for g in generate_plain(lm, reqs, max_new_tokens)]
         return out
 
     return judge

@@ -32,9 +32,9 @@ import torch
 
 from perbench.data.records import PreferencePair, Prompt, User
 from perbench.data.user_context import user_text
-from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
 from perbench.models.loader import LoadedLM
+from perbench.models.stepper import CachedLM
 from perbench.progress import track
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.lm_utils import (

@@ -36,11 +36,10 @@ import torch
 
 from perbench.data.records import Message, PreferencePair, User, prompt_text
 from perbench.data.user_context import oracle_user_text, user_text
-from perbench.decoding.base import GenRequest
-from perbench.decoding.greedy import ZeroShot
-from perbench.decoding.stepper import CachedLM
 from perbench.models.chat import encode_prompt
+from perbench.models.generate import GenRequest, generate_plain
 from perbench.models.loader import LoadedLM, load_lm
+from perbench.models.stepper import CachedLM
 from perbench.rewards.base import PairwiseJudge, RMContext
 from perbench.rewards.lm_utils import resolve_backbone
 from perbench.rewards.personal import str_array, str_list
@@ -219,11 +218,10 @@ class ICLJudge(PairwiseJudge):
             if self.mode == "logprob":
                 picks += self._logprob_picks(lm, prompts)
             else:
-                gens = ZeroShot().generate(
+                gens = generate_plain(
                     lm,
                     [GenRequest(pr, p.user_id, 0) for pr, p in zip(prompts, batch, strict=True)],
-                    None,
-                    max_new_tokens=self.max_new_tokens,
+                    self.max_new_tokens,
                 )
                 picks += [parse_choice(g.text) for g in gens]
         out = np.empty(len(pairs), dtype=np.float64)

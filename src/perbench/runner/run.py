@@ -448,7 +448,7 @@ class Runner:
 
     def _requests(self, decoder: Any, targets: list[tuple[Prompt, str]]) -> list[Any]:
         """One request per target for decoders that share one seed per prompt (Best-of-N's sample pool)."""
-        from perbench.decoding.base import GenRequest
+        from perbench.models.generate import GenRequest
 
         return [GenRequest(p, u, seed=_seed(self.cfg.seed, prompt_key(p))) for p, u in targets]
 
@@ -456,7 +456,7 @@ class Runner:
         self, decoder_spec: Component, h: MethodHandle | None, targets: list[tuple[Prompt, str]], label: str
     ) -> dict[tuple[str, str], str]:
         """Generate each (prompt, user) unit once; user-agnostic decoders generate once per prompt."""
-        from perbench.decoding.base import GenRequest, batched
+        from perbench.models.generate import GenRequest, batched
 
         cfg = self.cfg
         decoder = self._decoder(decoder_spec)

@@ -89,8 +89,7 @@ def generate_bases(
     batch_size: int = 8,
 ) -> dict[str, dict[str, str]]:
     """prompt_id -> style -> the policy's response to ``style instruction + prompt`` (seeded sampling)."""
-    from perbench.decoding.base import GenRequest, batched
-    from perbench.decoding.greedy import ZeroShot
+    from perbench.models.generate import GenRequest, batched, generate_plain
     from perbench.models.loader import load_lm
     from perbench.progress import progress
 
@@ -99,11 +98,12 @@ def generate_bases(
         GenRequest(f"{instr}\n\n{p.text}", f"{p.prompt_id}:{style}", seed=seed * 7919 + i)
         for i, (p, (style, instr)) in enumerate((p, s) for p in prompts for s in STYLES.items())
     ]
-    decoder = ZeroShot(sample=True, temperature=0.7, top_p=0.9)
     bases: dict[str, dict[str, str]] = {p.prompt_id: {} for p in prompts}
     bar = progress(total=len(reqs), desc="pool: base responses", unit="gen")
     for batch in batched(reqs, batch_size):
-        for r, g in zip(batch, decoder.generate(lm, batch, None, max_new_tokens=max_new_tokens), strict=True):
+        for r, g in zip(
+            batch, generate_plain(lm, batch, max_new_tokens, sample=True, temperature=0.7, top_p=0.9), strict=True
+        ):
             pid, style = r.user_id.split(":")
             bases[pid][style] = g.text or "I am not sure."
         bar.update(len(batch))

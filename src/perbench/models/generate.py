@@ -1,0 +1,128 @@
+"""Generation primitives shared by every consumer of a policy: requests, the batched token loop, sampling,
+and plain (greedy or sampled) generation. Decoders (``perbench.decoding``), judges and LM-based reward
+models all build on these, so nothing below ``decoding/`` has to import it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+
+from perbench.data.records import Prompt
+from perbench.models.chat import encode_prompt
+from perbench.models.loader import LoadedLM
+from perbench.models.stepper import CachedLM
+
+T = TypeVar("T")
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    finished: bool  # stopped at EOS (else hit max_new_tokens)
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    prompt: Prompt
+    user_id: str
+    seed: int  # per-request seed: sampled outputs do not depend on how requests are batched
+
+
+def row_generators(requests: Sequence[GenRequest], device: str) -> list[torch.Generator]:
+    gens = []
+    for r in requests:
+        g = torch.Generator(device=device)
+        g.manual_seed(r.seed)
+        gens.append(g)
+    return gens
+
+
+def sample_rows(scores: torch.Tensor, temperature: float, gens: Sequence[torch.Generator]) -> torch.Tensor:
+    """One sample per row from softmax(scores / T) with that row's own generator -> (B,) indices."""
+    probs = torch.softmax(scores.float() / temperature, dim=-1)
+    return torch.stack([torch.multinomial(probs[b], 1, generator=gens[b])[0] for b in range(len(gens))])
+
+
+def sample_top_p(logprobs: torch.Tensor, top_p: float, gens: Sequence[torch.Generator]) -> torch.Tensor:
+    """One sample per row from the nucleus (smallest set with cumulative mass ≥ top_p) -> (B,) token ids.
+
+    Sorting once and drawing from each row's nucleus only keeps the multinomial small (a full-vocabulary
+    draw per row costs more than a small model's forward on a CPU)."""
+    if top_p >= 1.0:
+        return sample_rows(logprobs, 1.0, gens)
+    # The nucleus almost always lies in the top 256 tokens: take those (cheap), and sort the whole
+    # vocabulary only for rows whose top 256 hold less than top_p of the mass (exact either way).
+    lp = logprobs.float()
+    sorted_lp, order = lp.topk(min(256, lp.shape[-1]), dim=-1)
+    if bool((sorted_lp.exp().sum(-1) < top_p).any()):
+        sorted_lp, order = lp.sort(dim=-1, descending=True)
+    probs = sorted_lp.exp()
+    keep = (probs.cumsum(-1) - probs) < top_p  # keeps the token that crosses the threshold
+    out = []
+    for b in range(len(gens)):
+        n = max(int(keep[b].sum()), 1)
+        i = torch.multinomial(probs[b, :n], 1, generator=gens[b])[0]
+        out.append(order[b, i])
+    return torch.stack(out)
+
+
+def decode_loop(
+    policy: LoadedLM,
+    requests: Sequence[GenRequest],
+    max_new_tokens: int,
+    choose: Callable[[CachedLM, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor | None]],
+) -> list[Generation]:
+    """Run a batched token loop. ``choose(state, hidden, t)`` returns (next tokens (B,), hidden at those
+    tokens or None); when it returns a hidden state it has already advanced the cache itself (ARGS with a
+    shared backbone), otherwise the loop appends the tokens with one ``step``."""
+    state = CachedLM(policy, [encode_prompt(policy.tokenizer, r.prompt) for r in requests])
+    eos = torch.tensor(policy.eos_ids, dtype=torch.long, device=state.device)
+    hidden = state.prefill()
+    B = len(requests)
+    out = torch.full((B, max_new_tokens), -1, dtype=torch.long)
+    done = torch.zeros(B, dtype=torch.bool, device=state.device)
+    for t in range(max_new_tokens):
+        tokens, next_hidden = choose(state, hidden, t)
+        out[:, t] = torch.where(done, -1, tokens).cpu()
+        done |= torch.isin(tokens, eos)
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        hidden = next_hidden if next_hidden is not None else state.step(tokens)
+    gens = []
+    eos_set = set(policy.eos_ids)
+    for b in range(B):
+        ids = [int(i) for i in out[b] if i >= 0]
+        finished = bool(ids) and ids[-1] in eos_set
+        body = ids[:-1] if finished else ids
+        gens.append(Generation(policy.tokenizer.decode(body, skip_special_tokens=True).strip(), body, finished))
+    return gens
+
+
+def batched(items: Sequence[T], batch_size: int) -> list[Sequence[T]]:
+    return [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
+
+
+def generate_plain(
+    policy: LoadedLM,
+    requests: Sequence[GenRequest],
+    max_new_tokens: int,
+    *,
+    sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> list[Generation]:
+    """The policy alone: greedy, or sampled with temperature then nucleus (each row its own generator)."""
+    gens = row_generators(requests, policy.policy.device) if sample else []
+
+    def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, None]:
+        lp = state.logprobs(hidden)
+        if not sample:
+            return lp.argmax(-1), None
+        lp = torch.log_softmax(lp / temperature, dim=-1)  # temperature first, then the nucleus
+        return sample_top_p(lp, top_p, gens), None
+
+    return decode_loop(policy, requests, max_new_tokens, choose)
