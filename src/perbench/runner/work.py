@@ -1,0 +1,117 @@
+"""A run's phases over one state: builds the plan of units and executes any single unit of it.
+
+The driver and every executor worker hold one :class:`Work`; a worker builds its own from the config
+(:meth:`Work.from_config`, models loaded once per process), executes the units it is given, and leaves
+their results in the run's store, where the driver's assembly pass finds them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perbench.config import RunConfig
+from perbench.runner.cells import Cells
+from perbench.runner.downstream import Downstream
+from perbench.runner.methods import MethodHandle
+from perbench.runner.plan import Needs, Plan, Unit, make_unit
+from perbench.runner.state import RunState, load_benchmark
+from perbench.runner.units import Units
+from perbench.runner.upstream import Upstream
+
+
+class Work:
+    def __init__(self, state: RunState, handles: list[MethodHandle]) -> None:
+        self.s = state
+        self.handles = handles
+        self.up = Upstream(state)
+        self.down = Downstream(state)
+        self._policies: dict[str, Any] = {state.cfg.policy: state.policy}
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, run_dir: Path) -> Work:
+        """A worker's own state for ``cfg``: the benchmark, the models and the run's store."""
+        bench = load_benchmark(cfg)
+        state = RunState(cfg, run_dir, bench, Units(run_dir / "units.sqlite"))
+        if state.needs_models():
+            state.load_models()
+        return cls(state, state.method_handles())
+
+    # ------------------------------------------------------------------ the plan
+    def plan(self) -> Plan:
+        cfg = self.s.cfg
+        base = self.s.units_base
+        device_gpus = 1.0 if str(self.s.ctx.device).startswith("cuda") else 0.0
+        model = Needs(cpus=1.0, gpus=device_gpus, memory_gb=2.0)
+        units: list[Unit] = []
+        features: list[Unit] = []
+        if any(h.is_feature_rm for h in self.handles):
+            features = [make_unit(base, "features", "", [], model)]
+            units += features
+        fits: dict[str, Unit] = {}
+        for h in self.handles:
+            if self.s.unfittable(h):
+                continue
+            fit = fits[h.label] = make_unit(base, "fit", h.label, features if h.is_feature_rm else [], model)
+            units += [fit, make_unit(base, "upstream", h.label, [fit], model)]
+        if self.s.policy is None or not self.down.eval_targets():
+            return Plan(units)
+        systems, _ = self.down.systems(self.handles)
+        for policy in cfg.policies or [cfg.policy]:
+            pools: set[str] = set()
+            for sys in systems:
+                deps = [fits[sys.method.label]] if sys.method is not None else []
+                if sys.pooled:
+                    if sys.spec.label() not in pools:
+                        pools.add(sys.spec.label())
+                        units.append(make_unit(base, "pool", sys.spec.label(), [], model, policy))
+                    continue
+                units.append(make_unit(base, "generate", sys.label, deps, model, policy))
+        return Plan(units)
+
+    # ------------------------------------------------------------------ one unit
+    def execute(self, unit: Unit) -> None:
+        """Compute ``unit`` (its results go to the stores) unless a previous process finished it."""
+        done = unit.done_key()
+        if self.s.units.store.get_json(done) is not None:
+            self.s.units.reused["plan"] += 1
+            return
+        handles = {h.label: h for h in self.handles}
+        # a unit leaves its results in the stores only: the assembly pass writes cells and samples once
+        cells, samples = self.s.cells, self.s.samples
+        self.s.cells, self.s.samples = Cells(cells.group), []
+        try:
+            if unit.kind == "features":
+                self.up.prefetch_features(self.handles)
+            elif unit.kind == "fit":
+                handles[unit.name].fitted()
+            elif unit.kind == "upstream":
+                self.up.run(handles[unit.name])
+            else:
+                self._downstream_unit(unit)
+        finally:
+            self.s.cells, self.s.samples = cells, samples
+        self.s.units.store.put_json(done, {"unit": unit.label, "policy": unit.policy})
+        self.s.units.computed["plan"] += 1
+
+    def _downstream_unit(self, unit: Unit) -> None:
+        main = self.s.policy
+        self.s.policy = self.policy_model(unit.policy or self.s.cfg.policy)
+        try:
+            targets = self.down.eval_targets()
+            systems, _ = self.down.systems(self.handles)
+            if unit.kind == "pool":
+                spec = next(sys.spec for sys in systems if sys.pooled and sys.spec.label() == unit.name)
+                self.down.pool(spec, targets)
+            else:
+                self.down.generate(next(sys for sys in systems if sys.label == unit.name), targets)
+        finally:
+            self.s.policy = main
+
+    def policy_model(self, spec: str) -> Any:
+        """The loaded policy ``spec`` (the run's main policy, or another of ``policies``, loaded once)."""
+        if spec not in self._policies:
+            from perbench.models.loader import load_lm
+
+            self._policies[spec] = load_lm(spec, device=self.s.cfg.device, dtype=self.s.cfg.dtype)
+        return self._policies[spec]
