@@ -58,14 +58,15 @@ class Work:
             return Plan(units)
         systems, _ = self.down.systems(self.handles)
         for policy in cfg.policies or [cfg.policy]:
-            pools: set[str] = set()
+            pools: dict[str, Unit] = {}
             for sys in systems:
                 deps = [fits[sys.method.label]] if sys.method is not None else []
-                if sys.pooled:
-                    if sys.spec.label() not in pools:
-                        pools.add(sys.spec.label())
-                        units.append(make_unit(base, "pool", sys.spec.label(), [], model, policy))
-                    continue
+                if sys.pooled:  # the RM's pick from one sample pool shared by every RM
+                    name = sys.spec.label()
+                    if name not in pools:
+                        pools[name] = make_unit(base, "pool", name, [], model, policy)
+                        units.append(pools[name])
+                    deps.append(pools[name])
                 units.append(make_unit(base, "generate", sys.label, deps, model, policy))
         return Plan(units)
 
