@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,7 @@ class Downstream:
         self, decoder_spec: Component, h: MethodHandle | None, targets: list[tuple[Prompt, str]], label: str
     ) -> dict[tuple[str, str], str]:
         """Generate each (prompt, user) unit once; user-agnostic decoders generate once per prompt."""
-        from perbench.models.generate import GenRequest, batched
+        from perbench.models.generate import GenRequest
 
         cfg = self.s.cfg
         decoder = self._decoder(decoder_spec)
@@ -110,14 +111,18 @@ class Downstream:
                 for k in todo
             ]
             bar = progress(total=len(reqs), desc=f"decode {label}", unit="gen")
-            for batch_keys, batch in zip(batched(todo, cfg.batch_size), batched(reqs, cfg.batch_size), strict=True):
-                gens = decoder.generate(self.s.policy, batch, rm, max_new_tokens=cfg.max_new_tokens)
-                for k, g in zip(batch_keys, gens, strict=True):
+
+            def generate(batch: Sequence[tuple[str, GenRequest]]) -> list[None]:
+                gens = decoder.generate(self.s.policy, [r for _, r in batch], rm, max_new_tokens=cfg.max_new_tokens)
+                for (k, _), g in zip(batch, gens, strict=True):
                     self.s.units.store.put_json(
                         k, {"text": g.text, "n_tokens": len(g.token_ids), "finished": g.finished}
                     )
                     self.s.units.computed["generate"] += 1
                 bar.update(len(batch))
+                return [None] * len(batch)
+
+            self.s.batcher("generate").run(list(zip(todo, reqs, strict=True)), generate)
             bar.close()
             self._count_samples(decoder)
         texts: dict[str, str] = {}

@@ -97,6 +97,23 @@ POLICIES = {
 }
 
 
+def batching(state: RunState) -> dict[str, Any]:
+    """Batch sizes requested and used (``auto`` starts from a device default and halves on out-of-memory),
+    and how sequences are padded and truncated, as the run did them."""
+    cfg = state.cfg
+    return {
+        "generation": {
+            **({"batch_size": state.batchers["generate"].record()} if "generate" in state.batchers else {}),
+            "padding": "left (prompts of a batch end at the same position)",
+        },
+        "scoring": {
+            "batch_size": cfg.feature_batch_size,
+            "padding": "right (positions stay 0..n-1)",
+            "truncation": f"left: inputs over max_length = {cfg.max_length} tokens keep their last max_length",
+        },
+    }
+
+
 def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[str, Any]) -> dict[str, Any]:
     cfg = state.cfg
     ext = state.extractor
@@ -132,6 +149,7 @@ def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[st
             if ext is None
             else {"computed": ext.stats.computed, "reused": ext.stats.reused, "truncated": ext.stats.truncated},
         },
+        "batching": batching(state),
         "timing_s": {k: round(v, 2) for k, v in state.timing.items()},
     }
 

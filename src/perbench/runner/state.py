@@ -16,6 +16,7 @@ import numpy as np
 from perbench.config import Component, RunConfig
 from perbench.data.records import Benchmark, PreferencePair
 from perbench.io import cache_dir
+from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle
 from perbench.runner.units import Units
@@ -42,6 +43,7 @@ class RunState:
         #: downstream label -> (decoder family, method) as cells name them
         self.families: dict[str, tuple[str, str]] = {}
         self.downstream_policies: list[Any] = []
+        self.batchers: dict[str, AdaptiveBatcher] = {}
         # models (see load_models); None in a run that needs no model (baselines only, no decoders)
         self.policy: Any = None
         self.rm_lm: Any = None
@@ -53,6 +55,13 @@ class RunState:
         from perbench.rewards.base import RMContext
 
         self.ctx = RMContext(seed=cfg.seed, extra={"users": bench.users})
+
+    def batcher(self, kind: str) -> AdaptiveBatcher:
+        """The run's adaptive batch size for ``kind`` (``generate``), shared by every call of the run."""
+        if kind not in self.batchers:
+            device = str(self.policy.policy.device) if self.policy is not None else "cpu"
+            self.batchers[kind] = AdaptiveBatcher(self.cfg.batch_size, device)
+        return self.batchers[kind]
 
     @property
     def units_base(self) -> str:

@@ -1,4 +1,9 @@
-"""Units of work keyed by content, so a rerun of the same config recomputes nothing."""
+"""Units of work keyed by content, so a rerun of the same config recomputes nothing.
+
+A unit whose stored value cannot be decoded is a missing unit: it is deleted (the store warns, naming the file
+and the key), recomputed, and counted as ``recovered``. Every computation is also added to a tally kept in the
+run's store file, so the run's totals survive a crash and a resume (``computed_total`` in :meth:`Units.summary`).
+"""
 
 from __future__ import annotations
 
@@ -11,46 +16,111 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from perbench.cache import Store, pack_arrays, unpack_arrays
+from perbench.cache import CorruptValueError, Store, decode_json, pack_arrays, unpack_arrays
 
 T = TypeVar("T")
+
+_NPZ = b"PK\x03\x04"  # a pack_arrays bundle is a zip file; a JSON value never starts like this
 
 
 def unit_key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+class Tally(Counter[str]):
+    """This process's computations per phase; each increment (``tally[phase] += n``) is also added to the
+    store's persistent tally. :meth:`note` counts here only (for a count already stored with its value)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store = store
+
+    def __setitem__(self, phase: str, n: int) -> None:
+        delta = n - self[phase]
+        if delta:
+            self.store.add_counts({phase: delta})
+        super().__setitem__(phase, n)
+
+    def note(self, phase: str, n: int = 1) -> None:
+        super().__setitem__(phase, self[phase] + n)
+
+
+def _decode_unit(raw: bytes) -> Any:
+    return unpack_arrays(raw) if raw.startswith(_NPZ) else decode_json(raw)
+
+
 class Units:
-    """A content-keyed store plus counters of what was computed vs reused, per phase."""
+    """A content-keyed store plus counters of what was computed, reused and recovered, per phase."""
 
     def __init__(self, path: Path) -> None:
         self.store = Store(path)
-        self.computed: Counter[str] = Counter()
+        self.computed = Tally(self.store)
         self.reused: Counter[str] = Counter()
+        self.recovered: Counter[str] = Counter()
+
+    def _load(self, phase: str, key: str, decode: Callable[[bytes], T]) -> T | None:
+        raw = self.store.get_bytes(key)
+        if raw is None:
+            return None
+        try:
+            return decode(raw)
+        except CorruptValueError as e:
+            self._recover(phase, key, e)
+            return None
+
+    def _recover(self, phase: str, key: str, e: CorruptValueError) -> None:
+        self.store.discard(key, str(e))
+        self.recovered[phase] += 1
 
     def json(self, phase: str, key: str, compute: Callable[[], Any]) -> Any:
-        got = self.store.get_json(key)
+        got = self._load(phase, key, decode_json)
         if got is not None:
             self.reused[phase] += 1
             return got
         value = compute()
-        self.store.put_json(key, value)
-        self.computed[phase] += 1
+        self.put_json(phase, key, value)
         return value
 
     def arrays(self, phase: str, key: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        raw = self.store.get_bytes(key)
-        if raw is not None:
+        got = self._load(phase, key, unpack_arrays)
+        if got is not None:
             self.reused[phase] += 1
-            return unpack_arrays(raw)
+            return got
         value = compute()
-        self.store.put_bytes(key, pack_arrays(**value))
-        self.computed[phase] += 1
+        self.put_arrays(phase, key, value)
         return value
 
-    def missing(self, keys: list[str]) -> list[str]:
+    def put_json(self, phase: str, key: str, value: Any) -> None:
+        """Store a computed unit and count it, in one transaction (a crash never counts a unit twice)."""
+        self.store.put_json(key, value, counts={phase: 1})
+        self.computed.note(phase)
+
+    def put_arrays(self, phase: str, key: str, value: dict[str, np.ndarray]) -> None:
+        self.store.put_bytes(key, pack_arrays(**value), counts={phase: 1})
+        self.computed.note(phase)
+
+    def missing(self, keys: list[str], *, phase: str = "unlabelled") -> list[str]:
+        """The keys with no stored value, or one that cannot be decoded (deleted, counted as ``recovered``)."""
         found = self.store.get_many_bytes(keys)
-        return [k for k in keys if k not in found]
+        out = []
+        for k in keys:
+            raw = found.get(k)
+            if raw is not None:
+                try:
+                    _decode_unit(raw)
+                    continue
+                except CorruptValueError as e:
+                    self._recover(phase, k, e)
+                    del found[k]
+            out.append(k)
+        return out
 
     def summary(self) -> dict[str, dict[str, int]]:
-        return {"computed": dict(self.computed), "reused": dict(self.reused)}
+        """This process's ``computed`` / ``reused`` / ``recovered`` units per phase, and ``computed_total``: the
+        units computed by every process that worked on this run (a crashed one and its resume, Ray workers)."""
+        return {
+            "computed": dict(self.computed),
+            "reused": dict(self.reused),
+            "recovered": dict(self.recovered),
+            "computed_total": self.store.counts(),
+        }

@@ -97,6 +97,8 @@ class Upstream:
             scores = self._scores(h, pairs, cfg.shots, group)
             all_scores[group] = scores
             acc[group] = self._accuracy(scores, pairs, h)
+            if group == "unseen" and not h.user_agnostic:
+                acc[group]["effective_shots"] = self._effective_shots(h, sorted({p.user_id for p in pairs}), cfg.shots)
             oc = outcomes(scores, judge, cfg.tie_policy)
             self.s.cells.add_pairs(h.label, f"rm_acc_{group}", pairs, oc)
             for p, sw, sl in zip(pairs, scores["chosen"], scores["rejected"], strict=True):
@@ -157,9 +159,7 @@ class Upstream:
                 s = self._scores(h, unseen, n, "unseen", active=active)
                 a = self._accuracy(s, unseen, h)
                 curve[str(n)] = {"accuracy": a["accuracy"], "ci": a["ci"], "macro": a["macro"]}
-                if not active:
-                    eff = [len(self.s.bench.fewshot(u, n)) if h.uses_shots else 0 for u in users]
-                    curve[str(n)]["effective_shots"] = {"mean": float(np.mean(eff)), "min": min(eff), "max": max(eff)}
+                curve[str(n)]["effective_shots"] = self._effective_shots(h, users, n)
                 self.s.cells.add_pairs(h.label, f"{metric}@{n}", unseen, outcomes(s, judge, self.s.cfg.tie_policy))
             return curve
 
@@ -169,6 +169,20 @@ class Upstream:
         if not h.uses_shots:
             out["fewshot_flat"] = "this method ignores the shots: one value for every shot count"
         return curve
+
+    def _effective_shots(self, h: MethodHandle, users: list[str], n: int) -> dict[str, Any]:
+        """How many shots each unseen user really adapted from at the nominal count ``n`` (a user with fewer
+        train pairs adapts from all they have; a method that ignores shots uses none)."""
+        eff = {u: len(self.s.bench.fewshot(u, n)) if h.uses_shots else 0 for u in users}
+        vals = list(eff.values())
+        return {
+            "nominal": n,
+            "mean": float(np.mean(vals)),
+            "min": min(vals),
+            "max": max(vals),
+            "users_below_nominal": sum(v < n for v in vals) if h.uses_shots else 0,
+            "by_user": eff,
+        }
 
     def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair]) -> str:
         w, k = self.s.pa_params()
