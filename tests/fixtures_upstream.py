@@ -379,3 +379,38 @@ def domain_rows(n_queries: int = 5) -> Rows:
             responses[style] = f"[{style}] answer to query {q}" + " more" * (s * 3 + q % 2)
         rows.append({"query": f"Explain topic number {q}.", "responses": responses})
     return rows
+
+
+def domain_rows_shared_responses() -> Rows:
+    """Domain-style rows where styles share responses: byte-identical across two styles, identical up to
+    whitespace, one empty, and a query repeated with an overlapping set of responses (the layout that made
+    per-pair deduplication drop one direction of a mirrored pair)."""
+    same = "Photosynthesis turns light into sugar."
+    return [
+        {
+            "query": "Explain photosynthesis.",
+            "responses": {"concise": same, "formal": same, "playful": "Plants eat sunshine!", "socratic": "Why green?"},
+        },
+        {
+            "query": "Explain tides.",
+            "responses": {
+                "concise": "The moon pulls water.",
+                "formal": "Tides arise from lunar gravitation.",
+                "playful": "The moon pulls  water. ",
+                "socratic": "",
+            },
+        },
+        {
+            "query": "Explain photosynthesis.",
+            "responses": {"concise": same, "formal": "Chlorophyll absorbs light.", "playful": "Plants eat sunshine!"},
+        },
+        {
+            "query": "Explain rainbows.",
+            "responses": {
+                "concise": "Light splits in drops.",
+                "formal": "Refraction and dispersion in droplets.",
+                "playful": "Sky crayons!",
+                "socratic": "What does a prism do?",
+            },
+        },
+    ]

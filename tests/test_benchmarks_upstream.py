@@ -488,8 +488,11 @@ def test_domain_styles_list_form_split_and_errors(tmp_path: Path) -> None:
     assert len(bench.pairs) == 60 and len(bench.train_pairs()) == 2 * 12 - 6
     assert bench.unseen_users == ["playful"]
     bad = domain_rows()
-    bad[2]["responses"]["formal"] = ""
-    with pytest.raises(DataError, match=r"dom2\.jsonl:3: field 'responses\.formal': empty text"):
+    bad[2]["responses"]["formal"] = ""  # an empty response drops only the pairs it is in (counted in pairs)
+    dropped = load_domain_styles(write_jsonl(tmp_path / "dom2.jsonl", bad))
+    assert dropped.skipped.counts["empty_response"] == 6 and len(dropped.pairs) == 60 - 6
+    bad[2]["responses"]["formal"] = 7
+    with pytest.raises(DataError, match=r"dom2\.jsonl:3: field 'responses\.formal': expected a string, got int"):
         load_domain_styles(write_jsonl(tmp_path / "dom2.jsonl", bad))
     one = [{"query": "q", "responses": {"concise": "x"}}, *domain_rows(1)]
     assert load_domain_styles(write_jsonl(tmp_path / "dom3.jsonl", one)).skipped.counts["fewer_than_two_styles"] == 1

@@ -230,3 +230,32 @@ def test_seeds_pool_into_one_analysis_with_sd(tiny_pool: Path, tmp_path: Path) -
     entry = a["table"]["global_bt"]["rm_acc_seen"]
     assert entry["sd_seeds"] is not None and entry["value"] is not None
     assert (res.run_dir / "report.html").exists()
+
+
+def test_a_file_without_train_pairs_stops_before_any_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No split column: every pair is test, so a method that fits on train pairs would score a meaningless
+    0 %. The run stops with the data error before loading a model or creating its run directory."""
+    from perbench.data.loaders import DataError
+    from perbench.io import atomic_write_jsonl
+
+    data = tmp_path / "prefs.jsonl"
+    atomic_write_jsonl(
+        data, [{"user_id": f"u{i % 3}", "prompt": f"q{i}", "chosen": "yes, sure", "rejected": "no"} for i in range(9)]
+    )
+
+    def no_models(*a: object, **k: object) -> None:
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("perbench.models.loader.load_lm", no_models)
+    cfg = RunConfig.from_dict(
+        {
+            "benchmark": {"name": "file", "source": str(data)},
+            "methods": ["global_bt"],
+            "out_dir": str(tmp_path / "runs"),
+        }
+    )
+    with pytest.raises(DataError, match=r"prefs\.jsonl: field 'split': no train pairs"):
+        run(cfg)
+    assert not (tmp_path / "runs").exists()

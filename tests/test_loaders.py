@@ -85,8 +85,8 @@ def test_csv_multiline_cells_keep_true_line_numbers(tmp_path: Path) -> None:
     p = tmp_path / "m.csv"
     p.write_text('user_id,prompt,chosen,rejected\nu,"two\nlines",a,b\nu,p,5,\n', encoding="utf-8")
     assert [n for _, n, _ in read_rows(p)] == [2, 4]
-    with pytest.raises(DataError, match=r"m\.csv:4: field 'rejected': empty text"):
-        load_benchmark_file(p)
+    bench = load_benchmark_file(p)  # an empty response is a degenerate pair: dropped and counted, not an error
+    assert bench.skipped.counts["empty_response"] == 1 and bench.skipped.examples["empty_response"] == ["m.csv:4"]
 
 
 def test_load_from_disk_dataset_and_datasetdict(tmp_path: Path) -> None:
@@ -158,7 +158,7 @@ def test_trl_conversations_and_implicit_prompt(tmp_path: Path) -> None:
     [
         ({"chosen": 5}, "d.jsonl:2: field 'chosen': expected a string or a list of messages, got int"),
         ({"question": None}, "d.jsonl:2: field 'question': missing (null)"),
-        ({"rejected": "   "}, "d.jsonl:2: field 'rejected': empty text"),
+        ({"question": "   "}, "d.jsonl:2: field 'question': empty text"),
         (
             {"ground_truth_persona": ["x"]},
             "d.jsonl:2: field 'ground_truth_persona': expected a string or integer id, got list",
@@ -250,19 +250,21 @@ def test_duplicate_pair_id_with_different_content(tmp_path: Path) -> None:
 def test_validate_file_report_and_text(tmp_path: Path) -> None:
     rows = [*ROWS, ROWS[0], {**ROWS[1], "chosen": 3}]
     p = write_jsonl(tmp_path / "d.jsonl", rows)
-    report = validate_file(p, MAP)
+    report = validate_file(p, mapping=MAP)  # on_error: raise, as a run: the bad row fails it
     assert report["rows_read"] == 5 and report["pairs_kept"] == 3 and report["users"] == 2
     assert report["skipped"]["duplicate_pair"]["count"] == 1
-    assert report["first_error"].startswith(f"{p}:5: field 'chosen'")
+    assert report["first_error"].startswith(f"{p}:5: field 'chosen'") and "on_error: skip" in report["fatal"]
     assert report["ok"] is False and report["splits"] == {"train": 0, "test": 3}
     text = format_validation(report)
-    assert "pairs kept   : 3 (pair-weighted)" in text and "FAILED (1 row(s) with errors)" in text
-    good = validate_file(write_jsonl(tmp_path / "g.jsonl", ROWS), MAP)
+    assert "pairs kept   : 3 (pair-weighted)" in text and "FAILED (1 row(s) with errors" in text
+    skipping = validate_file(p, mapping=MAP, on_error="skip")  # a run with on_error: skip loads it
+    assert skipping["ok"] and skipping["skipped"]["invalid:chosen"]["count"] == 1
+    good = validate_file(write_jsonl(tmp_path / "g.jsonl", ROWS), mapping=MAP)
     assert good["ok"] and "status       : OK" in format_validation(good)
-    fatal = validate_file(tmp_path / "missing.jsonl", MAP)
+    fatal = validate_file(tmp_path / "missing.jsonl", mapping=MAP)
     assert fatal["ok"] is False and "no such file" in fatal["fatal"]
-    assert "could not read" in format_validation(fatal)
-    assert "unknown field" in validate_file(p, "persona=x")["fatal"]
+    assert "a run would stop here" in format_validation(fatal)
+    assert "unknown field" in validate_file(p, mapping="persona=x")["fatal"]
 
 
 def test_data_error_pickles_and_is_a_value_error() -> None:

@@ -8,24 +8,44 @@ Row numbers: JSONL and CSV report the 1-based line in the file; JSON arrays, Par
 the 1-based position of the record. Every problem is either a :class:`DataError` naming file, row and field,
 or (``on_error="skip"``) a counted entry in ``Benchmark.skipped`` -- never a silent drop.
 
+Reading: text files must be UTF-8 (a UTF-8 or UTF-16 byte-order mark is honoured). Another encoding, a binary
+file under a text name (pickle, gzip, zip, Parquet) and a Git LFS pointer are errors that say what the file
+is. A CSV header that names a column twice is an error; so is a JSON object with a key twice, and JSON nested
+too deeply to read.
+
 Policies (recorded in ``Benchmark.meta``):
 
 * split: taken from a ``split`` field when one is mapped (or a ``split`` column exists); otherwise every pair
-  is ``test``. We never invent a train/test split behind the user's back.
+  is ``test``, unless ``test_fraction`` asks for a seeded per-user split (``round(f·n)`` of each user's pairs
+  become test; a user with two pairs or more keeps at least one train pair and gets at least one test pair).
 * seen/unseen users: a ``seen`` field if mapped, else the ``unseen_users`` list, else a seeded
-  ``unseen_fraction`` of the sorted user ids; default: every user is seen.
-* duplicates: pairs are deduplicated on (user, prompt, chosen, rejected) and counted, so metrics are
-  pair-weighted; ``dedup=False`` keeps duplicates (row-weighted; degenerate pairs are still dropped).
+  ``unseen_fraction`` of the sorted user ids; default: every user is seen. When the benchmark has train
+  pairs, a seen user without any is evaluated as unseen (never seen in training: few-shot adaptation only),
+  listed in ``meta["seen_users_without_train"]`` and ``meta["notes"]``.
+* user ids: a string or an integer, surrounding whitespace stripped, so ``1``, ``"1"`` and ``" 1 "`` are one
+  user; when a file writes one id in several forms the merge is counted in ``meta["user_id_merges"]``.
+  ``default_user`` puts every pair of a file without a user field under one user.
+* degenerate pairs: an empty (or whitespace-only) response, or chosen equal to rejected up to whitespace,
+  is dropped and counted (``empty_response``, ``chosen_equals_rejected``) -- the pair holds no preference.
+* duplicates: pairs are deduplicated on (user, prompt, chosen, rejected), whitespace differences ignored, and
+  counted, so metrics are pair-weighted; ``dedup=False`` keeps duplicates (row-weighted).
+* long texts: a response over ``max_chars`` characters (default :data:`DEFAULT_MAX_CHARS`) keeps its first
+  ``max_chars``; a prompt (each message of a chat prompt) keeps its last ``max_chars``. Truncated pairs are
+  counted in ``meta["truncated"]``; ``max_chars=None`` keeps every text whole.
+* skip counts are pairs (``SkipReport``): in this loader one row holds one pair (plus its history pairs in
+  persona files).
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
 import random
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,10 +62,12 @@ from perbench.data.records import (
     User,
     content_hash,
     dedup_pairs,
+    pair_identity,
     prompt_key,
+    untrained_seen_users,
 )
 from perbench.data.user_context import describe_user_context, withhold_answer_key
-from perbench.errors import PerbenchError
+from perbench.errors import ConfigError, PerbenchError
 
 OnError = Literal["raise", "skip"]
 Source = str | Path | Sequence[Mapping[str, Any]]
@@ -69,6 +91,10 @@ RENAMED_FIELDS: dict[str, str] = {
     "or to 'profile' (what the user wrote about themselves: given to methods)",
 }
 REQUIRED_FIELDS: tuple[str, ...] = ("user_id", "prompt", "chosen", "rejected")
+#: default ``max_chars``: far beyond any model input we build, so only runaway texts are cut
+DEFAULT_MAX_CHARS = 100_000
+#: the fix a row-level error names when ``on_error="raise"``
+SKIP_HINT = "or set on_error: skip to skip and count such rows"
 
 _SUFFIXES = {
     ".jsonl": "jsonl",
@@ -119,24 +145,40 @@ class DataError(PerbenchError, ValueError):
         return (type(self), (self.path, self.line, self.field, self.message))
 
 
-class ErrorSink:
-    """Raise (``on_error="raise"``) or count (``"skip"``) row errors; remembers the first one."""
+class MissingFileError(DataError, FileNotFoundError):
+    """A source path that does not exist (and is not a hub id)."""
 
-    def __init__(self, on_error: OnError, skipped: SkipReport) -> None:
+
+def with_skip_hint(err: DataError) -> DataError:
+    """``err`` with :data:`SKIP_HINT` appended: the fix for a bad row when bad rows abort the load."""
+    if err.message.endswith(SKIP_HINT):
+        return err
+    return type(err)(err.path, err.line, err.field, f"{err.message}; {SKIP_HINT}")
+
+
+class ErrorSink:
+    """Raise (``on_error="raise"``, the message naming ``on_error: skip``) or count (``"skip"``) row errors.
+
+    A counted error adds ``n`` of ``unit`` (default: the sink's unit, pairs unless told) under
+    ``<prefix>:<field>``; ``count`` is the number of rows with errors and ``first`` the first message.
+    """
+
+    def __init__(self, on_error: OnError, skipped: SkipReport, unit: str = "pair") -> None:
         if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.on_error = on_error
         self.skipped = skipped
+        self.unit = unit
         self.first: str | None = None
         self.count = 0
 
-    def __call__(self, err: DataError) -> None:
+    def __call__(self, err: DataError, n: int = 1, unit: str | None = None, prefix: str = "invalid") -> None:
         if self.on_error == "raise":
-            raise err
+            raise with_skip_hint(err) from None
         self.count += 1
         if self.first is None:
             self.first = str(err)
-        self.skipped.add(f"invalid:{err.field or 'row'}", str(err))
+        self.skipped.add(f"{prefix}:{err.field or 'row'}", str(err), n=n, unit=unit or self.unit)
 
 
 def type_name(value: Any) -> str:
@@ -160,7 +202,7 @@ def resolve(row: Any, path: str) -> Any:
             if part not in cur:
                 return _MISSING
             cur = cur[part]
-        elif isinstance(cur, list | tuple) and re.fullmatch(r"-?\d+", part):
+        elif isinstance(cur, list | tuple) and re.fullmatch(r"-?\d{1,18}", part):
             i = int(part)
             if not -len(cur) <= i < len(cur):
                 return _MISSING
@@ -215,16 +257,11 @@ class Row:
             return None
         if not isinstance(value, str):
             raise self.error(path, f"expected a string, got {type_name(value)}")
+        check_unicode(self, path, value)
         return value if value.strip() else None
 
     def ident(self, path: str) -> str:
-        value = self.require(path)
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise self.error(path, f"expected a string or integer id, got {type_name(value)}")
-        text = str(value).strip()
-        if not text:
-            raise self.error(path, "empty id")
-        return text
+        return check_ident(self, path, self.require(path))
 
     def seq(self, path: str) -> list[Any]:
         value = self.require(path)
@@ -239,15 +276,37 @@ class Row:
         return value
 
 
+def check_unicode(row: Row, path: str, value: str) -> str:
+    """``value`` if it is valid Unicode; a lone surrogate (a broken ``\\ud800`` JSON escape) is an error."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise row.error(
+            path, f"invalid Unicode: a lone surrogate {value[e.start]!r} at character {e.start}; fix that escape"
+        ) from None
+    return value
+
+
 def check_text(row: Row, path: str, value: Any, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise row.error(path, f"expected a string, got {type_name(value)}")
+    check_unicode(row, path, value)
     if not allow_empty and not value.strip():
         raise row.error(path, "empty text")
     return value
 
 
-def parse_messages(row: Row, path: str, value: Any) -> tuple[Message, ...]:
+def check_ident(row: Row, path: str, value: Any) -> str:
+    """An id: a string or an integer, surrounding whitespace stripped (so ``1``, ``"1"`` and ``" 1"`` agree)."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise row.error(path, f"expected a string or integer id, got {type_name(value)}")
+    text = check_unicode(row, path, str(value)).strip()
+    if not text:
+        raise row.error(path, "empty id")
+    return text
+
+
+def parse_messages(row: Row, path: str, value: Any, *, allow_empty_last: bool = False) -> tuple[Message, ...]:
     """A list of ``{role, content}`` objects -> messages; located errors on every element."""
     if not isinstance(value, list | tuple):
         raise row.error(path, f"expected a list of messages, got {type_name(value)}")
@@ -261,7 +320,8 @@ def parse_messages(row: Row, path: str, value: Any) -> tuple[Message, ...]:
             if key not in m or m[key] is None:
                 raise row.error(f"{path}.{i}.{key}", "missing")
         role = check_text(row, f"{path}.{i}.role", m["role"])
-        content = check_text(row, f"{path}.{i}.content", m["content"])
+        last = i == len(value) - 1
+        content = check_text(row, f"{path}.{i}.content", m["content"], allow_empty=allow_empty_last and last)
         out.append(Message(role=role.strip(), content=content))
     return tuple(out)
 
@@ -278,12 +338,13 @@ def parse_prompt(row: Row, path: str, value: Any) -> Prompt:
 def parse_response(row: Row, path: str, value: Any) -> tuple[str, tuple[Message, ...]]:
     """A response string, or a conversation whose last message is the response (TRL style).
 
-    Returns (text, the conversation before the response) -- the latter is empty for plain strings.
+    Returns (text, the conversation before the response) -- the latter is empty for plain strings. An empty
+    response is returned as is: the pair is degenerate and dropped (counted) later, not a broken row.
     """
     if isinstance(value, str):
-        return check_text(row, path, value), ()
+        return check_text(row, path, value, allow_empty=True), ()
     if isinstance(value, list | tuple):
-        msgs = parse_messages(row, path, value)
+        msgs = parse_messages(row, path, value, allow_empty_last=True)
         last = msgs[-1]
         if last.role != "assistant":
             raise row.error(f"{path}.{len(msgs) - 1}.role", f"the last message must be 'assistant', got {last.role!r}")
@@ -317,11 +378,11 @@ def parse_bool(row: Row, path: str, value: Any) -> bool:
 def parse_profile(row: Row, path: str, value: Any) -> list[ProfileItem]:
     """A profile: one string, a list of strings, or a list of objects with ``text`` (or ``content``)."""
     if isinstance(value, str):
-        stripped = value.strip()
+        stripped = check_unicode(row, path, value).strip()
         if stripped.startswith("["):  # a JSON list stored in a CSV cell
             try:
                 value = json.loads(stripped)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 value = [value]
         else:
             return [ProfileItem("0", value)] if stripped else []
@@ -330,7 +391,7 @@ def parse_profile(row: Row, path: str, value: Any) -> list[ProfileItem]:
     items = []
     for i, item in enumerate(value):
         if isinstance(item, str):
-            if item.strip():
+            if check_unicode(row, f"{path}.{i}", item).strip():
                 items.append(ProfileItem(str(i), item))
             continue
         if not isinstance(item, Mapping):
@@ -339,13 +400,26 @@ def parse_profile(row: Row, path: str, value: Any) -> list[ProfileItem]:
         if key is None:
             raise row.error(f"{path}.{i}.text", "missing")
         text = check_text(row, f"{path}.{i}.{key}", item[key])
-        item_id = item.get("id", i)
+        item_id = str(item.get("id", i))
         meta = {k: v for k, v in item.items() if k not in (key, "id")}
-        items.append(ProfileItem(str(item_id), text, meta))
+        items.append(ProfileItem(item_id, text, meta))
     return items
 
 
 # -------------------------------------------------------------------------------------------- reading
+Record = tuple[str, int, dict[str, Any] | DataError]
+"""(file label, 1-based line/row number, the row -- or the located error that made it unreadable)."""
+
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+_BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"PAR1", "a Parquet file"),
+    (b"\x1f\x8b", "a gzip-compressed file"),
+    (b"PK\x03\x04", "a zip archive (e.g. an .xlsx workbook)"),
+    (b"ARROW1", "an Arrow file"),
+    (b"\x89HDF", "an HDF5 file"),
+)
+
+
 def detect_format(source: Source) -> str:
     """One of :data:`FORMATS`, from the suffix / folder layout / hub-id shape."""
     if not isinstance(source, str | Path):
@@ -372,69 +446,137 @@ def detect_format(source: Source) -> str:
         return fmt
     if isinstance(source, str) and _HUB_ID.match(source) and path.suffix.lower() not in _SUFFIXES:
         return "hub"
-    raise FileNotFoundError(f"{source}: no such file or folder (and not a hub id 'org/name')")
+    raise MissingFileError(source, None, None, "no such file or folder (and not a hub id 'org/name')")
 
 
-def read_rows(
-    source: Source,
-    *,
-    fmt: str | None = None,
-    split: str | None = None,
-    config: str | None = None,
-) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """Yield ``(file label, 1-based line/row number, row)`` from any supported source.
-
-    ``split``/``config`` select a split of a saved ``DatasetDict`` or a hub dataset; ``split="*"`` reads
-    every split in name order (the label then names the split).
-    """
-    fmt = fmt or detect_format(source)
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    if fmt == "rows":
-        if isinstance(source, str | Path):
-            raise ValueError("fmt='rows' needs a sequence of dicts")
-        for i, row in enumerate(source, 1):
-            yield "<rows>", i, _as_dict("<rows>", i, row)
-        return
-    assert isinstance(source, str | Path)
-    label = str(source)
-    if fmt == "jsonl":
-        yield from _read_jsonl_text(label, Path(source).read_text(encoding="utf-8"))
-    elif fmt == "json":
-        yield from _read_json(label, Path(source).read_text(encoding="utf-8"))
-    elif fmt in ("csv", "tsv"):
-        yield from _read_csv(label, Path(source), "\t" if fmt == "tsv" else ",")
-    elif fmt == "parquet":
-        yield from _read_parquet(label, Path(source))
-    else:
-        yield from _read_hf(label, str(source), fmt, split, config)
+def _lfs_size(head: bytes) -> str:
+    match = re.search(rb"^size (\d+)", head, re.MULTILINE)
+    return f"{int(match.group(1))} bytes" if match else "size unknown"
 
 
-def _as_dict(label: str, line: int, row: Any) -> dict[str, Any]:
+def sniff(label: str, head: bytes, expected: str) -> None:
+    """Raise a :class:`DataError` saying what the file is when its first bytes show it is not ``expected``: a
+    Git LFS pointer, or a binary format (pickle, gzip, zip, Parquet, Arrow, HDF5) under a text name."""
+    if head.startswith(_LFS_POINTER):
+        raise DataError(
+            label,
+            None,
+            None,
+            f"a Git LFS pointer ({_lfs_size(head)} of data not downloaded), not the data; fetch it with "
+            "`git lfs pull` (or download the file itself)",
+        )
+    what = next((w for magic, w in _BINARY_MAGIC if head.startswith(magic)), None)
+    if what is None and len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        what = "a Python pickle"
+    if what is not None and not (expected == "parquet" and head.startswith(b"PAR1")):
+        raise DataError(label, None, None, f"this is {what}, not {expected}; convert it (e.g. to JSONL) or rename it")
+
+
+def read_text(path: str | Path, expected: str = "text") -> str:
+    """A text file's content, UTF-8 (a UTF-8 or UTF-16 byte-order mark is honoured and dropped).
+
+    Every failure is a :class:`DataError` naming the file: unreadable, a Git LFS pointer, a binary file, a NUL
+    byte, or bytes that are not UTF-8 (with the line and offset of the first bad byte)."""
+    label = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise DataError(label, None, None, f"cannot read the file ({e.strerror or e})") from None
+    sniff(label, raw[:256], expected)
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return raw.decode("utf-16")
+        except UnicodeDecodeError as e:
+            raise DataError(
+                label, None, None, f"broken UTF-16 text at byte offset {e.start}; re-save as UTF-8"
+            ) from None
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8) :]
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise DataError(
+            label,
+            raw[:nul].count(b"\n") + 1,
+            None,
+            f"a NUL byte at offset {nul}: a binary file, or UTF-16 text without a byte-order mark; re-save as UTF-8",
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            label,
+            raw[: e.start].count(b"\n") + 1,
+            None,
+            f"not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start} (latin-1 or Windows-1252?); "
+            "re-save the file as UTF-8",
+        ) from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _json_error(label: str, line: int | None, e: BaseException) -> DataError:
+    if isinstance(e, json.JSONDecodeError):
+        where = line if line is not None else e.lineno
+        return DataError(label, where, None, f"invalid JSON: {e.msg} (column {e.colno})")
+    if isinstance(e, _DuplicateKey):
+        return DataError(label, line, e.key, "key given twice in one JSON object; keep one")
+    if isinstance(e, RecursionError):
+        return DataError(label, line, None, "JSON nested too deeply to read; flatten it")
+    return DataError(label, line, None, f"invalid JSON: {e}")  # e.g. an integer over Python's digit limit
+
+
+def parse_json(label: str, line: int | None, text: str) -> Any:
+    """``json.loads`` with located errors: invalid JSON, a key twice in one object, too deep, too big a number."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except (_DuplicateKey, RecursionError, ValueError) as e:
+        raise _json_error(label, line, e) from None
+
+
+def _as_dict(label: str, line: int, row: Any) -> dict[str, Any] | DataError:
     if not isinstance(row, Mapping):
-        raise DataError(label, line, None, f"expected a JSON object, got {type_name(row)}")
+        return DataError(label, line, None, f"expected a JSON object, got {type_name(row)}")
     return dict(row)
 
 
-def _read_jsonl_text(label: str, text: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    for i, line in enumerate(text.splitlines(), 1):
+def _read_jsonl_text(label: str, text: str) -> Iterator[Record]:
+    # split on "\n" only: str.splitlines would also break at U+2028 and other characters JSON strings may hold
+    for i, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(label, i, None, f"invalid JSON ({e.msg})") from None
+            obj = parse_json(label, i, line)
+        except DataError as e:
+            yield label, i, e
+            continue
         yield label, i, _as_dict(label, i, obj)
 
 
-def _read_json(label: str, text: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def _read_json(label: str, text: str) -> Iterator[Record]:
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         if e.msg == "Extra data":  # several objects, one per line: JSON Lines under a .json name
             yield from _read_jsonl_text(label, text)
             return
-        raise DataError(label, e.lineno, None, f"invalid JSON ({e.msg})") from None
+        raise _json_error(label, None, e) from None
+    except (_DuplicateKey, RecursionError, ValueError) as e:
+        raise _json_error(label, None, e) from None
     if isinstance(obj, Mapping):
         if isinstance(obj.get("data"), list):
             obj = obj["data"]
@@ -451,26 +593,51 @@ def _read_json(label: str, text: str) -> Iterator[tuple[str, int, dict[str, Any]
         yield label, i, _as_dict(label, i, row)
 
 
-def _read_csv(label: str, path: Path, delimiter: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter=delimiter)
-        start = 2  # line 1 is the header
-        for row in reader:
-            if None in row:
-                extra = len(row) - 1 + len(row[None])
-                raise DataError(label, start, None, f"more cells than header columns ({extra})")
-            yield label, start, dict(row)
-            start = reader.line_num + 1
+def _read_csv(label: str, text: str, delimiter: str) -> Iterator[Record]:
+    limit = min(len(text) + 1, 2**31 - 1)
+    if csv.field_size_limit() < limit:  # one long cell must not abort the read
+        csv.field_size_limit(limit)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        first: dict[str, int] = {}
+        for i, name in enumerate(header, 1):
+            if name in first:
+                raise DataError(
+                    label, 1, name, f"column given twice in the header (columns {first[name]} and {i}); rename one"
+                )
+            first[name] = i
+        line = reader.line_num + 1
+        for cells in reader:
+            if cells:
+                if len(cells) != len(header):
+                    more = "more" if len(cells) > len(header) else "fewer"
+                    msg = f"{len(cells)} cells, {more} than the header's {len(header)} columns"
+                    yield label, line, DataError(label, line, None, msg)
+                else:
+                    yield label, line, dict(zip(header, cells, strict=True))
+            line = reader.line_num + 1
+    except csv.Error as e:
+        raise DataError(label, reader.line_num or 1, None, f"unreadable CSV ({e})") from None
 
 
-def _read_parquet(label: str, path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def _read_parquet(label: str, path: Path) -> Iterator[Record]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    i = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-        for row in batch.to_pylist():
-            i += 1
-            yield label, i, row
+    try:
+        with open(path, "rb") as fh:
+            sniff(label, fh.read(256), "parquet")
+        file = pq.ParquetFile(path)
+        i = 0
+        for batch in file.iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                i += 1
+                yield label, i, row
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(label, None, None, f"unreadable Parquet file ({e})") from None
 
 
 def _read_hf(
@@ -479,7 +646,7 @@ def _read_hf(
     fmt: str,
     split: str | None,
     config: str | None,
-) -> Iterator[tuple[str, int, dict[str, Any]]]:
+) -> Iterator[Record]:
     import datasets
 
     every = split == "*"
@@ -504,6 +671,58 @@ def _read_hf(
         label = f"{label}[{split}]"
     for i, row in enumerate(ds, 1):
         yield label, i, dict(row)
+
+
+def iter_records(
+    source: Source,
+    *,
+    fmt: str | None = None,
+    split: str | None = None,
+    config: str | None = None,
+) -> Iterator[Record]:
+    """Like :func:`read_rows`, but a row that cannot be read (an invalid JSONL line, a CSV row with the wrong
+    number of cells, a JSON array element that is not an object) comes as its :class:`DataError`, so a loader
+    can count it under ``on_error="skip"``. Problems with the whole file still raise."""
+    fmt = fmt or detect_format(source)
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt == "rows":
+        if isinstance(source, str | Path):
+            raise ConfigError("fmt='rows' needs a sequence of dicts")
+        for i, row in enumerate(source, 1):
+            yield "<rows>", i, _as_dict("<rows>", i, row)
+        return
+    if not isinstance(source, str | Path):
+        raise ConfigError(f"fmt={fmt!r} needs a path, got {type_name(source)}")
+    label = str(source)
+    if fmt == "jsonl":
+        yield from _read_jsonl_text(label, read_text(source, "JSON Lines text"))
+    elif fmt == "json":
+        yield from _read_json(label, read_text(source, "JSON text"))
+    elif fmt in ("csv", "tsv"):
+        yield from _read_csv(label, read_text(source, f"{fmt.upper()} text"), "\t" if fmt == "tsv" else ",")
+    elif fmt == "parquet":
+        yield from _read_parquet(label, Path(source))
+    else:
+        yield from _read_hf(label, str(source), fmt, split, config)
+
+
+def read_rows(
+    source: Source,
+    *,
+    fmt: str | None = None,
+    split: str | None = None,
+    config: str | None = None,
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """Yield ``(file label, 1-based line/row number, row)`` from any supported source; any unreadable row raises.
+
+    ``split``/``config`` select a split of a saved ``DatasetDict`` or a hub dataset; ``split="*"`` reads
+    every split in name order (the label then names the split).
+    """
+    for label, line, row in iter_records(source, fmt=fmt, split=split, config=config):
+        if isinstance(row, DataError):
+            raise row
+        yield label, line, row
 
 
 def source_label(source: Source) -> str:
@@ -542,7 +761,7 @@ class FieldMap:
                     raise DataError("mapping", None, str(key), f"expected a source path string, got {type_name(value)}")
                 items.append((str(key).strip(), value.strip()))
         else:
-            raise TypeError(f"mapping must be a string, a dict or a FieldMap, got {type_name(spec)}")
+            raise ConfigError(f"mapping must be a string, a dict or a FieldMap, got {type_name(spec)}")
         paths: dict[str, str] = {}
         for key, value in items:
             if key in RENAMED_FIELDS:
@@ -572,6 +791,81 @@ class FieldMap:
         return ",".join(f"{k}={v}" for k, v in self.paths.items())
 
 
+# ------------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class LoadOptions:
+    """Every option of :func:`load_benchmark_file` (and so of :func:`validate_file`), checked once.
+
+    A bad value is a :class:`~perbench.errors.ConfigError` naming the option.
+    """
+
+    mapping: FieldMap = field(default_factory=FieldMap)
+    name: str | None = None
+    unseen_users: tuple[str, ...] | None = None
+    unseen_fraction: float = 0.0
+    seed: int = 0
+    fmt: str | None = None
+    split: str | None = None
+    config: str | None = None
+    on_error: OnError = "raise"
+    dedup: bool = True
+    test_fraction: float | None = None
+    default_user: str | None = None
+    max_chars: int | None = DEFAULT_MAX_CHARS
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        mapping: str | Mapping[str, str] | FieldMap | None = None,
+        unseen_users: Sequence[str] | None = None,
+        **options: Any,
+    ) -> LoadOptions:
+        if unseen_users is not None:
+            if isinstance(unseen_users, str) or not all(isinstance(u, str | int) for u in unseen_users):
+                raise ConfigError(f"unseen_users must be a list of user ids, got {unseen_users!r}")
+            unseen_users = tuple(str(u).strip() for u in unseen_users)
+        return cls(mapping=FieldMap.parse(mapping), unseen_users=unseen_users, **options)
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if not is_number(self.unseen_fraction) or not 0.0 <= self.unseen_fraction < 1.0:
+            raise ConfigError(f"unseen_fraction must be a number in [0, 1), got {self.unseen_fraction!r}")
+        if self.test_fraction is not None and (not is_number(self.test_fraction) or not 0 < self.test_fraction < 1):
+            raise ConfigError(f"test_fraction must be a number in (0, 1), or None, got {self.test_fraction!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.dedup, bool):
+            raise ConfigError(f"dedup must be true or false, got {self.dedup!r}")
+        if self.max_chars is not None and (
+            isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) or self.max_chars < 1
+        ):
+            raise ConfigError(
+                f"max_chars must be a positive integer, or None to keep texts whole, got {self.max_chars!r}"
+            )
+        if self.fmt is not None and self.fmt not in FORMATS:
+            raise ConfigError(f"unknown format {self.fmt!r}; use one of {', '.join(FORMATS)}")
+        if self.default_user is not None:
+            if not isinstance(self.default_user, str) or not self.default_user.strip():
+                raise ConfigError(f"default_user must be a non-empty user id, got {self.default_user!r}")
+            if self.mapping.explicit("user_id"):
+                raise ConfigError(
+                    f"default_user={self.default_user!r} is for files without a user field, but the mapping names "
+                    f"one (user_id={self.mapping.source('user_id')}); drop one of them"
+                )
+            object.__setattr__(self, "default_user", self.default_user.strip())
+        if self.test_fraction is not None and self.mapping.explicit("split"):
+            raise ConfigError(
+                f"test_fraction={self.test_fraction} splits a file without a split field, but the mapping names one "
+                f"(split={self.mapping.source('split')}); drop one of them"
+            )
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
 # ------------------------------------------------------------------------------------------- loading
 @dataclass
 class _Parsed:
@@ -582,9 +876,10 @@ class _Parsed:
     reference: str | None
     where: str
     split_given: bool
+    user_raw: Any
 
 
-def _parse_row(row: Row, fmap: FieldMap, stem: str) -> _Parsed:
+def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = None) -> _Parsed:
     def optional(canonical: str) -> Any:
         """Explicitly mapped -> required; otherwise used when present; empty string = absent."""
         if fmap.disabled(canonical):
@@ -597,7 +892,18 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str) -> _Parsed:
             return None
         return value
 
-    user = row.ident(fmap.source("user_id"))
+    user_path = fmap.source("user_id")
+    if default_user is not None:
+        if resolve(row.data, user_path) is not _MISSING:
+            raise row.error(
+                user_path,
+                f"present, but default_user={default_user!r} is set (it is for files without a user field); "
+                "drop default_user to use the file's user ids",
+            )
+        user, user_raw = default_user, default_user
+    else:
+        user_raw = row.require(user_path)
+        user = check_ident(row, user_path, user_raw)
     chosen_path, rejected_path = fmap.source("chosen"), fmap.source("rejected")
     chosen, chosen_ctx = parse_response(row, chosen_path, row.require(chosen_path))
     rejected, _ = parse_response(row, rejected_path, row.require(rejected_path))
@@ -622,34 +928,125 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str) -> _Parsed:
     pair_id = f"{stem}:{row.line}" if pid_value is None else row.ident(fmap.source("pair_id"))
     meta = {"source": row.where, "line": row.line}
     pair = PreferencePair(pair_id, user, prompt, chosen, rejected, split, meta)
-    return _Parsed(pair, seen, profile, answer_key, reference, row.where, split_value is not None)
+    return _Parsed(pair, seen, profile, answer_key, reference, row.where, split_value is not None, user_raw)
 
 
 def assign_unseen(user_ids: Sequence[str], fraction: float, seed: int) -> set[str]:
     """A seeded ``round(fraction * n)`` of the sorted user ids; stable across runs and machines."""
     if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"unseen_fraction must be in [0, 1), got {fraction}")
+        raise ConfigError(f"unseen_fraction must be in [0, 1), got {fraction}")
     ids = sorted(user_ids)
     n = round(fraction * len(ids))
     random.Random(seed).shuffle(ids)
     return set(ids[:n])
 
 
-def drop_degenerate(pairs: list[PreferencePair], skipped: SkipReport) -> list[PreferencePair]:
-    """Drop empty / chosen == rejected pairs (counted) but keep duplicates: row weighting."""
+def assign_test_split(
+    pairs: Sequence[PreferencePair], fraction: float, seed: int, free: set[str] | None = None
+) -> list[PreferencePair]:
+    """A seeded per-user split: ``round(fraction * n)`` of each user's ``n`` free pairs (ids in ``free``, default
+    all) become test, the rest train. A user with two free pairs or more keeps at least one of each; order kept."""
+    by_user: dict[str, list[int]] = {}
+    for i, p in enumerate(pairs):
+        if free is None or p.pair_id in free:
+            by_user.setdefault(p.user_id, []).append(i)
+    test: set[int] = set()
+    for user, idx in sorted(by_user.items()):
+        n = len(idx)
+        n_test = round(fraction * n)
+        if n >= 2:
+            n_test = min(max(n_test, 1), n - 1)
+        order = list(idx)
+        random.Random(f"{seed}/{user}").shuffle(order)
+        test.update(order[:n_test])
     out = []
-    for p in pairs:
-        if not p.chosen.strip() or not p.rejected.strip():
-            skipped.add("empty_response", p.pair_id)
-        elif p.chosen == p.rejected:
-            skipped.add("chosen_equals_rejected", p.pair_id)
-        else:
-            out.append(p)
+    for i, p in enumerate(pairs):
+        free_pair = free is None or p.pair_id in free
+        out.append(replace(p, split="test" if i in test else "train") if free_pair else p)
     return out
+
+
+def truncate_pair(pair: PreferencePair, max_chars: int | None) -> tuple[PreferencePair, tuple[str, ...]]:
+    """``pair`` with texts over ``max_chars`` cut: a response keeps its first ``max_chars`` characters, a prompt
+    (each message of a chat prompt) its last ``max_chars``. Returns the pair and the parts that were cut."""
+    if max_chars is None:
+        return pair, ()
+    parts: list[str] = []
+    chosen, rejected = pair.chosen, pair.rejected
+    if len(chosen) > max_chars:
+        chosen = chosen[:max_chars]
+        parts.append("chosen")
+    if len(rejected) > max_chars:
+        rejected = rejected[:max_chars]
+        parts.append("rejected")
+    prompt: Prompt = pair.prompt
+    if isinstance(prompt, str):
+        if len(prompt) > max_chars:
+            prompt = prompt[-max_chars:]
+            parts.append("prompt")
+    elif any(len(m.content) > max_chars for m in prompt):
+        prompt = tuple(Message(m.role, m.content[-max_chars:]) for m in prompt)
+        parts.append("prompt")
+    if not parts:
+        return pair, ()
+    meta = {**pair.meta, "truncated": parts}
+    return replace(pair, prompt=prompt, chosen=chosen, rejected=rejected, meta=meta), tuple(parts)
+
+
+@dataclass
+class Truncations:
+    """Counts of pairs cut by ``max_chars``, for ``meta["truncated"]``."""
+
+    max_chars: int | None
+    pairs: int = 0
+    parts: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "chosen": 0, "rejected": 0})
+    examples: list[str] = field(default_factory=list)
+
+    def apply(self, pairs: Sequence[PreferencePair]) -> list[PreferencePair]:
+        out = []
+        for p in pairs:
+            cut, parts = truncate_pair(p, self.max_chars)
+            if parts:
+                self.pairs += 1
+                for part in parts:
+                    self.parts[part] += 1
+                if len(self.examples) < 5:
+                    self.examples.append(f"{p.meta.get('source', p.pair_id)} ({', '.join(parts)})")
+            out.append(cut)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_chars": self.max_chars, "pairs": self.pairs, "parts": dict(self.parts), "examples": self.examples}
+
+    def note(self) -> str | None:
+        if not self.pairs:
+            return None
+        return (
+            f"{self.pairs} pair(s) had a text over max_chars={self.max_chars} characters and were cut "
+            f"(responses keep their start, prompts their end): {self.parts}"
+        )
+
+
+def demote_untrained(users: Mapping[str, User], pairs: Sequence[PreferencePair]) -> tuple[dict[str, User], list[str]]:
+    """Users re-marked unseen because they are seen but have no train pair while the benchmark has train pairs
+    (they were never seen in training: they get few-shot adaptation like any unseen user)."""
+    demoted = untrained_seen_users(pairs, {u: rec.seen for u, rec in users.items()})
+    out = {u: replace(rec, seen=False) if u in demoted else rec for u, rec in users.items()}
+    return out, demoted
+
+
+def demotion_note(demoted: Sequence[str]) -> str:
+    shown = ", ".join(repr(u) for u in demoted[:5]) + (" ..." if len(demoted) > 5 else "")
+    return (
+        f"{len(demoted)} seen user(s) without a train pair are evaluated as unseen (few-shot adaptation only, "
+        f"never trained on): {shown}"
+    )
 
 
 RowHook = Callable[[Row, PreferencePair], list[PreferencePair]]
 """Extra (history) pairs derived from a row and its parsed pair; they must not repeat a row's own pair."""
+RowSize = Callable[[Row], int]
+"""How many pairs a row holds (its own pair and its extra pairs): what a skipped row counts."""
 
 
 @dataclass
@@ -662,34 +1059,32 @@ class LoadStats:
 
 def load_with_stats(
     source: Source,
+    opts: LoadOptions,
     *,
-    mapping: str | Mapping[str, str] | FieldMap | None,
-    name: str | None,
-    unseen_users: Sequence[str] | None,
-    unseen_fraction: float,
-    seed: int,
-    fmt: str | None,
-    split: str | None,
-    config: str | None,
-    on_error: OnError,
-    dedup: bool,
     row_hook: RowHook | None = None,
+    row_size: RowSize | None = None,
 ) -> tuple[Benchmark, LoadStats]:
-    fmap = FieldMap.parse(mapping)
+    """The one loading path of :func:`load_benchmark_file`, :func:`validate_file` and the persona loader."""
+    fmap = opts.mapping
     label = source_label(source)
-    fmt = fmt or detect_format(source)
+    fmt = opts.fmt or detect_format(source)
     stats = LoadStats(fmt=fmt)
     skipped = SkipReport()
-    sink = ErrorSink(on_error, skipped)
+    sink = ErrorSink(opts.on_error, skipped)
     stem = Path(label).name if isinstance(source, str | Path) else "row"
     parsed: list[_Parsed] = []
     extras: list[PreferencePair] = []
     user_seen: dict[str, tuple[bool, str]] = {}
-    for file_label, line, data in read_rows(source, fmt=fmt, split=split, config=config):
+    id_forms: dict[str, dict[str, str]] = {}
+    for file_label, line, data in iter_records(source, fmt=fmt, split=opts.split, config=opts.config):
         stats.rows_read += 1
+        if isinstance(data, DataError):
+            stats.rows_with_errors += 1
+            sink(data)
+            continue
         row = Row(file_label, line, data)
         try:
-            item = _parse_row(row, fmap, stem)
+            item = _parse_row(row, fmap, stem, opts.default_user)
             more = row_hook(row, item.pair) if row_hook is not None else []
             if item.seen is not None:
                 first = user_seen.setdefault(item.pair.user_id, (item.seen, row.where))
@@ -699,8 +1094,15 @@ def load_with_stats(
                     )
         except DataError as e:
             stats.rows_with_errors += 1
-            sink(e)
+            sink(e, n=row_size(row) if row_size is not None else 1)
             continue
+        if opts.test_fraction is not None and item.split_given:
+            raise row.error(
+                fmap.source("split"),
+                f"the file gives a split, and test_fraction={opts.test_fraction} is set; use one of them "
+                "(mapping 'split=' switches the file's split off)",
+            )
+        id_forms.setdefault(item.pair.user_id, {}).setdefault(repr(item.user_raw), row.where)
         parsed.append(item)
         extras.extend(more)
     stats.first_error = sink.first
@@ -715,14 +1117,16 @@ def load_with_stats(
         known.extend(p for p in item.profile if p.text not in texts)
         if item.answer_key is not None:
             keys.setdefault(uid, item.answer_key)
-    row_keys = {item.pair.content_key() for item in parsed}
+    truncations = Truncations(opts.max_chars)
+    row_pairs = truncations.apply([item.pair for item in parsed])
+    row_keys = {pair_identity(p) for p in row_pairs}
     kept_extras = []
-    for p in extras:
-        if p.content_key() in row_keys:
+    for p in truncations.apply(extras):
+        if pair_identity(p) in row_keys:
             skipped.add("history_equals_row_pair", p.pair_id)
         else:
             kept_extras.append(p)
-    pairs = dedup_or_degenerate([item.pair for item in parsed] + kept_extras, skipped, dedup)
+    pairs = dedup_pairs(row_pairs + kept_extras, skipped, dedup=opts.dedup)
     first_seen: dict[str, tuple[str, str]] = {}
     unique_ids = []
     for p in pairs:
@@ -742,25 +1146,29 @@ def load_with_stats(
         unique_ids.append(p)
     pairs = unique_ids
     stats.first_error = sink.first
+    if opts.test_fraction is not None:
+        pairs = assign_test_split(pairs, opts.test_fraction, opts.seed, {item.pair.pair_id for item in parsed})
     with_pairs = {p.user_id for p in pairs}
     for uid in sorted(set(profiles) - with_pairs):
         skipped.add("user_without_pairs", uid)
     user_ids = sorted(with_pairs)
 
     if user_seen:
-        if unseen_users is not None or unseen_fraction:
-            raise ValueError("give either a 'seen' field or unseen_users / unseen_fraction, not both")
+        if opts.unseen_users is not None or opts.unseen_fraction:
+            raise ConfigError("give either a 'seen' field or unseen_users / unseen_fraction, not both")
         unseen = {u for u, (s, _) in user_seen.items() if not s}
         seen_policy = f"from field '{fmap.source('seen')}' (users without a value are seen)"
-    elif unseen_users is not None:
-        unknown = sorted(set(unseen_users) - set(profiles))
+    elif opts.unseen_users is not None:
+        unknown = sorted(set(opts.unseen_users) - set(profiles))
         if unknown:
             raise DataError(label, None, "unseen_users", f"unknown user(s) {unknown[:5]} (not in the file)")
-        unseen = set(unseen_users)
+        unseen = set(opts.unseen_users)
         seen_policy = "unseen_users list"
     else:
-        unseen = assign_unseen(user_ids, unseen_fraction, seed)
-        seen_policy = f"seeded fraction {unseen_fraction} (seed {seed})" if unseen_fraction else "all users seen"
+        unseen = assign_unseen(user_ids, opts.unseen_fraction, opts.seed)
+        seen_policy = (
+            f"seeded fraction {opts.unseen_fraction} (seed {opts.seed})" if opts.unseen_fraction else "all users seen"
+        )
     users = {
         u: withhold_answer_key(
             User(
@@ -773,6 +1181,9 @@ def load_with_stats(
         )
         for u in user_ids
     }
+    users, demoted = demote_untrained(users, pairs)
+    if demoted:
+        seen_policy += f"; {len(demoted)} seen user(s) without train pairs re-marked unseen"
 
     references: list[Reference] = []
     ref_keys: set[str] = set()
@@ -784,15 +1195,42 @@ def load_with_stats(
             ref_keys.add(key)
             references.append(Reference(item.pair.user_id, item.pair.prompt, item.reference, item.pair.split))
 
+    merges = {u: forms for u, forms in sorted(id_forms.items()) if len(forms) > 1 and u in users}
+    notes = []
+    if merges:
+        example = next(iter(merges.items()))
+        notes.append(
+            f"{len(merges)} user id(s) written in several forms were merged (ids are strings, surrounding "
+            f"whitespace stripped), e.g. {example[0]!r}: "
+            + ", ".join(f"{form} at {where}" for form, where in example[1].items())
+        )
+    if demoted:
+        notes.append(demotion_note(demoted))
+    if truncations.note():
+        notes.append(str(truncations.note()))
     meta = {
         "source": label,
         "format": fmt,
         "mapping": fmap.to_dict(),
-        "split_policy": _split_policy(fmap, parsed),
+        "split_policy": _split_policy(fmap, parsed, opts),
+        "split_fix": "map a split field (mapping 'split=<column>' with train/test values), or set test_fraction "
+        "(e.g. 0.2) for a seeded per-user split",
         "seen_policy": seen_policy,
+        "user_policy": (
+            f"every pair belongs to default_user {opts.default_user!r} (the file has no user field)"
+            if opts.default_user is not None
+            else f"from field '{fmap.source('user_id')}'"
+        ),
         "rows_read": stats.rows_read,
         "rows_with_errors": stats.rows_with_errors,
-        "dedup": dedup,
+        "dedup": opts.dedup,
+        "truncated": truncations.to_dict(),
+        "user_id_merges": {
+            "count": len(merges),
+            "examples": {u: forms for u, forms in list(merges.items())[:5]},
+        },
+        "seen_users_without_train": {"count": len(demoted), "users": demoted[:50]},
+        "notes": notes,
         "user_context": describe_user_context(
             "profile" if any(u.profile for u in users.values()) else "pairs_only",
             users,
@@ -801,19 +1239,28 @@ def load_with_stats(
             note="user ids are labels for reports and never reach a prompt",
         ),
     }
+    if opts.test_fraction is not None:
+        meta["test_fraction"] = opts.test_fraction
+    if opts.default_user is not None:
+        meta["default_user"] = opts.default_user
     bench = Benchmark(
-        name=name or (Path(label).stem if isinstance(source, str | Path) else "rows"),
+        name=opts.name or (Path(label).stem if isinstance(source, str | Path) else "rows"),
         pairs=pairs,
         users=users,
         references=references,
         skipped=skipped,
         meta=meta,
-        weighting="pair" if dedup else "row",
+        weighting="pair" if opts.dedup else "row",
     )
     return bench, stats
 
 
-def _split_policy(fmap: FieldMap, parsed: list[_Parsed]) -> str:
+def _split_policy(fmap: FieldMap, parsed: list[_Parsed], opts: LoadOptions) -> str:
+    if opts.test_fraction is not None:
+        return (
+            f"seeded per-user split: round({opts.test_fraction}·n) of each user's pairs test, at least one train "
+            f"and one test pair for a user with two or more (seed {opts.seed})"
+        )
     if fmap.disabled("split"):
         return "all test (split field switched off)"
     if fmap.explicit("split"):
@@ -821,15 +1268,6 @@ def _split_policy(fmap: FieldMap, parsed: list[_Parsed]) -> str:
     if any(item.split_given for item in parsed):
         return "from column 'split' (rows without one are test)"
     return "all test (no split field mapped)"
-
-
-def dedup_or_degenerate(
-    pairs: list[PreferencePair],
-    skipped: SkipReport,
-    dedup: bool,
-) -> list[PreferencePair]:
-    """Pair weighting (dedup, the default) or row weighting (keep duplicates); degenerate pairs always go."""
-    return dedup_pairs(pairs, skipped) if dedup else drop_degenerate(pairs, skipped)
 
 
 def load_benchmark_file(
@@ -845,14 +1283,18 @@ def load_benchmark_file(
     config: str | None = None,
     on_error: OnError = "raise",
     dedup: bool = True,
+    test_fraction: float | None = None,
+    default_user: str | None = None,
+    max_chars: int | None = DEFAULT_MAX_CHARS,
 ) -> Benchmark:
     """Load any supported file/dataset with a field mapping into a :class:`Benchmark`.
 
-    Without a mapped ``split`` field every pair is ``test`` (the file is treated as evaluation data).
-    ``on_error="skip"`` counts bad rows in ``Benchmark.skipped`` instead of raising :class:`DataError`.
+    Without a mapped ``split`` field every pair is ``test`` (the file is treated as evaluation data) unless
+    ``test_fraction`` asks for a seeded per-user split. ``default_user`` names the one user of a file without a
+    user field. ``on_error="skip"`` counts bad rows in ``Benchmark.skipped`` instead of raising
+    :class:`DataError`. Texts over ``max_chars`` are cut and counted (see the module docstring).
     """
-    bench, _ = load_with_stats(
-        source,
+    opts = LoadOptions.build(
         mapping=mapping,
         name=name,
         unseen_users=unseen_users,
@@ -863,111 +1305,180 @@ def load_benchmark_file(
         config=config,
         on_error=on_error,
         dedup=dedup,
+        test_fraction=test_fraction,
+        default_user=default_user,
+        max_chars=max_chars,
     )
+    bench, _ = load_with_stats(source, opts)
     return bench
 
 
 # ------------------------------------------------------------------------------------------ validation
 def validate_file(
     source: Source,
-    mapping: str | Mapping[str, str] | FieldMap | None = None,
     *,
-    fmt: str | None = None,
-    split: str | None = None,
-    config: str | None = None,
+    mapping: str | Mapping[str, str] | FieldMap | None = None,
+    name: str | None = None,
     unseen_users: Sequence[str] | None = None,
     unseen_fraction: float = 0.0,
     seed: int = 0,
+    fmt: str | None = None,
+    split: str | None = None,
+    config: str | None = None,
+    on_error: OnError = "raise",
     dedup: bool = True,
+    test_fraction: float | None = None,
+    default_user: str | None = None,
+    max_chars: int | None = DEFAULT_MAX_CHARS,
 ) -> dict[str, Any]:
-    """Read everything, collect every problem, and report (for ``perbench validate FILE``)."""
+    """Load ``source`` exactly as :func:`load_benchmark_file` would with the same options, run the benchmark
+    checks every run makes (:func:`perbench.data.checks.check_benchmark`), and report (``perbench validate``).
+
+    ``ok`` is True exactly when a run with these options would load the file. When it would not, ``fatal`` holds
+    the error a run would print, and -- when that error is a bad row under ``on_error="raise"`` -- the counts
+    come from a second pass with ``on_error="skip"`` (``diagnosis``) so the report still shows every problem.
+    """
+    from perbench.data.checks import check_benchmark
+
     report: dict[str, Any] = {
         "source": source_label(source),
         "format": fmt,
         "mapping": None,
+        "on_error": on_error,
         "rows_read": 0,
+        "rows_with_errors": 0,
         "pairs_kept": 0,
         "users": 0,
         "users_seen": 0,
         "users_unseen": 0,
         "splits": {s: 0 for s in SPLITS},
+        "train_pairs_seen": 0,
         "skipped": {},
-        "rows_with_errors": 0,
+        "skipped_pairs": 0,
+        "truncated": None,
+        "user_id_merges": None,
+        "seen_users_without_train": None,
+        "notes": [],
         "first_error": None,
         "fatal": None,
+        "diagnosis": None,
         "ok": False,
-        "weighting": "pair" if dedup else "row",
+        "weighting": "pair" if dedup is not False else "row",
         "split_policy": None,
         "seen_policy": None,
+        "user_policy": None,
+        "references": 0,
     }
     try:
-        report["mapping"] = FieldMap.parse(mapping).to_dict()
-        bench, stats = load_with_stats(
-            source,
+        opts = LoadOptions.build(
             mapping=mapping,
-            name=None,
+            name=name,
             unseen_users=unseen_users,
             unseen_fraction=unseen_fraction,
             seed=seed,
             fmt=fmt,
             split=split,
             config=config,
-            on_error="skip",
+            on_error=on_error,
             dedup=dedup,
+            test_fraction=test_fraction,
+            default_user=default_user,
+            max_chars=max_chars,
         )
-    except (DataError, FileNotFoundError, ValueError) as e:
+    except PerbenchError as e:
         report["fatal"] = report["first_error"] = str(e)
         return report
+    report["mapping"] = opts.mapping.to_dict()
+    try:
+        bench, stats = load_with_stats(source, opts)
+        notes = check_benchmark(bench, needs_train=False)
+    except (PerbenchError, OSError) as e:
+        report["fatal"] = report["first_error"] = str(e)
+        if opts.on_error == "raise" and isinstance(e, DataError) and e.message.endswith(SKIP_HINT):
+            try:
+                bench, stats = load_with_stats(source, replace(opts, on_error="skip"))
+            except (PerbenchError, OSError):
+                return report
+            _fill(report, bench, stats, list(bench.meta.get("notes", [])))
+            report["diagnosis"] = "counts from a second pass with on_error: skip (a run with on_error: raise stops)"
+        return report
+    _fill(report, bench, stats, notes)
+    report["ok"] = True
+    return report
+
+
+def _fill(report: dict[str, Any], bench: Benchmark, stats: LoadStats, notes: list[str]) -> None:
     report.update(
         format=stats.fmt,
         rows_read=stats.rows_read,
+        rows_with_errors=stats.rows_with_errors,
         pairs_kept=len(bench.pairs),
         users=len(bench.users),
         users_seen=len(bench.seen_users),
         users_unseen=len(bench.unseen_users),
         splits={s: sum(p.split == s for p in bench.pairs) for s in SPLITS},
+        train_pairs_seen=len(bench.train_pairs()),
         skipped={
-            r: {"count": n, "examples": bench.skipped.examples.get(r, [])}
+            r: {"count": n, "unit": bench.skipped.unit(r), "examples": bench.skipped.examples.get(r, [])}
             for r, n in sorted(bench.skipped.counts.items())
         },
-        rows_with_errors=stats.rows_with_errors,
-        first_error=stats.first_error,
-        split_policy=bench.meta["split_policy"],
-        seen_policy=bench.meta["seen_policy"],
+        skipped_pairs=bench.skipped.total(),
+        truncated=bench.meta.get("truncated"),
+        user_id_merges=bench.meta.get("user_id_merges"),
+        seen_users_without_train=bench.meta.get("seen_users_without_train"),
+        notes=notes,
+        split_policy=bench.meta.get("split_policy"),
+        seen_policy=bench.meta.get("seen_policy"),
+        user_policy=bench.meta.get("user_policy"),
         references=len(bench.references),
+        weighting=bench.weighting,
     )
-    report["ok"] = stats.rows_with_errors == 0 and len(bench.pairs) > 0
-    return report
+    report["first_error"] = report["first_error"] or stats.first_error
 
 
 def format_validation(report: Mapping[str, Any]) -> str:
     """A short human-readable rendering of :func:`validate_file`'s report."""
     lines = [f"{report['source']} ({report.get('format') or '?'})"]
-    if report.get("fatal"):
+    if report.get("fatal") and not report.get("diagnosis"):
         lines.append(f"  error        : {report['fatal']}")
-        lines.append("  status       : FAILED (could not read the file)")
+        lines.append("  status       : FAILED (a run would stop here)")
         return "\n".join(lines)
     splits = report.get("splits", {})
     lines += [
-        f"  rows read    : {report['rows_read']}",
+        f"  rows read    : {report['rows_read']} ({report.get('rows_with_errors', 0)} with errors)",
         f"  pairs kept   : {report['pairs_kept']} ({report['weighting']}-weighted)",
         f"  users        : {report['users']} ({report['users_seen']} seen, {report['users_unseen']} unseen;"
         f" {report.get('seen_policy')})",
+        f"  user ids     : {report.get('user_policy')}",
         f"  splits       : train {splits.get('train', 0)}, test {splits.get('test', 0)} ({report.get('split_policy')})",
+        f"  train pairs  : {report.get('train_pairs_seen', 0)} (seen users: what reward models fit on)",
     ]
+    demoted = report.get("seen_users_without_train") or {}
+    if demoted.get("count"):
+        lines.append(f"  seen -> unseen: {demoted['count']} user(s) without train pairs, e.g. {demoted['users'][:3]}")
+    merges = report.get("user_id_merges") or {}
+    if merges.get("count"):
+        lines.append(f"  id merges    : {merges['count']} user id(s) written in several forms")
+    cut = report.get("truncated") or {}
+    if cut.get("pairs"):
+        lines.append(f"  truncated    : {cut['pairs']} pair(s) over max_chars={cut['max_chars']} {cut['parts']}")
     skipped = report.get("skipped") or {}
-    total = sum(v["count"] for v in skipped.values())
-    lines.append(f"  skipped      : {total}")
+    lines.append(f"  skipped      : {report.get('skipped_pairs', 0)} pair(s)")
     for reason, info in skipped.items():
         example = f"  e.g. {info['examples'][0]}" if info.get("examples") else ""
-        lines.append(f"    {reason}: {info['count']}{example}")
+        lines.append(f"    {reason}: {info['count']} {info.get('unit', 'pair')}(s){example}")
+    for note in report.get("notes") or []:
+        lines.append(f"  note         : {note}")
     if report.get("first_error"):
         lines.append(f"  first error  : {report['first_error']}")
     if report.get("ok"):
         status = "OK"
-    elif report.get("rows_with_errors"):
-        status = f"FAILED ({report['rows_with_errors']} row(s) with errors)"
+    elif report.get("diagnosis"):
+        status = (
+            f"FAILED ({report['rows_with_errors']} row(s) with errors; a run stops at the first: "
+            f"{report['fatal']}; the counts above are from on_error: skip)"
+        )
     else:
-        status = "FAILED (no usable pairs)"
+        status = f"FAILED ({report.get('fatal')})"
     lines.append(f"  status       : {status}")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -113,30 +113,73 @@ class Reference:
     split: Split = "test"
 
 
+#: the unit a skip reason counts when it is not a preference pair (every other reason counts pairs)
+REASON_UNITS: dict[str, str] = {
+    "user_without_pairs": "user",
+    "user_below_min_dialogues": "user",
+    "profile_item_contains_answer_key": "profile_item",
+    "gold_without_question": "row",
+    "fewer_than_two_styles": "row",
+    "turn_without_chosen": "turn",
+    "turn_with_several_chosen": "turn",
+    "turn_with_single_response": "turn",
+}
+
+
 @dataclass
 class SkipReport:
-    """Counted, never silent: what a loader dropped and why."""
+    """Counted, never silent: what a loader dropped and why.
+
+    Every reason has one unit. Pairs are the unit of results, so a reason counts the preference pairs it
+    removed unless :data:`REASON_UNITS` (or ``unit=`` at the first ``add``) names another unit (users left
+    without pairs, withheld profile items, rows that could hold no pair). :meth:`total` counts pairs only.
+    """
 
     counts: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
 
-    def add(self, reason: str, where: str = "") -> None:
-        self.counts[reason] += 1
+    def add(self, reason: str, where: str = "", n: int = 1, unit: str | None = None) -> None:
+        """Count ``n`` dropped things (pairs unless the reason's unit says otherwise), with ``where`` as example."""
+        unit = unit or self.units.get(reason) or REASON_UNITS.get(reason, "pair")
+        known = self.units.setdefault(reason, unit)
+        if known != unit:
+            raise ValueError(f"skip reason {reason!r} counts {known}s, not {unit}s")
+        self.counts[reason] += n
         ex = self.examples.setdefault(reason, [])
         if where and len(ex) < 5:
             ex.append(where)
 
     def merge(self, other: SkipReport) -> None:
         for reason, n in other.counts.items():
-            self.counts[reason] += n
+            self.add(reason, n=n, unit=other.unit(reason))
             ex = self.examples.setdefault(reason, [])
             ex.extend(other.examples.get(reason, [])[: max(0, 5 - len(ex))])
 
+    def unit(self, reason: str) -> str:
+        return self.units.get(reason) or REASON_UNITS.get(reason, "pair")
+
     def total(self) -> int:
-        return sum(self.counts.values())
+        """Pairs dropped, over every reason that counts pairs."""
+        return sum(n for r, n in self.counts.items() if self.unit(r) == "pair")
+
+    def other(self) -> dict[str, int]:
+        """Dropped things that are not pairs, by unit (e.g. ``{"user": 2}``)."""
+        out: Counter[str] = Counter()
+        for r, n in self.counts.items():
+            if self.unit(r) != "pair":
+                out[self.unit(r)] += n
+        return dict(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"total": self.total(), "counts": dict(self.counts), "examples": self.examples}
+        return {
+            "total": self.total(),
+            "unit": "pair",
+            "other": self.other(),
+            "counts": dict(self.counts),
+            "units": {r: self.unit(r) for r in self.counts},
+            "examples": self.examples,
+        }
 
 
 @dataclass
@@ -255,21 +298,75 @@ class Benchmark:
         }
 
 
-def dedup_pairs(pairs: Iterable[PreferencePair], skipped: SkipReport) -> list[PreferencePair]:
-    """Drop exact duplicates by (user, prompt, chosen, rejected) and degenerate pairs; counts go to ``skipped``."""
+def normalize_text(text: str) -> str:
+    """Whitespace-insensitive form of a text: runs of whitespace become one space, ends stripped."""
+    return " ".join(text.split())
+
+
+def pair_identity(pair: PreferencePair) -> str:
+    """What deduplication compares: (user, prompt, chosen, rejected), whitespace differences ignored."""
+    prompt = (
+        normalize_text(pair.prompt)
+        if isinstance(pair.prompt, str)
+        else tuple(Message(m.role, normalize_text(m.content)) for m in pair.prompt)
+    )
+    return content_hash(pair.user_id, prompt_key(prompt), normalize_text(pair.chosen), normalize_text(pair.rejected))
+
+
+def degenerate_reason(pair: PreferencePair) -> str | None:
+    """``empty_response`` (a side is empty or whitespace), ``chosen_equals_rejected`` (the sides are equal up to
+    whitespace) or None for a usable pair."""
+    if not pair.chosen.strip() or not pair.rejected.strip():
+        return "empty_response"
+    if normalize_text(pair.chosen) == normalize_text(pair.rejected):
+        return "chosen_equals_rejected"
+    return None
+
+
+MIRROR_REASON = "mirror_of_skipped_pair"
+
+
+def dedup_units(
+    units: Iterable[Sequence[PreferencePair]], skipped: SkipReport, *, dedup: bool = True
+) -> list[PreferencePair]:
+    """Drop degenerate pairs and (``dedup``) repeats of an earlier kept pair, keeping or dropping each unit whole.
+
+    A unit is a group of pairs that must stay together: a pair alone, or a mirrored pair (user A prefers x to y,
+    user B prefers y to x) whose two directions keep a benchmark balanced. When one pair of a unit is dropped,
+    the others go too, counted as ``mirror_of_skipped_pair``; every dropped pair is counted once, in pairs.
+    Duplicates compare (user, prompt, chosen, rejected) with whitespace differences ignored (:func:`pair_identity`).
+    """
     seen: set[str] = set()
     out: list[PreferencePair] = []
-    for p in pairs:
-        if not p.chosen.strip() or not p.rejected.strip():
-            skipped.add("empty_response", p.pair_id)
+    for unit in units:
+        reasons: list[str | None] = [degenerate_reason(p) for p in unit]
+        keys = [pair_identity(p) for p in unit]
+        if dedup and not any(reasons):
+            local: set[str] = set()
+            for i, key in enumerate(keys):
+                if key in seen or key in local:
+                    reasons[i] = "duplicate_pair"
+                local.add(key)
+        if any(reasons):
+            for p, reason in zip(unit, reasons, strict=True):
+                skipped.add(reason or MIRROR_REASON, p.pair_id)
             continue
-        if p.chosen == p.rejected:
-            skipped.add("chosen_equals_rejected", p.pair_id)
-            continue
-        key = p.content_key()
-        if key in seen:
-            skipped.add("duplicate_pair", p.pair_id)
-            continue
-        seen.add(key)
-        out.append(p)
+        seen.update(keys)
+        out.extend(unit)
     return out
+
+
+def dedup_pairs(pairs: Iterable[PreferencePair], skipped: SkipReport, *, dedup: bool = True) -> list[PreferencePair]:
+    """Drop degenerate pairs and (``dedup``) duplicates, each pair on its own; counts go to ``skipped``."""
+    return dedup_units(([p] for p in pairs), skipped, dedup=dedup)
+
+
+def untrained_seen_users(pairs: Iterable[PreferencePair], seen: Mapping[str, bool]) -> list[str]:
+    """Seen users (``seen[user]``) without a train pair, when some seen user has train pairs; else none.
+
+    Such a user was never seen in training; evaluating them as seen would score them with a model that knows
+    nothing of them (e.g. an average head) under the wrong label."""
+    trained = {p.user_id for p in pairs if p.split == "train" and seen.get(p.user_id, False)}
+    if not trained:
+        return []
+    return sorted(u for u, is_seen in seen.items() if is_seen and u not in trained)

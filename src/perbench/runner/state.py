@@ -175,9 +175,14 @@ def seed_for(base: int, key: str) -> int:
 def load_benchmark(cfg: RunConfig) -> Benchmark:
     from perbench import registry
 
+    from perbench.data.checks import check_benchmark
+
     loader = registry.benchmarks.get(cfg.benchmark.name)
     _check_params(loader, cfg.benchmark)
     bench: Benchmark = loader(**cfg.benchmark.params)
+    # before any model loads: no pairs, no test pairs, or nothing to train on are errors, not zeros
+    needs_train = any(registry.reward_models.get(m.name).needs_train_pairs for m in cfg.methods)
+    check_benchmark(bench, needs_train=needs_train)  # its notes land in bench.meta["notes"]
     return bench
 
 

@@ -10,9 +10,11 @@ pairs, except a history pair identical to one of the user's row pairs, which is 
 
 Domain-style: one query with responses keyed by style (``{"query": ..., "responses": {style: text}}``, or a
 list of ``{style, response}``). Each style is a user: chosen = its own style's response, rejected = each other
-style's. Every ordered pair of responses appears once per direction across two users, so any scorer that
-ignores the user scores exactly 0.5 (strict ties count as wrong) -- a check of the accounting. The style name
-decides the label: it is the answer key (``User.answer_key``), and methods see the style's pairs only.
+style's. Every ordered pair of responses appears once per direction across two users, and the two directions
+are kept or dropped together (degenerate pairs, duplicates -- also when two styles share a response), so any
+scorer that ignores the user scores exactly 0.5 on the pairs of each split with ties counted ½ -- a check of
+the accounting. The style name decides the label: it is the answer key (``User.answer_key``), and methods see
+the style's pairs only. Skips count pairs; a row whose styles cannot be read counts as one row.
 """
 
 from __future__ import annotations
@@ -23,23 +25,32 @@ from pathlib import Path
 from typing import Any
 
 from perbench.data.loaders import (
+    DEFAULT_MAX_CHARS,
+    MISSING,
     DataError,
     ErrorSink,
     FieldMap,
+    LoadOptions,
     OnError,
     Row,
     Source,
+    Truncations,
     assign_unseen,
     check_text,
+    check_unicode,
+    demote_untrained,
+    demotion_note,
+    is_number,
+    iter_records,
     load_with_stats,
     parse_prompt,
     parse_response,
-    read_rows,
     source_label,
     type_name,
 )
-from perbench.data.records import Benchmark, PreferencePair, SkipReport, Split, User, dedup_pairs
+from perbench.data.records import Benchmark, PreferencePair, Prompt, SkipReport, Split, User, dedup_units
 from perbench.data.user_context import describe_user_context
+from perbench.errors import ConfigError
 
 PERSONA_DEFAULTS: dict[str, str] = {"user_id": "persona", "answer_key": "persona"}
 
@@ -78,6 +89,14 @@ def _history_hook(history_field: str) -> Any:
     return hook
 
 
+def _history_size(history_field: str) -> Any:
+    def size(row: Row) -> int:
+        value = row.get(history_field)
+        return 1 + (len(value) if isinstance(value, list | tuple) else 0)
+
+    return size
+
+
 def load_persona(
     source: Source,
     *,
@@ -92,14 +111,18 @@ def load_persona(
     config: str | None = None,
     on_error: OnError = "raise",
     dedup: bool = True,
+    test_fraction: float | None = None,
+    max_chars: int | None = DEFAULT_MAX_CHARS,
 ) -> Benchmark:
     """Persona-style rows: ``persona`` is the user id and the answer key unless ``mapping`` overrides; profile
-    items that quote the persona sentence are dropped (counted: ``profile_item_contains_answer_key``)."""
+    items that quote the persona sentence are dropped (counted: ``profile_item_contains_answer_key``).
+
+    The other options are :func:`~perbench.data.loaders.load_benchmark_file`'s; ``test_fraction`` splits the row
+    pairs only (history pairs are always train). A skipped row counts its own pair and its history pairs."""
     merged = dict(FieldMap.parse(mapping).paths)
     merged.setdefault("user_id", PERSONA_DEFAULTS["user_id"])
     merged.setdefault("answer_key", merged["user_id"])  # the persona sentence defines the label
-    bench, _ = load_with_stats(
-        source,
+    opts = LoadOptions.build(
         mapping=merged,
         name=name,
         unseen_users=unseen_users,
@@ -110,7 +133,11 @@ def load_persona(
         config=config,
         on_error=on_error,
         dedup=dedup,
-        row_hook=_history_hook(history_field),
+        test_fraction=test_fraction,
+        max_chars=max_chars,
+    )
+    bench, _ = load_with_stats(
+        source, opts, row_hook=_history_hook(history_field), row_size=_history_size(history_field)
     )
     bench.meta["history_policy"] = (
         f"'{history_field}' pairs -> the user's train split; copies of the user's row pairs dropped (counted)"
@@ -125,13 +152,20 @@ def load_persona(
     return bench
 
 
-def _responses(row: Row, path: str) -> dict[str, str]:
+def _responses(row: Row, path: str) -> dict[str, str | DataError]:
+    """Each style's response, or the located error that makes that one response unusable (wrong type, missing,
+    invalid Unicode); an empty response is kept (its pairs are degenerate, dropped and counted later).
+
+    Problems that make the styles themselves unknowable (not an object or a list, an entry that is not an
+    object, a missing or empty style name, a style twice) raise: the row cannot be read.
+    """
     value = row.require(path)
-    out: dict[str, str] = {}
+    items: list[tuple[str, Any, str]] = []
     if isinstance(value, Mapping):  # a null value = the style is absent (Parquet/HF structs fill gaps)
-        items = [(str(k), v, f"{path}.{k}") for k, v in value.items() if v is not None]
+        for key, text in value.items():
+            if text is not None:
+                items.append((check_unicode(row, f"{path}.{key}", str(key)), text, f"{path}.{key}"))
     elif isinstance(value, list | tuple):
-        items = []
         for i, item in enumerate(value):
             if not isinstance(item, Mapping):
                 raise row.error(f"{path}.{i}", f"expected a {{style, response}} object, got {type_name(item)}")
@@ -141,18 +175,32 @@ def _responses(row: Row, path: str) -> dict[str, str]:
             except DataError as e:
                 raise row.error(f"{path}.{i}.{e.field}", e.message) from None
             key = "response" if "response" in item else "text"
-            if item.get(key) is None:
-                raise row.error(f"{path}.{i}.response", "missing")
-            items.append((style, item[key], f"{path}.{i}.{key}"))
+            items.append((style, item.get(key, MISSING), f"{path}.{i}.{key}"))
     else:
         raise row.error(path, f"expected an object keyed by style (or a list), got {type_name(value)}")
-    for style, text, where in items:
+    out: dict[str, str | DataError] = {}
+    for raw_style, text, where in items:
+        style = raw_style.strip()
+        if not style:
+            raise row.error(where, "empty style name")
         if style in out:
             raise row.error(where, f"style {style!r} given twice")
-        if not style.strip():
-            raise row.error(where, "empty style name")
-        out[style] = check_text(row, where, text)
+        if text is MISSING or text is None:
+            out[style] = row.error(where, "missing")
+            continue
+        try:
+            out[style] = check_text(row, where, text, allow_empty=True)
+        except DataError as e:
+            out[style] = e
     return out
+
+
+def _style_pair(
+    row: Row, query: Prompt, texts: Mapping[str, str], style: str, other: str, split: Split
+) -> PreferencePair:
+    meta = {"source": row.where, "rejected_style": other}
+    pid = f"{Path(row.label).name}:{row.line}:{style}>{other}"
+    return PreferencePair(pid, style, query, texts[style], texts[other], split, meta)
 
 
 def load_domain_styles(
@@ -169,83 +217,110 @@ def load_domain_styles(
     split: str | None = None,
     config: str | None = None,
     on_error: OnError = "raise",
+    max_chars: int | None = DEFAULT_MAX_CHARS,
 ) -> Benchmark:
     """Domain-style rows: each style is a user preferring its own style over every other style.
 
     ``train_fraction`` sends a seeded share of the queries (with all their pairs) to train; default all test.
+    Pairs are built, cut to ``max_chars``, checked and deduplicated as mirrored units (style A's "a over b" with
+    style B's "b over a"), kept or dropped whole, so every split stays balanced: any user-agnostic scorer gets
+    exactly 0.5 on it with ties counted ½. Skips count pairs: an empty, invalid or duplicate response drops only
+    the pairs it is in; a row whose styles cannot be read counts as one row (``unreadable:<field>``).
     """
-    if not 0.0 <= train_fraction < 1.0:
-        raise ValueError(f"train_fraction must be in [0, 1), got {train_fraction}")
+    if not is_number(train_fraction) or not 0.0 <= train_fraction < 1.0:
+        raise ConfigError(f"train_fraction must be a number in [0, 1), got {train_fraction!r}")
+    LoadOptions(unseen_fraction=unseen_fraction, seed=seed, fmt=fmt, on_error=on_error, max_chars=max_chars)
     skipped = SkipReport()
     sink = ErrorSink(on_error, skipped)
-    rows: list[tuple[Row, Any, dict[str, str]]] = []
-    rows_read = 0
-    for label, line, data in read_rows(source, fmt=fmt, split=split, config=config):
+    rows: list[tuple[Row, Prompt, dict[str, str]]] = []
+    rows_read = rows_with_errors = 0
+    for label, line, data in iter_records(source, fmt=fmt, split=split, config=config):
         rows_read += 1
+        if isinstance(data, DataError):
+            rows_with_errors += 1
+            sink(data, unit="row", prefix="unreadable")
+            continue
         row = Row(label, line, data)
         try:
-            query = parse_prompt(row, query_field, row.require(query_field))
             responses = _responses(row, responses_field)
         except DataError as e:
-            sink(e)
+            rows_with_errors += 1
+            sink(e, unit="row", prefix="unreadable")
             continue
-        if len(responses) < 2:
+        k = len(responses)
+        if k < 2:
             skipped.add("fewer_than_two_styles", row.where)
             continue
-        rows.append((row, query, responses))
+        try:
+            query = parse_prompt(row, query_field, row.require(query_field))
+        except DataError as e:
+            rows_with_errors += 1
+            sink(e, n=k * (k - 1))
+            continue
+        bad = [e for e in responses.values() if isinstance(e, DataError)]
+        rows_with_errors += bool(bad)
+        for j, err in enumerate(bad):
+            sink(err, n=2 * (k - 1 - j))  # its pairs, less those with an earlier bad style (counted there)
+        rows.append((row, query, {s: t for s, t in responses.items() if isinstance(t, str)}))
 
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
     n_train = int(train_fraction * len(rows))
     train_rows = set(order[:n_train])
-    pairs: list[PreferencePair] = []
-    for n, (row, query, responses) in enumerate(rows):
+    truncations = Truncations(max_chars)
+    units: list[list[PreferencePair]] = []
+    position: dict[str, int] = {}
+    for n, (row, query, texts) in enumerate(rows):
         row_split: Split = "train" if n in train_rows else "test"
-        for style, mine in responses.items():
-            for other, theirs in responses.items():
-                if other == style:
-                    continue
-                pairs.append(
-                    PreferencePair(
-                        f"{Path(row.label).name}:{row.line}:{style}>{other}",
-                        style,
-                        query,
-                        mine,
-                        theirs,
-                        row_split,
-                        {"source": row.where, "rejected_style": other},
-                    )
-                )
-    pairs = dedup_pairs(pairs, skipped)
-    styles = sorted({p.user_id for p in pairs})
+        styles = list(texts)
+        made = {
+            (style, other): _style_pair(row, query, texts, style, other, row_split)
+            for style in styles  # style-major ids and order, as the row lists them
+            for other in styles
+            if other != style
+        }
+        position.update((p.pair_id, len(position) + i) for i, p in enumerate(made.values()))
+        for i, style in enumerate(styles):
+            for other in styles[i + 1 :]:
+                units.append(truncations.apply([made[style, other], made[other, style]]))
+    pairs = sorted(dedup_units(units, skipped), key=lambda p: position[p.pair_id])
+    styles_kept = sorted({p.user_id for p in pairs})
     if unseen_styles is not None:
-        unknown = sorted(set(unseen_styles) - set(styles))
+        wanted = {str(s).strip() for s in unseen_styles}
+        unknown = sorted(wanted - set(styles_kept))
         if unknown:
             raise DataError(source_label(source), None, "unseen_styles", f"unknown style(s) {unknown[:5]}")
-        unseen = set(unseen_styles)
-    else:
-        unseen = assign_unseen(styles, unseen_fraction, seed)
-    if unseen_styles is not None:
+        unseen = wanted
         seen_policy = "unseen_styles list"
-    elif unseen_fraction:
-        seen_policy = f"seeded fraction {unseen_fraction} (seed {seed})"
     else:
-        seen_policy = "all styles seen"
+        unseen = assign_unseen(styles_kept, unseen_fraction, seed)
+        seen_policy = f"seeded fraction {unseen_fraction} (seed {seed})" if unseen_fraction else "all styles seen"
     users = {
         s: User(
             s, seen=s not in unseen, answer_key={"style": s, "rubric_text": f"Prefers responses in the style '{s}'."}
         )
-        for s in styles
+        for s in styles_kept
     }
+    users, demoted = demote_untrained(users, pairs)
+    if demoted:
+        seen_policy += f"; {len(demoted)} seen user(s) without train pairs re-marked unseen"
+    notes = [demotion_note(demoted)] if demoted else []
+    if truncations.note():
+        notes.append(str(truncations.note()))
     meta = {
         "source": source_label(source),
         "rows_read": rows_read,
-        "rows_with_errors": sink.count,
+        "rows_with_errors": rows_with_errors,
         "query_field": query_field,
         "responses_field": responses_field,
         "split_policy": (f"seeded {train_fraction} of queries train (seed {seed})" if train_fraction else "all test"),
+        "split_fix": "set train_fraction (e.g. 0.5) to send a seeded share of the queries to train",
         "seen_policy": seen_policy,
-        "sanity_check": "any user-agnostic scorer scores exactly 0.5 on these pairs (strict ties wrong)",
+        "sanity_check": "mirrored pairs are kept or dropped together, so any user-agnostic scorer scores exactly "
+        "0.5 on the pairs of each split, ties counted ½",
+        "truncated": truncations.to_dict(),
+        "seen_users_without_train": {"count": len(demoted), "users": demoted[:50]},
+        "notes": notes,
         "user_context": describe_user_context(
             "pairs_only",
             users,

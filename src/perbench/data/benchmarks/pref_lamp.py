@@ -23,7 +23,6 @@ Choices the paper leaves open (see ``docs/benchmarks-data.md``):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,17 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from perbench.data.loaders import DataError, ErrorSink, OnError, Row, assign_unseen, read_rows, type_name
+from perbench.data.loaders import (
+    DataError,
+    ErrorSink,
+    OnError,
+    Row,
+    assign_unseen,
+    parse_json,
+    read_rows,
+    read_text,
+    type_name,
+)
 from perbench.data.records import (
     Benchmark,
     PreferencePair,
@@ -102,10 +111,7 @@ def _norm(text: str) -> str:
 def read_golds(path: Path) -> dict[str, tuple[str, int]]:
     """``{id: (title, position)}`` from a ``*_outputs.json`` file (``{"task", "golds": [{id, output}]}``)."""
     label = str(path)
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataError(label, e.lineno, None, f"invalid JSON ({e.msg})") from None
+    obj = parse_json(label, None, read_text(path, "JSON text"))
     if not isinstance(obj, Mapping):
         raise DataError(label, None, None, f'expected {{"task", "golds": [...]}}, got {type_name(obj)}')
     if "golds" not in obj:

@@ -210,7 +210,7 @@ def load_prism(
         if not p.exists():
             raise FileNotFoundError(f"{p}: missing (PRISM needs {survey} and {conversations})")
     skipped = SkipReport()
-    sink = ErrorSink(on_error, skipped)
+    sink = ErrorSink(on_error, skipped, unit="row")  # a survey row or a whole conversation
     users, survey_rows = _survey(survey_path, sink)
 
     convs: list[_Conversation] = []

@@ -1,0 +1,100 @@
+"""Benchmark checks a run makes right after loading and before any model loads.
+
+:func:`check_benchmark` turns a benchmark on which a number would be meaningless into a located
+:class:`~perbench.data.loaders.DataError` (no pairs, no test pairs, no train pairs for a method that fits on
+them), re-marks seen users without train pairs as unseen (whatever loader built the benchmark), and returns
+notes for the report. ``perbench validate`` runs the same checks (with ``needs_train=False``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perbench.data.loaders import DataError, demote_untrained, demotion_note
+from perbench.data.records import Benchmark
+
+
+def check_benchmark(bench: Benchmark, *, needs_train: bool) -> list[str]:
+    """Raise :class:`DataError` when no method could produce a meaningful number on ``bench``; else return
+    notes (one line each) for the report.
+
+    Errors: no pairs at all; no test pairs; ``needs_train`` (some method fits on the seen users' train pairs)
+    and there are none -- because every pair is test, or because every user is unseen. A seen user without
+    train pairs while others have some is re-marked unseen in place (listed in
+    ``meta["seen_users_without_train"]``), so no method scores them as a user it was trained on. The notes are
+    also stored in ``meta["notes"]``, so a run's results carry them.
+    """
+    path = str(bench.meta.get("source", bench.name))
+    if not bench.pairs:
+        raise DataError(path, None, None, f"no usable pairs ({_dropped(bench)}); there is nothing to evaluate")
+    if not bench.test_pairs():
+        raise DataError(
+            path,
+            None,
+            "split",
+            f"no test pairs: all {len(bench.pairs)} pairs are train ({_policy(bench, 'split_policy')}); "
+            f"nothing would be evaluated. Fix: {_split_fix(bench)}",
+        )
+    notes = [str(n) for n in bench.meta.get("notes", [])]
+    bench.users, demoted = demote_untrained(bench.users, bench.pairs)
+    if demoted:
+        before = bench.meta.get("seen_users_without_train") or {}
+        users = sorted(set(before.get("users", [])) | set(demoted))
+        bench.meta["seen_users_without_train"] = {"count": len(users), "users": users[:50]}
+        policy = bench.meta.get("seen_policy")
+        bench.meta["seen_policy"] = (f"{policy}; " if policy else "") + (
+            f"{len(demoted)} seen user(s) without train pairs re-marked unseen"
+        )
+        notes.append(demotion_note(demoted))
+    has_train = any(p.split == "train" for p in bench.pairs)
+    if needs_train and not bench.train_pairs():
+        if not has_train:
+            raise DataError(
+                path,
+                None,
+                "split",
+                f"no train pairs ({_policy(bench, 'split_policy')}): without a mapped split field every pair is "
+                f"test, so the methods that fit on train pairs cannot run. Fix: {_split_fix(bench)}; or run only "
+                "methods that need no training",
+            )
+        raise DataError(
+            path,
+            None,
+            "seen",
+            f"no seen user has train pairs ({len(bench.seen_users)} seen, {len(bench.unseen_users)} unseen; "
+            f"{_policy(bench, 'seen_policy')}): the train pairs belong to unseen users, so the methods that fit on "
+            "train pairs have nothing to fit; mark some users seen (fewer unseen_users, a lower unseen_fraction, "
+            "or seen=true in the file)",
+        )
+    if not has_train:
+        notes.append("no train pairs: every user is evaluated without training data (zero-shot)")
+    no_shots = [u for u in bench.unseen_users if not bench.fewshot(u, 1)]
+    if no_shots and has_train:
+        notes.append(
+            f"{len(no_shots)} unseen user(s) have no few-shot pairs: methods that adapt from shots report them "
+            "as not applicable"
+        )
+    dropped = bench.skipped.total()
+    if dropped:
+        notes.append(f"{dropped} pair(s) dropped while loading ({_dropped(bench)})")
+    notes = list(dict.fromkeys(notes))
+    bench.meta["notes"] = notes  # results.json carries the benchmark's meta
+    return notes
+
+
+def _policy(bench: Benchmark, key: str) -> str:
+    value: Any = bench.meta.get(key)
+    return f"{key.replace('_', ' ')}: {value}" if value else f"{key.replace('_', ' ')} not recorded"
+
+
+def _split_fix(bench: Benchmark) -> str:
+    fix = bench.meta.get("split_fix")
+    return str(fix) if fix else "give the loader a train/test split"
+
+
+def _dropped(bench: Benchmark) -> str:
+    rows = bench.meta.get("rows_read")
+    counts = bench.skipped.counts
+    parts = [f"{r}: {n} {bench.skipped.unit(r)}(s)" for r, n in counts.most_common(5)]
+    head = f"{rows} row(s) read" if rows is not None else "no row count"
+    return head + ("; skipped " + ", ".join(parts) if parts else "; nothing skipped")
