@@ -230,6 +230,43 @@ def test_injected_markup_is_escaped(run_dir: Path) -> None:
     assert "abc&lt;i&gt;123&lt;/i&gt;" in html and "tiny&lt;b&gt;policy&lt;/b&gt;" in html
 
 
+MARK = '<x-inj title="1">'
+ESCAPED_MARK = "&lt;x-inj title=&quot;1&quot;&gt;"
+#: mappings keyed by data (method / decoder labels, metric names, packages…), not by the schema
+LABEL_MAPS = {"upstream", "downstream", "table", "fairness", "models", "packages", "policies", "computed", "vs"}
+
+
+def _inject(x: Any, keys: bool, parent: str = "") -> Any:
+    """Every string of ``x`` with markup appended (with ``keys``, also the keys of mappings keyed by data)."""
+    if isinstance(x, str):
+        return x if parent == "kind" else x + MARK  # kind selects sample rows: keep it
+    if isinstance(x, list):
+        return [_inject(v, keys, parent) for v in x]
+    if isinstance(x, dict):
+        rename = keys and parent in LABEL_MAPS
+        return {(k + MARK if rename else k): _inject(v, keys, str(k)) for k, v in x.items()}
+    return x
+
+
+@pytest.mark.parametrize("keys", [False, True], ids=["values", "values_and_labels"])
+def test_every_string_field_of_results_is_escaped(run_dir: Path, tmp_path: Path, keys: bool) -> None:
+    """A hand-edited results.json / samples.jsonl: markup in any string (config_hash, labels, verdict, notes,
+    provenance, reasons…) or label reaches report.html only as text."""
+    results = _inject(json.loads((run_dir / "results.json").read_text()), keys)
+    samples = [_inject(r, keys) for r in make_samples()]
+    html = render(results, samples=samples, figures={})
+    assert "<x-inj" not in html
+    assert f"config <code>abc&lt;i&gt;123&lt;/i&gt;{ESCAPED_MARK}</code>" in html
+    assert f"Hello there.{ESCAPED_MARK}</div>" in html  # a generation
+    assert f"<th>mpu{ESCAPED_MARK}</th>" in html or not keys  # a method label (keys of analysis.table)
+    d = tmp_path / "edited"
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps(results))
+    (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
+    assert main(["report", str(d)]) == 0  # `perbench report` re-renders a hand-edited run the same way
+    assert "<x-inj" not in (d / "report.html").read_text()
+
+
 def test_leaderboard_markdown(run_dir: Path) -> None:
     md = (run_dir / "leaderboard.md").read_text()
     verdict = json.loads((run_dir / "results.json").read_text())["analysis"]["verdict"]["text"]

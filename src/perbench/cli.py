@@ -1,15 +1,27 @@
-"""``perbench`` command line: run, list, validate, build, report, compare."""
+"""``perbench`` command line: run, list, validate, build, report, compare.
+
+Every error a user can act on (a :class:`~perbench.errors.PerbenchError`, or an OS error naming a file) is one
+line on stderr, ``perbench: error: …``, and exit code 2; ``--debug`` (before or after the command) shows the
+traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
+import math
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from perbench.errors import ConfigError, PerbenchError
 
-def _add_run(sub: Any) -> None:
-    p = sub.add_parser("run", help="run a config end to end (no CONFIG: the embedded default)")
+
+def _add_run(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("run", parents=[common], help="run a config end to end (no CONFIG: the embedded default)")
     p.add_argument("config", nargs="?", help="YAML run config")
     p.add_argument("--benchmark", help="benchmark name (see `perbench list benchmarks`)")
     p.add_argument("--policy", help="policy model: smollm2 | HF id | folder | .gguf | tiny-random")
@@ -23,7 +35,17 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--device")
     p.add_argument("--dtype")
     p.add_argument("--out-dir")
-    p.add_argument("--run-name")
+    p.add_argument("--run-name", help="the run's folder inside --out-dir (one plain name)")
+    p.add_argument("--executor", help="how the run's units are computed: local | ray (`perbench list executors`)")
+    p.add_argument(
+        "--ray-address",
+        help="with --executor ray: join this Ray cluster (auto | HOST:PORT) instead of starting a local one",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow hub_rm models with trust_remote_code: true to run their own Python files (listed first)",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -34,6 +56,20 @@ def _add_run(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """``perbench run``; ``--trust-remote-code`` grants its permission for this run only."""
+    if not args.trust_remote_code:
+        return _run_config(args)
+    from perbench.rewards.hub_rm import allow_remote_code, remote_code_allowed
+
+    before = remote_code_allowed()
+    allow_remote_code()
+    try:
+        return _run_config(args)
+    finally:
+        allow_remote_code(before)
+
+
+def _run_config(args: argparse.Namespace) -> int:
     from perbench import registry
     from perbench.config import Component, RunConfig, parse_set
     from perbench.runner.run import run
@@ -57,6 +93,7 @@ def _run(args: argparse.Namespace) -> int:
         "dtype",
         "out_dir",
         "run_name",
+        "executor",
     ):
         if getattr(args, flag) is not None:
             changes[flag] = getattr(args, flag)
@@ -65,10 +102,29 @@ def _run(args: argparse.Namespace) -> int:
     if args.decoders:
         changes["decoders"] = [d.strip() for d in args.decoders.split(",") if d.strip()]
     changes.update(parse_set(args.set))
-    cfg = cfg.override(**changes)
+    cfg = cfg.override("command line", **changes)
+    if args.ray_address:
+        if cfg.executor != "ray":
+            raise ConfigError("--ray-address needs --executor ray")
+        import os
+
+        os.environ["RAY_ADDRESS"] = args.ray_address  # where ray.init connects (Ray's own convention)
+    _announce_remote_code(cfg.methods)
     result = run(cfg)
     _print_summary(result.results)
     return 0
+
+
+def _announce_remote_code(methods: list[Any]) -> None:
+    """Before a run starts, name the Python files each permitted ``trust_remote_code`` model will run."""
+    for m in methods:
+        if m.params.get("trust_remote_code") is True and m.params.get("model"):
+            from perbench.models.loader import ModelSpec, describe_remote_code
+
+            print(
+                f"[perbench] {m.label()}: {describe_remote_code(ModelSpec.parse(str(m.params['model'])))}",
+                file=sys.stderr,
+            )
 
 
 def _config_path(name: str) -> str:
@@ -77,10 +133,14 @@ def _config_path(name: str) -> str:
         return name
     from importlib import resources
 
-    embedded = resources.files("perbench") / "configs" / f"{name.removesuffix('.yaml')}.yaml"
+    from perbench.config import MissingConfigError
+
+    configs = resources.files("perbench") / "configs"
+    embedded = configs / f"{name.removesuffix('.yaml')}.yaml"
     if embedded.is_file():
         return str(embedded)
-    raise FileNotFoundError(f"config {name!r} is neither a file nor an embedded config")
+    known = sorted(p.name.removesuffix(".yaml") for p in configs.iterdir() if p.name.endswith(".yaml"))
+    raise MissingConfigError(f"config {name!r} is neither a file nor an embedded config (embedded: {', '.join(known)})")
 
 
 def _print_summary(results: dict[str, Any]) -> None:
@@ -109,29 +169,140 @@ def _list(args: argparse.Namespace) -> int:
         "metrics": registry.metrics,
         "executors": registry.executors,
     }
+    if args.kind and args.kind not in kinds:
+        import difflib
+
+        close = difflib.get_close_matches(args.kind, list(kinds), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"list: unknown kind {args.kind!r}.{hint} Choose from {', '.join(kinds)}")
     chosen = [args.kind] if args.kind else list(kinds)
-    for kind in chosen:
-        if kind not in kinds:
-            raise SystemExit(f"unknown kind {kind!r}; choose from {', '.join(kinds)}")
-        print(f"{kind}:")
-        for e in kinds[kind]:
-            extra = ""
-            if kind == "benchmarks" and args.sizes:
-                try:
-                    b = registry.benchmarks.get(e.name)()
-                    extra = f"  [{len(b.pairs)} pairs, {len(b.users)} users]"
-                except Exception as ex:  # a benchmark that needs a path cannot be sized without one
-                    extra = f"  [not loaded: {type(ex).__name__}]"
-            print(f"  {e.name:<22} {e.help}{extra}")
+    with _offline_unless_set() if args.sizes else contextlib.nullcontext():
+        for kind in chosen:
+            print(f"{kind}:")
+            for e in kinds[kind]:
+                extra = _size(e.name) if kind == "benchmarks" and args.sizes else ""
+                print(f"  {e.name:<22} {e.help}{extra}")
     return 0
+
+
+@contextlib.contextmanager
+def _offline_unless_set() -> Iterator[None]:
+    """HF_HUB_OFFLINE=1 while sizing benchmarks (no waiting on network retries), unless the user set it."""
+    if "HF_HUB_OFFLINE" in os.environ:
+        yield
+        return
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+
+
+def _size(name: str) -> str:
+    """`` [N pairs, M users]`` of a built-in benchmark, or why it was not loaded."""
+    from perbench import registry
+
+    loader = registry.benchmarks.get(name)
+    params = inspect.signature(loader).parameters.values()
+    required = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if required:
+        return f"  [needs a path: {', '.join(required)}]"
+    try:
+        b = loader()
+    except Exception as ex:  # e.g. a hub dataset while offline: the listing goes on
+        first = (str(ex).strip().splitlines() or [""])[0][:100]
+        return f"  [not loaded: {type(ex).__name__}{': ' + first if first else ''}]"
+    return f"  [{len(b.pairs)} pairs, {len(b.users)} users]"
+
+
+#: ``perbench validate`` flag -> loader option, for the options a user gave
+_VALIDATE_FLAGS = {
+    "map": "mapping",
+    "on_error": "on_error",
+    "dedup": "dedup",
+    "unseen_users": "unseen_users",
+    "unseen_fraction": "unseen_fraction",
+    "test_fraction": "test_fraction",
+    "default_user": "default_user",
+    "max_chars": "max_chars",
+    "seed": "seed",
+    "format": "fmt",
+    "split": "split",
+}
 
 
 def _validate(args: argparse.Namespace) -> int:
     from perbench.data.loaders import format_validation, validate_file
 
-    report = validate_file(args.file, mapping=args.map)
+    source, options = _validate_options(args)
+    takes = inspect.signature(validate_file).parameters
+    any_keyword = any(p.kind is p.VAR_KEYWORD for p in takes.values())
+    unsupported = [] if any_keyword else sorted(k for k in options if k not in takes)
+    if unsupported:
+        raise ConfigError(f"validate: this version's loader has no option {unsupported[0]!r}")
+    report = validate_file(source, **options)
     print(format_validation(report))
     return 0 if report.get("ok") else 1
+
+
+def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """-> (the file, the loader options): a run config's ``file`` benchmark params, then the flags given."""
+    options: dict[str, Any] = {}
+    source = args.file
+    if args.config:
+        from perbench.config import RunConfig
+
+        cfg = RunConfig.from_yaml(_config_path(args.config))
+        if cfg.benchmark.name != "file":
+            raise ConfigError(
+                f"{args.config}: benchmark is {cfg.benchmark.name!r}; validate --config reads the options of a "
+                "`file` benchmark (benchmark: {name: file, source: ..., mapping: ...})"
+            )
+        options = dict(cfg.benchmark.params)
+        config_source = options.pop("source", None)
+        source = source or config_source
+    if not source:
+        raise ConfigError("validate: give the data FILE, or --config RUN.yaml whose `file` benchmark has a source")
+    for flag, option in _VALIDATE_FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            options[option] = value
+    return str(source), options
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return v
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _add_validate(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "validate",
+        parents=[common],
+        help="check a preference data file as a run would load it; errors name file, line and field",
+    )
+    p.add_argument("file", nargs="?", help="the data file (default: the source of --config's file benchmark)")
+    p.add_argument("--config", metavar="RUN.yaml", help="take the loader options from this run config's benchmark")
+    p.add_argument("--map", help="field mapping, e.g. user_id=ground_truth_persona,prompt=question")
+    p.add_argument("--on-error", choices=["raise", "skip"], help="bad rows: stop at the first, or count and skip")
+    p.add_argument("--no-dedup", dest="dedup", action="store_const", const=False, help="keep duplicate pairs")
+    p.add_argument("--unseen-fraction", type=_fraction, help="share of users held out as unseen")
+    p.add_argument("--unseen-users", type=_names, metavar="A,B", help="users held out as unseen")
+    p.add_argument("--test-fraction", type=_fraction, help="seeded per-user test share (no split field)")
+    p.add_argument("--default-user", help="the one user of a file without a user field")
+    p.add_argument("--max-chars", type=int, help="texts longer than this are cut (and counted)")
+    p.add_argument("--seed", type=int, help="seed of the unseen-user and test splits")
+    p.add_argument("--format", help="json | jsonl | csv | parquet | hub (default: from the file name)")
+    p.add_argument("--split", help="split of a hub dataset")
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -152,7 +323,7 @@ def _build_pref_lamp(args: argparse.Namespace) -> int:
     from perbench.io import atomic_write_json, atomic_write_jsonl
 
     if not args.lamp_dir:
-        raise ValueError("build pref-lamp needs --lamp-dir DIR (a folder with the LaMP-5 files)")
+        raise ConfigError("build pref-lamp needs --lamp-dir DIR (a folder with the LaMP-5 files)")
     bench = load_pref_lamp(args.lamp_dir, layout=args.layout, negative_pool=args.negative_pool, seed=args.seed)
     table = bench.meta.get("table1", {})
     print(format_table1(table))
@@ -209,17 +380,36 @@ def _add_compare_options(p: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perbench", description="Which personalized reward model should I deploy?")
+def _user_error(e: BaseException) -> bool:
+    """An error the user can act on: printed as one line. Anything else is a bug: its traceback is shown."""
+    if isinstance(e, PerbenchError):
+        return True
+    if isinstance(e, OSError):
+        return e.filename is not None or isinstance(e, FileNotFoundError)
+    return False
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error"
+    )
+    parser = argparse.ArgumentParser(
+        prog="perbench", description="Which personalized reward model should I deploy?", parents=[common]
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    _add_run(sub)
-    p = sub.add_parser("list", help="list registered benchmarks, methods, decoders, metrics, executors")
+    _add_run(sub, common)
+    p = sub.add_parser(
+        "list", parents=[common], help="list registered benchmarks, methods, decoders, metrics, executors"
+    )
     p.add_argument("kind", nargs="?")
-    p.add_argument("--sizes", action="store_true", help="load built-in benchmarks to show their size")
-    p = sub.add_parser("validate", help="check a preference data file; errors name file, line and field")
-    p.add_argument("file")
-    p.add_argument("--map", help="field mapping, e.g. user_id=ground_truth_persona,prompt=question")
-    p = sub.add_parser("build", help="build a benchmark: rubrics | pref-lamp")
+    p.add_argument("--sizes", action="store_true", help="load built-in benchmarks to show their size (offline)")
+    _add_validate(sub, common)
+    p = sub.add_parser("build", parents=[common], help="build a benchmark: rubrics | pref-lamp")
     p.add_argument("what", choices=["rubrics", "pref-lamp"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out")
@@ -228,13 +418,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lamp-dir", help="(pref-lamp) folder with LaMP-5 files")
     p.add_argument("--layout", default="auto", choices=["auto", "user", "time"])
     p.add_argument("--negative-pool", default="other_users", choices=["other_users", "same_profile", "both"])
-    p = sub.add_parser("report", help="re-render report.html of run directories (several: also a comparison)")
+    p = sub.add_parser(
+        "report", parents=[common], help="re-render report.html of run directories (several: also a comparison)"
+    )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     _add_compare_options(p)
-    p = sub.add_parser("compare", help="pool several runs' cells: one analysis, report.html, leaderboard.md")
+    p = sub.add_parser(
+        "compare", parents=[common], help="pool several runs' cells: one analysis, report.html, leaderboard.md"
+    )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     _add_compare_options(p)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     handlers = {
         "run": _run,
         "list": _list,
@@ -245,8 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         return handlers[args.cmd](args)
-    except (ValueError, KeyError, FileNotFoundError) as e:
-        print(f"perbench: error: {e}", file=sys.stderr)
+    except Exception as e:
+        if getattr(args, "debug", False) or not _user_error(e):
+            raise
+        print(f"perbench: error: {_one_line(e)}", file=sys.stderr)
         return 2
 
 

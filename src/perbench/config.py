@@ -1,21 +1,498 @@
 """One run config, three front doors: YAML (``perbench run cfg.yaml``), CLI flags, Python (``RunConfig(...)``).
 
-Unknown keys are errors with a "Did you mean" hint; every value that shapes a result goes into the
-config hash that names the run directory, so the same config resumes the same run.
+Every front door is checked before anything loads, and every problem is a :class:`~perbench.errors.ConfigError`
+naming the file, line (for YAML) and key, what is allowed, and a "Did you mean" where a name is misspelt:
+
+- unknown keys; each field's type and range, read from its annotation (``bool``/``int``/``float``/``str``,
+  ``Optional``, ``list``, ``Literal``, with :class:`Bound` and :class:`Rule` metadata): integers are never taken
+  from strings, non-finite numbers are refused;
+- component parameters (benchmark, methods, decoders) against the registered class's or loader's signature
+  (names, required ones, value types), decoders' parameter ranges, and each method's and decoder's own
+  constructor checks; ``trust_remote_code`` only with the explicit permission (``--trust-remote-code``);
+- model names (a bundled alias, ``tiny-random[:SEED]``, an existing folder or ``.gguf`` file, or a hub id
+  ``org/name``), ``device``, ``dtype``, ``run_name`` (one plain path component), ``guide_with`` (methods of this
+  config), ``verdict_metric`` (a configured decoder);
+- YAML: syntax errors with their line, duplicate keys, a directory or missing file as config. An empty file
+  means the embedded default run. ``1e-3`` reads as a number (plain YAML 1.1 reads it as text).
+
+Every value that shapes a result goes into the config hash that names the run directory, so the same config
+resumes the same run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
+import math
+import re
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import yaml
+
+from perbench.errors import ConfigError
 
 
+class MissingConfigError(ConfigError, FileNotFoundError):
+    """A config file that does not exist (also a FileNotFoundError, for callers that catch that)."""
+
+
+# ---------------------------------------------------------------------------------------------------- locations
+class LinedDict(dict[Any, Any]):
+    """A YAML mapping that remembers the (1-based) line of each of its keys."""
+
+    line: int = 0
+    key_lines: dict[Any, int]
+
+
+class LinedList(list[Any]):
+    """A YAML sequence that remembers the (1-based) line of each item."""
+
+    line: int = 0
+    item_lines: list[int]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a config value comes from: a file or front door, the line when known, and the key path."""
+
+    source: str
+    line: int | None = None
+    key: str = ""
+
+    def __str__(self) -> str:
+        head = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{head}: {self.key}" if self.key else head
+
+    def at(self, key: str | int, container: Any = None) -> Where:
+        """The location of ``container[key]`` (its line when the container came from YAML)."""
+        path = f"{self.key}[{key}]" if isinstance(key, int) else f"{self.key}.{key}" if self.key else key
+        line = self.line
+        if isinstance(container, LinedDict):
+            line = container.key_lines.get(key, line)
+        elif isinstance(container, LinedList) and isinstance(key, int) and 0 <= key < len(container.item_lines):
+            line = container.item_lines[key]
+        return Where(self.source, line, path)
+
+    def error(self, problem: str) -> ConfigError:
+        return ConfigError(f"{self}: {problem}")
+
+
+# ------------------------------------------------------------------------------------------------------- YAML
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader that records each key's and item's line, refuses duplicate keys, and reads numbers in
+    exponent form without a dot (``1e-3``) as numbers."""
+
+    source = "config"
+
+
+def _construct_map(loader: ConfigLoader, node: yaml.MappingNode) -> Iterator[LinedDict]:
+    data = LinedDict()
+    yield data
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: construct_mapping reports it with its line
+            continue
+        if first is not None:
+            raise ConfigError(
+                f"{loader.source}:{line}: duplicate key {key!r} (first on line {first}); give each key once"
+            )
+        seen[key] = line
+    data.update(loader.construct_mapping(node))
+    data.line = node.start_mark.line + 1
+    data.key_lines = seen
+
+
+def _construct_seq(loader: ConfigLoader, node: yaml.SequenceNode) -> Iterator[LinedList]:
+    data = LinedList()
+    yield data
+    data.extend(loader.construct_sequence(node))
+    data.line = node.start_mark.line + 1
+    data.item_lines = [n.start_mark.line + 1 for n in node.value]
+
+
+ConfigLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)  # type: ignore[arg-type]
+ConfigLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)  # type: ignore[arg-type]
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """Parse YAML text with :class:`ConfigLoader`; every problem is a ConfigError naming ``source`` and the line."""
+    loader: ConfigLoader | None = None
+    try:
+        loader = ConfigLoader(text)
+        loader.source = source
+        return loader.get_single_data()
+    except ConfigError:
+        raise
+    except yaml.reader.ReaderError as e:
+        line = text[: e.position].count("\n") + 1
+        char = f"U+{e.character:04X}" if isinstance(e.character, int) else repr(e.character)
+        raise ConfigError(f"{source}:{line}: character {char} is not allowed in YAML text") from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        at = f"{source}:{mark.line + 1}" if mark is not None else source
+        col = f" (column {mark.column + 1})" if mark is not None else ""
+        what = " ".join(str(x) for x in (e.context, e.problem) if x)
+        raise ConfigError(f"{at}: YAML syntax error: {what}{col}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply to be a run config") from None
+    except (ValueError, TypeError, OverflowError) as e:  # e.g. a timestamp-shaped value that is no date
+        raise ConfigError(f"{source}: cannot read a value: {e}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The parsed content of a YAML file; a missing file, a directory or unreadable text is a ConfigError."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a directory; a run config is a YAML file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MissingConfigError(f"{p}: no such config file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
+    return load_yaml(text, str(p))
+
+
+# ------------------------------------------------------------------------------------------------ value checks
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A numeric range in a field's annotation, e.g. ``Annotated[int, Bound(1)]`` for "≥ 1"."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def text(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            left, right = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
+            return f"in {left}{_num(self.lo)}, {_num(self.hi)}{right}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '≥'} {_num(self.lo)}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '≤'} {_num(self.hi)}"
+        return ""
+
+    def holds(self, v: float) -> bool:
+        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
+            return False
+        return not (self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check in a field's annotation: ``check(value)`` returns the problem (None: fine); ``text`` says what is
+    allowed."""
+
+    check: Callable[[Any], str | None]
+    text: str
+
+
+@dataclass(frozen=True)
+class _Problem:
+    path: str  # below the checked value: "", "[2]", ".k"
+    text: str
+
+
+_NONE = type(None)
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it (YAML spelling for booleans and null)."""
+    if isinstance(value, str):
+        return f"the string {value[:60]!r}" + ("…" if len(value) > 60 else "")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    kind = "a list" if isinstance(value, list | tuple) else "a mapping" if isinstance(value, dict) else "a value"
+    text = repr(value)
+    return f"{kind} {text[:60]}" + ("…" if len(text) > 60 else "")
+
+
+def _strip(tp: Any) -> Any:
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is Annotated else tp
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _is_seq(tp: Any) -> bool:
+    import collections.abc as abc
+
+    return typing.get_origin(tp) in (list, tuple, abc.Sequence) or tp in (list, tuple, abc.Sequence)
+
+
+def _is_map(tp: Any) -> bool:
+    import collections.abc as abc
+
+    return typing.get_origin(tp) in (dict, abc.Mapping) or tp in (dict, abc.Mapping)
+
+
+def describe(tp: Any) -> str:
+    """What an annotation allows, in words."""
+    if typing.get_origin(tp) is Annotated:
+        base, *meta = typing.get_args(tp)
+        rules = [m for m in meta if isinstance(m, Rule)]
+        if rules:
+            return rules[0].text
+        bounds = " ".join(m.text() for m in meta if isinstance(m, Bound))
+        return f"{describe(base)} {bounds}".strip()
+    if _is_union(tp):
+        return " or ".join(dict.fromkeys(describe(a) for a in typing.get_args(tp)))
+    if typing.get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if _is_seq(tp):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return f"a list (each {describe(args[0])})" if args else "a list"
+    if _is_map(tp):
+        return "a mapping"
+    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", _NONE: "null"}
+    if tp in names:
+        return names[tp]
+    return f"a {getattr(tp, '__name__', str(tp))}"
+
+
+def _quote_hint(value: Any, tp: Any) -> str:
+    if not isinstance(value, str):
+        return ""
+    wanted = set(_leaf_types(tp))
+    if wanted & {int, float}:
+        try:
+            float(value)
+            return " (write numbers without quotes)"
+        except ValueError:
+            return ""
+    if bool in wanted and value.lower() in ("true", "false", "yes", "no", "on", "off"):
+        return " (write true or false without quotes)"
+    return ""
+
+
+def _leaf_types(tp: Any) -> Iterator[Any]:
+    tp = _strip(tp)
+    if _is_union(tp):
+        for a in typing.get_args(tp):
+            yield from _leaf_types(a)
+    else:
+        yield tp
+
+
+def _expected(tp: Any, value: Any) -> _Problem:
+    return _Problem("", f"expected {describe(tp)}, got {_show(value)}{_quote_hint(value, tp)}")
+
+
+def _kind_fits(value: Any, tp: Any) -> bool:
+    """Whether ``value`` has the basic kind of ``tp`` (ignoring ranges, rules and elements)."""
+    tp = _strip(tp)
+    if _is_union(tp):
+        return any(_kind_fits(value, a) for a in typing.get_args(tp))
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if _is_seq(tp):
+        return isinstance(value, list | tuple)
+    return _problem(value, tp) is None
+
+
+def _problem(value: Any, tp: Any) -> _Problem | None:
+    """Why ``value`` does not fit annotation ``tp`` (None: it fits). Unknown annotations accept anything."""
+    import collections.abc as abc
+
+    if tp is None or tp is Any or isinstance(tp, str | typing.TypeVar | typing.ForwardRef):
+        return None
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *meta = typing.get_args(tp)
+        inner = _problem(value, base)
+        if inner is not None:
+            return inner if inner.path else _expected(tp, value)
+        for m in meta:
+            if isinstance(m, Bound) and isinstance(value, int | float) and not m.holds(value):
+                return _expected(tp, value)
+            if isinstance(m, Rule) and (text := m.check(value)):
+                return _Problem("", text)
+        return None
+    if _is_union(tp):
+        arms = typing.get_args(tp)
+        if value is None:
+            return None if _NONE in arms else _expected(tp, value)
+        found = [(a, _problem(value, a)) for a in arms if a is not _NONE]
+        if any(p is None for _, p in found):
+            return None
+        fitting = [p for a, p in found if _kind_fits(value, a)]
+        return fitting[0] if len(fitting) == 1 and fitting[0] is not None else _expected(tp, value)
+    if origin is Literal:
+        ok = any(value == a and type(value) is type(a) for a in typing.get_args(tp))
+        return None if ok else _expected(tp, value)
+    if tp is _NONE:
+        return None if value is None else _expected(tp, value)
+    if tp is bool:
+        return None if isinstance(value, bool) else _expected(tp, value)
+    if tp is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else _expected(tp, value)
+    if tp is float:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return _expected(tp, value)
+        return None if math.isfinite(value) else _Problem("", f"expected a finite number, got {value!r}")
+    if tp is str:
+        return None if isinstance(value, str) else _expected(tp, value)
+    if _is_seq(tp):
+        if not isinstance(value, list | tuple):
+            return _expected(tp, value)
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        item = typing.Union[tuple(args)] if args else None  # noqa: UP007 - built from a runtime tuple
+        for i, v in enumerate(value):
+            p = _problem(v, item)
+            if p is not None:
+                return _Problem(f"[{i}]{p.path}", p.text)
+        return None
+    if _is_map(tp):
+        if not isinstance(value, dict):
+            return _expected(tp, value)
+        kv = typing.get_args(tp)
+        for k, v in value.items():
+            p = _problem(k, kv[0]) if kv else None
+            if p is None and kv:
+                p = _problem(v, kv[1])
+            if p is not None:
+                return _Problem(f".{k}{p.path}", p.text)
+        return None
+    if tp is abc.Callable or origin is abc.Callable:
+        return None if callable(value) else _Problem("", f"expected a callable, got {_show(value)}")
+    if isinstance(tp, type):
+        try:
+            return None if isinstance(value, tp) else _expected(tp, value)
+        except TypeError:  # a protocol that cannot be checked at runtime
+            return None
+    return None
+
+
+_STEP = re.compile(r"\[(\d+)\]|\.([^.\[]+)")
+
+
+def _line_below(value: Any, path: str, line: int | None) -> int | None:
+    """The line of the item ``path`` (``[2].k``) below ``value``, where YAML recorded it."""
+    for m in _STEP.finditer(path):
+        index, key = m.group(1), m.group(2)
+        if index is not None and isinstance(value, list) and int(index) < len(value):
+            if isinstance(value, LinedList):
+                line = value.item_lines[int(index)]
+            value = value[int(index)]
+        elif key is not None and isinstance(value, dict) and key in value:
+            if isinstance(value, LinedDict):
+                line = value.key_lines.get(key, line)
+            value = value[key]
+        else:
+            break
+    return line
+
+
+def check_value(value: Any, tp: Any, where: Where) -> None:
+    """Raise a ConfigError at ``where`` unless ``value`` fits annotation ``tp``."""
+    try:
+        p = _problem(value, tp)
+    except RecursionError:
+        raise where.error("nested too deeply") from None
+    if p is not None:
+        if not p.path:
+            raise where.error(p.text)
+        raise Where(where.source, _line_below(value, p.path, where.line), where.key + p.path).error(p.text)
+
+
+# -------------------------------------------------------------------------------------------- field rules
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+DEVICES = "auto, cpu, cuda, cuda:N, mps"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DTYPE_ALIASES = ("fp32", "bf16", "fp16")
+
+
+def _device_problem(v: str) -> str | None:
+    return None if _DEVICE.fullmatch(v) else f"{v!r} is not a device; allowed: {DEVICES}"
+
+
+def _dtype_problem(v: str) -> str | None:
+    ok = v in DTYPES or v in _DTYPE_ALIASES
+    return None if ok else f"{v!r} is not a dtype; allowed: {', '.join(DTYPES)}"
+
+
+def _model_problem(v: str) -> str | None:
+    from perbench.models.loader import model_name_problem
+
+    return model_name_problem(v)
+
+
+def _run_name_problem(v: str) -> str | None:
+    plain = v not in ("", ".", "..") and "/" not in v and "\\" not in v and "\0" not in v and ":" not in v[:2]
+    if plain:
+        return None
+    return (
+        f"{v!r} is not one plain folder name: run_name names a folder inside out_dir, so it cannot be empty, "
+        "'.' or '..', absolute, or contain / or \\ (set out_dir to write elsewhere)"
+    )
+
+
+def _nonempty(v: str) -> str | None:
+    return None if v.strip() else "must not be empty"
+
+
+POSITIVE = Bound(1)
+NON_NEGATIVE = Bound(0)
+SEED = Bound(0, 2**32 - 1)
+MODEL = Rule(_model_problem, "a model: a bundled alias, tiny-random[:SEED], a local folder or .gguf file, or org/name")
+DEVICE = Rule(_device_problem, f"a device ({DEVICES})")
+DTYPE = Rule(_dtype_problem, f"a dtype ({', '.join(DTYPES)})")
+RUN_NAME = Rule(_run_name_problem, "one plain folder name")
+NON_EMPTY = Rule(_nonempty, "a non-empty string")
+
+#: ranges of decoder parameters (by parameter name; ``_DECODER_OVERRIDES`` for decoders that differ)
+_DECODER_BOUNDS: dict[str, Bound] = {
+    "k": Bound(1),
+    "n": Bound(1),
+    "alpha": Bound(0),
+    "temperature": Bound(0, lo_open=True),
+    "top_p": Bound(0, 1, lo_open=True),
+    "sample_batch": Bound(1),
+    "max_item_chars": Bound(1),
+}
+_DECODER_OVERRIDES: dict[str, dict[str, Bound]] = {"icl": {"k": Bound(0)}, "icl_rag": {"k": Bound(0)}}
+
+
+# ------------------------------------------------------------------------------------------------- components
 @dataclass(frozen=True)
 class Component:
     """A registry name plus keyword parameters, e.g. ``args`` with ``{"k": 10, "w": 1.0}``."""
@@ -24,18 +501,9 @@ class Component:
     params: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, value: Any, where: str) -> Component:
-        if isinstance(value, Component):
-            return value
-        if isinstance(value, str):
-            return cls(value)
-        if isinstance(value, dict):
-            if "name" in value:
-                return cls(str(value["name"]), {k: v for k, v in value.items() if k != "name"})
-            if len(value) == 1:
-                ((name, params),) = value.items()
-                return cls(str(name), dict(params or {}))
-        raise ValueError(f"{where}: expected a name or {{name: ..., <params>}}, got {value!r}")
+    def parse(cls, value: Any, where: str | Where) -> Component:
+        """A name, ``{name: NAME, <params>}`` or ``{NAME: {<params>}}`` (no registry check)."""
+        return _parse_component(value, where if isinstance(where, Where) else Where(where))[0]
 
     def label(self) -> str:
         if not self.params:
@@ -46,45 +514,142 @@ class Component:
         return {"name": self.name, **self.params}
 
 
+def _parse_component(value: Any, where: Where) -> tuple[Component, Any, Where]:
+    """-> (component, the mapping its parameters came from, the location of those parameters)."""
+    form = "expected a name or {name: NAME, <params>}"
+    if isinstance(value, Component):
+        name, params, container, at = value.name, value.params, value.params, where
+    elif isinstance(value, str):
+        name, params, container, at = value, {}, None, where
+    elif isinstance(value, dict) and "name" in value:
+        name = value["name"]
+        params = {k: v for k, v in value.items() if k != "name"}
+        container, at = value, where
+    elif isinstance(value, dict) and len(value) == 1:
+        ((name, params),) = value.items()
+        at = where.at(str(name), value)
+        params = {} if params is None else params
+        container = params
+        if not isinstance(params, dict):
+            raise at.error(f"the parameters of {name!r} must be a mapping, got {_show(params)}")
+    else:
+        raise where.error(f"{form}, got {_show(value)}")
+    if not isinstance(name, str) or not name.strip():
+        raise where.error(f"{form}; the name must be a non-empty string, got {_show(name)}")
+    bad = [k for k in params if not isinstance(k, str)]
+    if bad:
+        raise at.error(f"parameter names are strings, got {_show(bad[0])}")
+    return Component(name, dict(params)), container, at
+
+
+def _component(value: Any, where: Where, kind: str) -> Component:
+    """Parse and check one component of ``kind`` (benchmark, method, decoder) against its registry entry."""
+    from perbench import registry
+
+    reg = {"benchmark": registry.benchmarks, "method": registry.reward_models, "decoder": registry.decoders}[kind]
+    comp, container, at = _parse_component(value, where)
+    try:
+        reg.entry(comp.name)
+        target = reg.get(comp.name)
+        accepted = registry.accepted_params(target)
+    except registry.UnknownNameError as e:
+        raise where.error(str(e)) from None
+    except ImportError as e:
+        raise where.error(
+            f"{kind} {comp.name!r} cannot be imported ({e}); is its optional dependency installed?"
+        ) from e
+    if accepted is not None:
+        _check_params(comp, accepted, at, container, kind)
+    if kind == "decoder":
+        bounds = {**_DECODER_BOUNDS, **_DECODER_OVERRIDES.get(comp.name, {})}
+        for k, v in comp.params.items():
+            b = bounds.get(k)
+            if b is not None and isinstance(v, int | float) and not isinstance(v, bool) and not b.holds(v):
+                kind_text = "an integer" if isinstance(v, int) else "a number"
+                raise at.at(k, container).error(f"expected {kind_text} {b.text()}, got {v!r}")
+    if comp.params.get("trust_remote_code") is True:
+        from perbench.rewards.hub_rm import remote_code_allowed, remote_code_refusal
+
+        if not remote_code_allowed():
+            model = comp.params.get("model", comp.name)
+            raise at.at("trust_remote_code", container).error(remote_code_refusal(str(model)))
+    if kind != "benchmark":  # the constructor's own checks; a benchmark loader would load the data
+        try:
+            target(**comp.params)
+        except ConfigError as e:
+            raise at.error(str(e)) from None
+        except (ValueError, TypeError) as e:
+            text = str(e)
+            raise at.error(text if text.startswith(comp.name) else f"{comp.name}: {text}") from None
+    return comp
+
+
+def _check_params(comp: Component, accepted: Mapping[str, Any], at: Where, container: Any, kind: str) -> None:
+    names = list(accepted)
+    listed = ", ".join(names) or "none"
+    for k in comp.params:
+        if k not in accepted:
+            close = difflib.get_close_matches(k, names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise at.at(k, container).error(f"{kind} {comp.name!r}: unknown parameter {k!r}.{hint} Accepted: {listed}")
+    missing = [p.name for p in accepted.values() if p.required and p.name not in comp.params]
+    if missing:
+        first = missing[0]
+        spec = f"{{name: {comp.name}, {first}: ...}}"
+        key, example = {"benchmark": ("benchmark", spec), "method": ("methods", f"[{spec}]")}.get(
+            kind, ("decoders", f"[{spec}]")
+        )
+        raise at.error(
+            f"{kind} {comp.name!r} needs {', '.join(missing)}: give it in the config ({key}: {example}) or with "
+            f"--set '{key}={example}'. Accepted: {listed}"
+        )
+    for k, v in comp.params.items():
+        check_value(v, accepted[k].annotation, at.at(k, container))
+
+
+# --------------------------------------------------------------------------------------------------- the config
 @dataclass
 class RunConfig:
     benchmark: Component = field(default_factory=lambda: Component("rubrics"))
-    policy: str = "smollm2"
-    rm_backbone: str = "smollm2"
+    policy: Annotated[str, MODEL] = "smollm2"
+    rm_backbone: Annotated[str, MODEL] = "smollm2"
     methods: list[Component] = field(default_factory=lambda: [Component("global_bt")])
     baselines: list[str] = field(default_factory=lambda: ["length", "random"])
     decoders: list[Component] = field(
         default_factory=lambda: [Component("zero_shot"), Component("args", {"k": 10, "w": 1.0})]
     )
-    #: which methods steer reward-guided decoders (default: every method the decoder can use)
+    #: which methods steer reward-guided decoders (default: every method the decoder can use); each entry is a
+    #: method's label (``name`` or ``name(param=value,…)``) or a baseline
     guide_with: list[str] | None = None
     #: few-shot adaptation of unseen users: main number of shots and the curve
-    shots: int = 10
-    shot_curve: list[int] = field(default_factory=lambda: [1, 2, 5, 10, 20])
+    shots: Annotated[int, NON_NEGATIVE] = 10
+    shot_curve: list[Annotated[int, POSITIVE]] = field(default_factory=lambda: [1, 2, 5, 10, 20])
     #: weight of the reward in policy accuracy's teacher-forced RGD score
     pa_weight: float = 1.0
     #: policy accuracy also under the RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's k);
     #: costs one tree forward of k candidates per response token and method
     pa_rgd: bool = False
     #: k of that top-k when no ``args`` decoder is configured (w is then ``pa_weight``)
-    pa_rgd_k: int | None = None
+    pa_rgd_k: Annotated[int, POSITIVE] | None = None
     tie_policy: Literal["strict", "half"] = "strict"
-    bootstrap: int = 1000
-    max_new_tokens: int = 96
-    max_test_prompts: int | None = 16
+    #: bootstrap resamples of every CI (0: no CIs)
+    bootstrap: Annotated[int, NON_NEGATIVE] = 1000
+    max_new_tokens: Annotated[int, POSITIVE] = 96
+    max_test_prompts: Annotated[int, POSITIVE] | None = 16
     #: for user-conditioned decoding: how many users per prompt get their own generation (None: all)
-    max_gen_users: int | None = 8
-    batch_size: int = 8
-    feature_batch_size: int = 16
-    max_length: int = 1024
+    max_gen_users: Annotated[int, POSITIVE] | None = 8
+    #: generation batch size, or "auto" (a device default: 8 on CPU, 32 on CUDA); either halves on out-of-memory
+    batch_size: Annotated[int, POSITIVE] | Literal["auto"] = 8
+    feature_batch_size: Annotated[int, POSITIVE] = 16
+    max_length: Annotated[int, POSITIVE] = 1024
     #: judge LM for rubric aspects that no checker covers (``User.answer_key``); None: no judge
-    judge: str | None = None
+    judge: Annotated[str, MODEL] | None = None
     #: policies to decode with (decoders × reward models × policies); None: just ``policy``. Upstream policy
     #: accuracy always uses ``policy``.
-    policies: list[str] | None = None
-    seed: int = 0
+    policies: list[Annotated[str, MODEL]] | None = None
+    seed: Annotated[int, SEED] = 0
     #: run the whole config once per seed and report mean ± sd across seeds (None: just ``seed``)
-    seeds: list[int] | None = None
+    seeds: list[Annotated[int, SEED]] | None = None
     #: the downstream metric the verdict ranks methods by (``DECODER:QUALITY``); None: the first present of
     #: args/best_of_n rubric satisfaction, judge score, ROUGE-L
     verdict_metric: str | None = None
@@ -94,67 +659,53 @@ class RunConfig:
     bertscore: bool = True
     #: how independent units of a phase run (``perbench list executors``)
     executor: str = "local"
-    device: str = "auto"
-    dtype: str = "auto"
-    out_dir: str = "runs"
-    run_name: str | None = None
+    #: auto | cpu | cuda | cuda:N | mps
+    device: Annotated[str, DEVICE] = "auto"
+    #: auto | float32 | bfloat16 | float16
+    dtype: Annotated[str, DTYPE] = "auto"
+    out_dir: Annotated[str, NON_EMPTY] = "runs"
+    #: the run's folder inside ``out_dir`` (one plain name; default: ``BENCHMARK-CONFIGHASH``)
+    run_name: Annotated[str, RUN_NAME] | None = None
+
+    def __post_init__(self) -> None:
+        """The Python front door is checked like the others (``RunConfig(max_new_tokens=-1)`` is refused)."""
+        values = _validate({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, Where("RunConfig"))
+        for k, v in values.items():
+            setattr(self, k, v)
 
     # ------------------------------------------------------------------ front doors
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "config") -> RunConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in names:
-                close = difflib.get_close_matches(key, sorted(names), n=2)
-                hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-                raise ValueError(f"{where}: unknown key {key!r}.{hint}")
-            kwargs[key] = value
-        cfg = cls(**kwargs)
-        cfg._normalise(where)
-        return cfg
+    def from_dict(cls, data: Mapping[str, Any], where: str | Where = "config") -> RunConfig:
+        """A config from a mapping of keys (``where`` names its source in error messages)."""
+        src = where if isinstance(where, Where) else Where(where)
+        if not isinstance(data, Mapping):
+            raise src.error(f"a run config is a mapping of keys (benchmark:, methods:, …), got {_show(data)}")
+        return cls(**_validate(data, src))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
-        import yaml
-
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
+        """A config from a YAML file; an empty file means the embedded default (:meth:`default`)."""
+        data = read_yaml(path)
+        if data is None or data == {}:
+            return cls.default()
+        src = Where(str(path))
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: a run config is a mapping, got {type(data).__name__}")
-        return cls.from_dict(data, where=str(path))
+            raise Where(str(path), 1).error(
+                f"a run config is a mapping of keys (benchmark:, methods:, …), got {_show(data)}"
+            )
+        return cls.from_dict(data, src)
 
     @classmethod
     def default(cls) -> RunConfig:
         """The embedded default run (``perbench run`` with no arguments)."""
         return cls.from_yaml(str(resources.files("perbench") / "configs" / "default.yaml"))
 
-    def override(self, **changes: Any) -> RunConfig:
+    def override(self, where: str = "overrides", /, **changes: Any) -> RunConfig:
+        """A copy with ``changes`` applied (None values are ignored); ``where`` (positional) names them in error
+        messages."""
         data = self.to_dict()
         data.update({k: v for k, v in changes.items() if v is not None})
-        return RunConfig.from_dict(data, where="overrides")
-
-    def _normalise(self, where: str) -> None:
-        self.benchmark = Component.parse(self.benchmark, f"{where}: benchmark")
-        self.methods = [Component.parse(m, f"{where}: methods[{i}]") for i, m in enumerate(self.methods)]
-        self.decoders = [Component.parse(d, f"{where}: decoders[{i}]") for i, d in enumerate(self.decoders)]
-        self.baselines = list(self.baselines)
-        if self.tie_policy not in ("strict", "half"):
-            raise ValueError(f"{where}: tie_policy must be 'strict' or 'half', got {self.tie_policy!r}")
-        if self.pa_rgd_k is not None and self.pa_rgd_k < 1:
-            raise ValueError(f"{where}: pa_rgd_k must be ≥ 1 (or null), got {self.pa_rgd_k}")
-        if self.shots < 0 or any(n <= 0 for n in self.shot_curve):
-            raise ValueError(f"{where}: shots must be ≥ 0 and shot_curve entries > 0")
-        from perbench import registry
-
-        for c in self.methods:
-            registry.reward_models.entry(c.name)
-        for b in self.baselines:
-            registry.reward_models.entry(b)
-        for c in self.decoders:
-            registry.decoders.entry(c.name)
-        registry.benchmarks.entry(self.benchmark.name)
-        registry.executors.entry(self.executor)
+        return RunConfig.from_dict(data, where=where)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -187,14 +738,109 @@ class RunConfig:
         return Path(self.out_dir) / (self.run_name or f"{self.benchmark.name}-{self.result_hash()}")
 
 
+@functools.cache
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(RunConfig, include_extras=True)
+
+
+def _defaults() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
+    """Check ``data`` (some or all of RunConfig's keys) -> every field's value, components parsed."""
+    hints = _hints()
+    names = list(hints)
+    for key in data:
+        if not isinstance(key, str):
+            raise src.error(f"config keys are names, got {_show(key)}")
+        if key not in hints:
+            close = difflib.get_close_matches(key, sorted(names), n=2)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise src.at(key, data).error(f"unknown key.{hint}")
+    values = {**_defaults(), **data}
+    try:
+        for key in data:
+            where, value = src.at(key, data), data[key]
+            if key == "benchmark":
+                values[key] = _component(value, where, "benchmark")
+            elif key in ("methods", "decoders"):
+                if not isinstance(value, list | tuple):
+                    raise where.error(f"expected a list of {key}, got {_show(value)}")
+                kind = "method" if key == "methods" else "decoder"
+                values[key] = [_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
+            else:
+                check_value(value, hints[key], where)
+                values[key] = list(value) if isinstance(value, tuple) else value
+    except RecursionError:
+        raise src.error("nested too deeply to be a run config") from None
+    _cross_checks(values, data, src)
+    return values
+
+
+def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> None:
+    """Checks that involve several fields or a registry."""
+    from perbench import registry
+
+    def at(key: str) -> Where:
+        return src.at(key, data)
+
+    for i, b in enumerate(v["baselines"]):
+        try:
+            registry.reward_models.entry(b)
+        except registry.UnknownNameError as e:
+            raise at("baselines").at(i, data.get("baselines")).error(str(e)) from None
+    try:
+        registry.executors.entry(v["executor"])
+    except registry.UnknownNameError as e:
+        raise at("executor").error(str(e)) from None
+    labels = [m.label() for m in v["methods"]] + list(v["baselines"])
+    seen: set[str] = set()
+    for i, label in enumerate(labels):
+        if label in seen:
+            where = at("methods") if i < len(v["methods"]) else at("baselines")
+            raise where.error(f"{label!r} is listed twice (as a method or baseline); list each once")
+        seen.add(label)
+    for i, g in enumerate(v["guide_with"] or []):
+        if g not in seen:
+            close = difflib.get_close_matches(g, labels, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise (
+                at("guide_with")
+                .at(i, data.get("guide_with"))
+                .error(
+                    f"{g!r} is not one of this config's methods or baselines, so it would guide nothing.{hint} "
+                    f"Allowed: {', '.join(labels) or 'none'}"
+                )
+            )
+    metric = v["verdict_metric"]
+    if metric is not None:
+        decoder, sep, quality = metric.partition(":")
+        if not sep or not decoder or not quality:
+            raise at("verdict_metric").error(
+                f"expected DECODER:QUALITY (e.g. args:rubric_satisfaction), got {metric!r}"
+            )
+    seeds = v["seeds"]
+    if seeds is not None:
+        if not seeds:
+            raise at("seeds").error("expected at least one seed (or null for just `seed`)")
+        dup = sorted({s for s in seeds if seeds.count(s) > 1})
+        if dup:
+            raise at("seeds").error(f"seed {dup[0]} is listed twice")
+
+
 def parse_set(values: list[str]) -> dict[str, Any]:
     """``--set key=value`` pairs; values are parsed as YAML (numbers, lists, mappings)."""
-    import yaml
-
     out: dict[str, Any] = {}
     for item in values:
         key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(raw)
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = load_yaml(raw, f"--set {key.strip()}")
     return out

@@ -7,18 +7,96 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from perbench.errors import PerbenchError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(PerbenchError, KeyError):
     """An unknown registry name; the message suggests the closest known names."""
 
     def __str__(self) -> str:  # KeyError quotes its message; we want plain text.
         return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Param:
+    """One keyword parameter of a registered class or loader."""
+
+    name: str
+    #: the resolved annotation; None where it names something only importable for type checkers
+    annotation: Any
+    required: bool
+
+
+def _hints(fn: Callable[..., Any], params: list[inspect.Parameter]) -> dict[str, Any]:
+    """Resolved annotations of ``fn`` (postponed, i.e. strings), one by one where some cannot be resolved."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # a name imported under TYPE_CHECKING only: resolve the others one by one
+        out: dict[str, Any] = {}
+        namespace = getattr(fn, "__globals__", {})
+        for p in params:
+            if isinstance(p.annotation, str):
+                try:
+                    out[p.name] = typing.get_type_hints(
+                        _OneAnnotation(p.annotation), globalns=namespace, include_extras=True
+                    )["x"]
+                except Exception:
+                    continue
+        return out
+
+
+class _OneAnnotation:
+    """A stand-in object whose only annotation is one string, so ``get_type_hints`` resolves just that."""
+
+    def __init__(self, annotation: str) -> None:
+        self.__annotations__ = {"x": annotation}
+
+
+def _own_params(fn: Callable[..., Any], skip_first: bool) -> tuple[list[inspect.Parameter], bool]:
+    """-> (keyword parameters, whether ``fn`` also takes ``**kwargs``)."""
+    sig = inspect.signature(fn)
+    ps = list(sig.parameters.values())[1 if skip_first else 0 :]
+    named = [p for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return named, any(p.kind is p.VAR_KEYWORD for p in ps)
+
+
+def accepted_params(target: Any) -> dict[str, Param] | None:
+    """The keyword parameters a registered target accepts, for checking a config before anything loads.
+
+    A class accepts the named parameters of its ``__init__`` and, where that ``__init__`` takes ``**params``
+    (which every method and decoder forwards to ``super().__init__``), those of its bases' ``__init__``; only the
+    class's own required parameters are required. A loader function accepts its named parameters; one that
+    takes ``**kwargs`` accepts anything (None).
+    """
+    out: dict[str, Param] = {}
+    if isinstance(target, type):
+        first = True
+        for klass in target.__mro__:
+            init = vars(klass).get("__init__")
+            if klass is object or init is None:
+                continue
+            named, more = _own_params(init, skip_first=True)
+            hints = _hints(init, named)
+            for p in named:
+                if p.name not in out:
+                    out[p.name] = Param(p.name, hints.get(p.name), first and p.default is p.empty)
+            first = False
+            if not more:
+                break
+        return out
+    named, more = _own_params(target, skip_first=False)
+    if more:
+        return None
+    hints = _hints(target, named)
+    return {p.name: Param(p.name, hints.get(p.name), p.default is p.empty) for p in named}
 
 
 @dataclass
@@ -65,6 +143,10 @@ class Registry(Generic[T]):
             entry.target = obj
         return entry.target  # type: ignore[return-value]
 
+    def params(self, name: str) -> dict[str, Param] | None:
+        """The keyword parameters of ``name``'s target (see :func:`accepted_params`); imports it."""
+        return accepted_params(self.get(name))
+
     def names(self) -> list[str]:
         return sorted(self._entries)
 
@@ -91,7 +173,8 @@ benchmarks.register(
 benchmarks.register(
     "file",
     "perbench.data.loaders:load_benchmark_file",
-    help="any JSON/JSONL/CSV/Parquet file or HF dataset with a field mapping",
+    help="any JSON/JSONL/CSV/Parquet file or HF dataset with a field mapping: "
+    "{name: file, source: PATH_OR_HUB_ID, mapping: ...}",
 )
 benchmarks.register(
     "prb",
@@ -153,8 +236,14 @@ benchmarks.register(
 reward_models.register(
     "global_bt", "perbench.rewards.global_bt:GlobalBT", help="Bradley-Terry linear head on frozen features"
 )
-reward_models.register("length", "perbench.rewards.baselines:LengthRM", help="baseline: longer is better")
-reward_models.register("random", "perbench.rewards.baselines:RandomRM", help="baseline: seeded random scores")
+reward_models.register(
+    "length",
+    "perbench.rewards.baselines:LengthRM",
+    help="baseline: longer is better, counted in whitespace words (unit: words) or characters (unit: chars)",
+)
+reward_models.register(
+    "random", "perbench.rewards.baselines:RandomRM", help="baseline: random scores seeded by the run's seed"
+)
 reward_models.register(
     "global_bt_v2",
     "perbench.rewards.global_bt_v2:GlobalBTv2",
@@ -201,7 +290,11 @@ reward_models.register(
     "perbench.rewards.icl_judge:ICLJudgeOracle",
     help="ORACLE upper bound, not deployable: icl_judge told the user's answer key",
 )
-reward_models.register("hub_rm", "perbench.rewards.hub_rm:HubRM", help="any one-logit sequence-classifier RM")
+reward_models.register(
+    "hub_rm",
+    "perbench.rewards.hub_rm:HubRM",
+    help="any one-logit sequence-classifier RM (safetensors; trust_remote_code needs --trust-remote-code)",
+)
 reward_models.register(
     "dpo_implicit",
     "perbench.rewards.hub_rm:DPOImplicit",
@@ -272,3 +365,6 @@ metrics.register(
 )
 
 executors.register("local", "perbench.runner.executors:LocalExecutor", help="in-process, sequential")
+executors.register(
+    "ray", "perbench.runner.executors:RayExecutor", help="units as Ray tasks (pip install 'perbench[ray]')"
+)

@@ -9,20 +9,25 @@ A model spec is one of:
 - a Hugging Face hub id (``org/name``, optional ``@revision``) for users who have the network;
 - ``tiny-random`` (``tiny-random:SEED``) — a 2-layer random Llama with the bundled tokenizer, for tests.
 
-Every model gets a fingerprint (name/path + revision/hash + dtype) that every cache key includes.
+Weights load from safetensors only (pickled ``.bin`` weights can run code when unpickled). A config's model
+names are checked without loading anything (:func:`model_name_problem`), with a "Did you mean" for misspelt
+aliases. Every model gets a fingerprint (name/path + revision/hash + dtype) that every cache key includes.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.util
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perbench.device import DevicePolicy, resolve_device
+from perbench.errors import ConfigError
 from perbench.io import atomic_write_json, cache_dir
 
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -31,6 +36,87 @@ ALIASES = {
     "smollm2-135m": "bundled:smollm2",
     "smollm2-135m-instruct": "bundled:smollm2",
 }
+TINY_RANDOM = "tiny-random"
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+MODEL_FORMS = (
+    f"a bundled alias ({', '.join(ALIASES)}), {TINY_RANDOM}[:SEED], a local folder or .gguf file, "
+    "or a hub id org/name[@revision]"
+)
+
+
+def _exists(path: str, kind: str = "any") -> bool:
+    """os.path's checks answer False (not an exception) for names with NUL bytes or too long for the OS."""
+    check = {"any": os.path.exists, "dir": os.path.isdir, "file": os.path.isfile}[kind]
+    return check(os.path.expanduser(path))
+
+
+def safetensors_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be loaded as a transformers model with safetensors weights (None: it can)."""
+    if not (folder / "config.json").is_file():
+        return f"{folder} is a folder but has no config.json (not a transformers model folder)"
+    if any(folder.glob("*.safetensors")) or any(folder.glob("*.safetensors.index.json")):
+        return None
+    pickled = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt"))
+    found = f" (it has {', '.join(pickled)})" if pickled else ""
+    return (
+        f"{folder} has no .safetensors weights{found}; perbench loads safetensors only. Convert it once: "
+        "load it with transformers and call model.save_pretrained(folder, safe_serialization=True)"
+    )
+
+
+def model_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a model (None: it can), checked without loading or downloading anything.
+
+    Accepted: a bundled alias, ``tiny-random[:SEED]``, an existing ``.gguf`` file, an existing folder with
+    ``config.json`` and safetensors weights, or something shaped like a hub id ``org/name[@revision]``.
+    """
+    base, _, rev = name.partition("@")
+    if not base.strip():
+        return f"empty model name; a model is {MODEL_FORMS}"
+    if base in ALIASES:
+        return None
+    if base == TINY_RANDOM or base.startswith(TINY_RANDOM + ":"):
+        seed = base[len(TINY_RANDOM) + 1 :]
+        return (
+            None if base == TINY_RANDOM or seed.isdigit() else f"{TINY_RANDOM}:SEED needs an integer seed, got {seed!r}"
+        )
+    if base.endswith(".gguf"):
+        return None if _exists(base, "file") else f"GGUF file not found: {base}"
+    if _exists(base, "dir"):
+        return safetensors_problem(Path(base).expanduser())
+    if _exists(base, "file"):
+        return f"{base} is a file; a model is a .gguf file or a folder with config.json and safetensors weights"
+    if _HUB_ID.fullmatch(base):
+        return None if "@" not in rev else f"model {name!r}: one @revision at most"
+    if base.startswith(("/", ".", "~")) or base.count("/") > 1 or "\\" in base:
+        return f"{base}: no such model folder or .gguf file"
+    candidates = [*ALIASES, TINY_RANDOM]
+    close = difflib.get_close_matches(base.lower(), candidates, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown model {name!r}.{hint} A model is {MODEL_FORMS}"
+
+
+def remote_code_files(spec: ModelSpec) -> list[str]:
+    """The ``.py`` files that ``trust_remote_code`` would import for ``spec``: every one in a local folder, or
+    the hub repository's (from its file list; empty when it cannot be listed, e.g. offline)."""
+    folder = Path(spec.name).expanduser()
+    if folder.is_dir():
+        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.py"))
+    try:
+        from huggingface_hub import list_repo_files
+
+        return sorted(f for f in list_repo_files(spec.name, revision=spec.revision) if f.endswith(".py"))
+    except Exception:  # offline, unknown repo, no huggingface_hub: nothing to list
+        return []
+
+
+def describe_remote_code(spec: ModelSpec) -> str:
+    """One line naming the Python files of ``spec`` that will run."""
+    files = remote_code_files(spec)
+    where = spec.name + (f"@{spec.revision}" if spec.revision else "")
+    if not files:
+        return f"trust_remote_code is on for {where}: its Python files could not be listed (none local)"
+    return f"trust_remote_code is on: these Python files of {where} will run: {', '.join(files)}"
 
 
 @dataclass(frozen=True)
@@ -160,16 +246,14 @@ def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
         folder = gguf_to_safetensors(path)
         return str(folder), f"{path.name}:{folder.name.rsplit('-', 1)[-1]}", {}
     if path.is_dir():
-        if not (path / "config.json").exists():
-            raise FileNotFoundError(f"{path} is a folder but has no config.json")
+        problem = safetensors_problem(path)
+        if problem:
+            raise ConfigError(problem)
         return str(path), f"{path.resolve()}:{_folder_digest(path)}", {}
     if name.count("/") == 1 and not name.startswith((".", "/")):
         kw: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
         return name, f"hf:{name}@{spec.revision or 'main'}", kw
-    raise ValueError(
-        f"cannot resolve model {spec.name!r}: not a bundled alias ({', '.join(ALIASES)}), "
-        "not a .gguf file, not a local folder, not an org/name hub id"
-    )
+    raise ConfigError(f"cannot resolve model: {model_name_problem(spec.name)}")
 
 
 def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: int = 64, layers: int = 2) -> LoadedLM:
@@ -212,7 +296,10 @@ def load_lm(
     dtype: str | None = None,
     trust_remote_code: bool = False,
 ) -> LoadedLM:
-    """Load (and memoise per process) a causal LM + tokenizer. safetensors only."""
+    """Load (and memoise per process) a causal LM + tokenizer. safetensors only.
+
+    ``trust_remote_code=True`` is the explicit Python permission to import the model's own Python files (they are
+    printed before they run); configs never set it."""
     mspec = ModelSpec.parse(spec, trust_remote_code=trust_remote_code)
     policy = resolve_device(device, dtype)
     key = (f"{mspec.name}@{mspec.revision}", policy.device, policy.dtype)
@@ -225,6 +312,10 @@ def load_lm(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         target, stem, kw = resolve_spec(mspec)
+        if mspec.trust_remote_code:
+            import sys
+
+            print(f"[perbench] {describe_remote_code(ModelSpec(target, mspec.revision))}", file=sys.stderr)
         tok = AutoTokenizer.from_pretrained(target, trust_remote_code=mspec.trust_remote_code, **kw)
         model: Any = AutoModelForCausalLM.from_pretrained(
             target,

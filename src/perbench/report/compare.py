@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perbench.errors import ConfigError
 from perbench.report import details, sections
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, num, table
@@ -37,12 +38,12 @@ def analyze_runs(
 
     missing = [str(r.path) for r in runs if not r.cells]
     if missing:
-        raise ValueError(f"no cells.jsonl (or it is empty) in: {', '.join(missing)}; rerun them with this version")
+        raise ConfigError(f"no cells.jsonl (or it is empty) in: {', '.join(missing)}; rerun them with this version")
     owner: dict[str, int] = {}
     for k, r in enumerate(runs):
         for g in sorted({str(c.get("group")) for c in r.cells or []}):
             if g in owner:
-                raise ValueError(
+                raise ConfigError(
                     f"{runs[owner[g]].path} and {r.path} both hold group {g!r} (same setting and seed): "
                     "pooling them would count its cells twice"
                 )
@@ -141,7 +142,7 @@ def compare_runs(
     from perbench.report.leaderboard import render_markdown
 
     if not run_dirs:
-        raise ValueError("compare needs at least one run directory")
+        raise ConfigError("compare needs at least one run directory")
     runs = [load_run(d) for d in run_dirs]
     analysis, per = analyze_runs(runs, metric, n_boot, seed)
     out_dir = Path(out)

@@ -3,7 +3,14 @@
 ``hub_rm``: any ``AutoModelForSequenceClassification`` with **one** logit, by hub id (``org/name[@rev]``,
 needs the network) or local folder; the input is the chat-templated conversation [prompt turns…,
 assistant: response] (plain ``prompt\\n\\nresponse`` when the tokenizer has no template), truncated from
-the left to ``max_length`` tokens. The score is that logit. User-agnostic; no training.
+the left to ``max_length`` tokens. The score is that logit. User-agnostic; no training. Weights load from
+safetensors only (a folder with only ``pytorch_model.bin`` is refused: pickled weights can run code).
+
+**Remote code is off unless you allow it.** ``trust_remote_code: true`` makes transformers import the Python
+files shipped with the model. A config (YAML or Python) that sets it is refused unless the permission is given
+explicitly, outside the config: ``perbench run --trust-remote-code`` on the command line, or
+:func:`allow_remote_code` in Python (``perbench.rewards.hub_rm.allow_remote_code()`` before building the
+config). With permission, the ``.py`` files that will run are printed before the model loads.
 
 ``dpo_implicit``: r(x, y) = β·(Σ_t log π(y_t | x, y_<t) − Σ_t log π_ref(y_t | x, y_<t)), ids as everywhere
 in perbench (:mod:`perbench.models.chat`). Variants (``variant=``): ``sum`` (the DPO implicit reward),
@@ -15,6 +22,7 @@ reference-free variants.
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,11 +32,40 @@ import torch
 
 from perbench.data.records import PreferencePair, prompt_messages
 from perbench.device import resolve_device
-from perbench.models.loader import LoadedLM, ModelSpec, load_lm
+from perbench.errors import ConfigError
+from perbench.models.loader import LoadedLM, ModelSpec, describe_remote_code, load_lm, safetensors_problem
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.lm_utils import encode_items, response_logprobs
 
 VARIANTS = ("sum", "mean", "ref_free", "ref_free_mean")
+#: the command-line flag that grants :func:`allow_remote_code`
+REMOTE_CODE_FLAG = "--trust-remote-code"
+
+
+class _RemoteCode:
+    allowed = False
+
+
+def allow_remote_code(allowed: bool = True) -> None:
+    """Allow (or, with ``False``, forbid again) ``hub_rm`` models with ``trust_remote_code: true`` in this process.
+
+    The Python counterpart of ``perbench run --trust-remote-code``: without it, a config asking for remote code
+    is a :class:`~perbench.errors.ConfigError`, so a YAML file alone can never make perbench run a model's code.
+    """
+    _RemoteCode.allowed = bool(allowed)
+
+
+def remote_code_allowed() -> bool:
+    """Whether :func:`allow_remote_code` (or ``--trust-remote-code``) granted permission in this process."""
+    return _RemoteCode.allowed
+
+
+def remote_code_refusal(model: str) -> str:
+    """Why a config asking for ``model``'s remote code is refused, and how to allow it."""
+    return (
+        f"trust_remote_code: true would run the Python files shipped with {model!r}; allow it explicitly with "
+        f"`perbench run {REMOTE_CODE_FLAG}` (Python: perbench.rewards.hub_rm.allow_remote_code())"
+    )
 
 
 class HubRM(RewardModel):
@@ -47,6 +84,8 @@ class HubRM(RewardModel):
     ) -> None:
         if not model:
             raise ValueError("hub_rm needs model=<hub id or local folder>")
+        if trust_remote_code and not remote_code_allowed():
+            raise ConfigError(f"hub_rm: {remote_code_refusal(model)}")
         super().__init__(model=model, max_length=max_length, **params)
         self.spec, self.batch_size, self.max_length = model, batch_size, max_length
         self.device, self.trust_remote_code = device, trust_remote_code
@@ -60,12 +99,24 @@ class HubRM(RewardModel):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         spec = ModelSpec.parse(self.spec)
+        folder = Path(spec.name).expanduser()
+        problem = safetensors_problem(folder) if folder.is_dir() else None
+        if problem:
+            raise ConfigError(f"hub_rm: {problem}")
+        if self.trust_remote_code:
+            if not remote_code_allowed():
+                raise ConfigError(f"hub_rm: {remote_code_refusal(self.spec)}")
+            print(f"[perbench] hub_rm: {describe_remote_code(spec)}", file=sys.stderr, flush=True)
         policy = resolve_device(self.device)
         kw: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
         self.tokenizer = AutoTokenizer.from_pretrained(spec.name, trust_remote_code=self.trust_remote_code, **kw)
         self.model = (
             AutoModelForSequenceClassification.from_pretrained(
-                spec.name, dtype=policy.torch_dtype(), trust_remote_code=self.trust_remote_code, **kw
+                spec.name,
+                dtype=policy.torch_dtype(),
+                use_safetensors=True,
+                trust_remote_code=self.trust_remote_code,
+                **kw,
             )
             .to(policy.device)
             .eval()

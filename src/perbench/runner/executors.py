@@ -53,9 +53,8 @@ class RayExecutor:
         env["PERBENCH_CACHE"] = str(cache_dir().resolve())
         started = False
         if not ray.is_initialized():
-            address = getattr(cfg, "ray_address", None) or os.environ.get("RAY_ADDRESS")
-            ray.init(
-                address=address,
+            ray.init(  # RAY_ADDRESS (set by --ray-address) joins a cluster; unset starts a local instance
+                address=os.environ.get("RAY_ADDRESS"),
                 runtime_env={"env_vars": env},
                 include_dashboard=False,
                 log_to_driver=False,
