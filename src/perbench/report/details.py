@@ -32,11 +32,14 @@ def header(results: Mapping[str, Any]) -> str:
         )
     skipped = _d(bench.get("skipped")).get("total")
     if skipped is not None:
-        facts.append(f"{num(skipped, pct=False)} rows skipped")
+        facts.append(f"{num(skipped, pct=False)} pairs skipped")
     if bench.get("weighting"):
         facts.append(f"{esc(bench['weighting'])}-weighted")
-    return f'<h1>perbench — {esc(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>' + (
-        f"<p>{' · '.join(facts)}</p>" if facts else ""
+    notes = [str(n) for n in _l(_d(bench.get("meta")).get("notes"))]
+    return (
+        f'<h1>perbench — {esc(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>'
+        + (f"<p>{' · '.join(facts)}</p>" if facts else "")
+        + ("<ul class='muted'>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>" if notes else "")
     )
 
 
@@ -64,13 +67,22 @@ def fewshot_table(results: Mapping[str, Any]) -> str:
     if not curves:
         return ""
     shots = sorted({int(n) for c in curves.values() for n in c if str(n).isdigit()})
-    rows = [
-        [esc(k)] + [value_ci(_d(c.get(str(n))).get("accuracy"), _d(c.get(str(n))).get("ci")) for n in shots]
-        for k, c in curves.items()
-    ]
-    return "<h3>Few-shot adaptation of unseen users (RM accuracy %)</h3>" + table(
-        ["method"] + [f"{n} shots" for n in shots], rows
+    rows = [[esc(k)] + [_fewshot_cell(_d(c.get(str(n)))) for n in shots] for k, c in curves.items()]
+    return (
+        "<h3>Few-shot adaptation of unseen users (RM accuracy %)</h3>"
+        + table(["method"] + [f"{n} shots" for n in shots], rows)
+        + "<p class='muted'>Columns are nominal shot counts; a user with fewer train pairs adapts from all they "
+        "have: the effective mean is shown where it is lower.</p>"
     )
+
+
+def _fewshot_cell(point: Mapping[str, Any]) -> str:
+    cell = value_ci(point.get("accuracy"), point.get("ci"))
+    eff = _d(point.get("effective_shots"))
+    mean, nominal = eff.get("mean"), eff.get("nominal")
+    if isinstance(mean, int | float) and isinstance(nominal, int) and eff.get("users_below_nominal"):
+        cell += f" <span class='muted'>(eff. {mean:.1f})</span>"
+    return cell
 
 
 _DOWN_METRICS = (
