@@ -19,15 +19,10 @@ import pytest
 
 from perbench.data.benchmarks.persona import load_domain_styles, load_persona
 from perbench.data.checks import check_benchmark
-from perbench.data.loaders import (
-    DEFAULT_MAX_CHARS,
-    SKIP_HINT,
-    DataError,
-    format_validation,
-    load_benchmark_file,
-    validate_file,
-)
+from perbench.data.loaders import format_validation, load_benchmark_file, validate_file
+from perbench.data.policies import DEFAULT_MAX_CHARS
 from perbench.data.records import Benchmark, PreferencePair, Prompt, SkipReport, prompt_text
+from perbench.data.rows import SKIP_HINT, DataError
 from perbench.errors import ConfigError, PerbenchError
 from tests.fixtures_upstream import domain_rows_shared_responses, write_jsonl
 

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perbench.data.checks import check_benchmark
-from perbench.data.loaders import CANONICAL_FIELDS, load_benchmark_file, validate_file
+from perbench.data.fields import CANONICAL_FIELDS
+from perbench.data.loaders import load_benchmark_file, validate_file
 from perbench.errors import PerbenchError
 
 FUZZ = settings(

@@ -10,17 +10,11 @@ from typing import Any
 
 import pytest
 
-from perbench.data.loaders import (
-    MISSING,
-    DataError,
-    FieldMap,
-    format_validation,
-    load_benchmark_file,
-    read_rows,
-    resolve,
-    validate_file,
-)
+from perbench.data.fields import FieldMap
+from perbench.data.loaders import format_validation, load_benchmark_file, validate_file
+from perbench.data.reading import read_rows
 from perbench.data.records import Message
+from perbench.data.rows import MISSING, DataError, resolve
 from tests.fixtures_upstream import save_to_disk, write_json, write_jsonl, write_parquet
 
 ROWS: list[dict[str, Any]] = [
@@ -273,6 +267,17 @@ def test_data_error_pickles_and_is_a_value_error() -> None:
     assert isinstance(err, ValueError)
     back = pickle.loads(pickle.dumps(err))
     assert str(back) == str(err) and back.line == 7
+
+
+def test_loaders_module_keeps_its_public_names() -> None:
+    import perbench.data.loaders as loaders
+    from perbench.data.policies import assign_unseen
+
+    assert loaders.DataError is DataError and loaders.assign_unseen is assign_unseen
+    back = pickle.loads(pickle.dumps(loaders.DataError("d.csv", 2, None, "bad")))
+    assert type(back) is DataError and str(back) == "d.csv:2: bad"
+    for name in loaders.__all__:
+        assert callable(getattr(loaders, name))
 
 
 def test_registry_file_entry(tmp_path: Path) -> None:

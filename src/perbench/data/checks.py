@@ -1,7 +1,7 @@
 """Benchmark checks a run makes right after loading and before any model loads.
 
 :func:`check_benchmark` turns a benchmark on which a number would be meaningless into a located
-:class:`~perbench.data.loaders.DataError` (no pairs, no test pairs, no train pairs for a method that fits on
+:class:`~perbench.data.rows.DataError` (no pairs, no test pairs, no train pairs for a method that fits on
 them), re-marks seen users without train pairs as unseen (whatever loader built the benchmark), and returns
 notes for the report. ``perbench validate`` runs the same checks (with ``needs_train=False``).
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from perbench.data.loaders import DataError, demote_untrained, demotion_note
+from perbench.data.policies import demote_untrained, demotion_note
 from perbench.data.records import Benchmark
+from perbench.data.rows import DataError
 
 
 def check_benchmark(bench: Benchmark, *, needs_train: bool) -> list[str]:

@@ -24,31 +24,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perbench.data.loaders import (
-    DEFAULT_MAX_CHARS,
+from perbench.data.fields import FieldMap
+from perbench.data.loading import LoadOptions, load_with_stats
+from perbench.data.policies import DEFAULT_MAX_CHARS, Truncations, assign_unseen, demote_untrained, demotion_note
+from perbench.data.reading import Source, iter_records, source_label
+from perbench.data.records import Benchmark, PreferencePair, Prompt, SkipReport, Split, User, dedup_units
+from perbench.data.rows import (
     MISSING,
     DataError,
     ErrorSink,
-    FieldMap,
-    LoadOptions,
     OnError,
     Row,
-    Source,
-    Truncations,
-    assign_unseen,
     check_text,
     check_unicode,
-    demote_untrained,
-    demotion_note,
     is_number,
-    iter_records,
-    load_with_stats,
     parse_prompt,
     parse_response,
-    source_label,
     type_name,
 )
-from perbench.data.records import Benchmark, PreferencePair, Prompt, SkipReport, Split, User, dedup_units
 from perbench.data.user_context import describe_user_context
 from perbench.errors import ConfigError
 

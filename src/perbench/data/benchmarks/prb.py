@@ -24,17 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perbench.data.loaders import (
-    DataError,
-    ErrorSink,
-    OnError,
-    Row,
-    check_text,
-    detect_format,
-    read_rows,
-    type_name,
-)
+from perbench.data.reading import detect_format, read_rows
 from perbench.data.records import Benchmark, PreferencePair, ProfileItem, SkipReport, User, dedup_pairs
+from perbench.data.rows import DataError, ErrorSink, OnError, Row, check_text, type_name
 from perbench.data.user_context import describe_user_context
 
 PRB_HUB_ID = "QiyaoMa/Personalized-RewardBench"

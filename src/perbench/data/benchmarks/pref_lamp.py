@@ -30,17 +30,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from perbench.data.loaders import (
-    DataError,
-    ErrorSink,
-    OnError,
-    Row,
-    assign_unseen,
-    parse_json,
-    read_rows,
-    read_text,
-    type_name,
-)
+from perbench.data.policies import assign_unseen
+from perbench.data.reading import parse_json, read_rows, read_text
 from perbench.data.records import (
     Benchmark,
     PreferencePair,
@@ -51,6 +42,7 @@ from perbench.data.records import (
     User,
     dedup_pairs,
 )
+from perbench.data.rows import DataError, ErrorSink, OnError, Row, type_name
 from perbench.data.user_context import describe_user_context
 
 LAMP5_PREFIX = "Generate a title for the following abstract of a paper: "

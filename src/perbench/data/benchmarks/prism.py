@@ -27,16 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perbench.data.loaders import (
-    DataError,
-    ErrorSink,
-    OnError,
-    Row,
-    assign_unseen,
-    check_text,
-    read_rows,
-    type_name,
-)
+from perbench.data.policies import assign_unseen
+from perbench.data.reading import read_rows
 from perbench.data.records import (
     Benchmark,
     Message,
@@ -47,6 +39,7 @@ from perbench.data.records import (
     User,
     dedup_pairs,
 )
+from perbench.data.rows import DataError, ErrorSink, OnError, Row, check_text, type_name
 from perbench.data.user_context import describe_user_context
 
 PROFILE_FIELDS: tuple[str, ...] = ("self_description", "system_string")

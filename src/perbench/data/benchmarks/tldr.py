@@ -30,18 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from perbench.data.loaders import (
-    DataError,
-    ErrorSink,
-    OnError,
-    Row,
-    assign_unseen,
-    check_text,
-    detect_format,
-    read_rows,
-    type_name,
-)
+from perbench.data.policies import assign_unseen
+from perbench.data.reading import detect_format, read_rows
 from perbench.data.records import Benchmark, PreferencePair, SkipReport, Split, User, dedup_pairs
+from perbench.data.rows import DataError, ErrorSink, OnError, Row, check_text, type_name
 from perbench.data.user_context import describe_user_context
 
 TLDR_HUB_ID = "openai/summarize_from_feedback"

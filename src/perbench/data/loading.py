@@ -1,0 +1,418 @@
+"""The one loading path of :func:`~perbench.data.loaders.load_benchmark_file`,
+:func:`~perbench.data.loaders.validate_file` and the persona loader: :class:`LoadOptions` and
+:func:`load_with_stats` (see :mod:`perbench.data.loaders` for the policies)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perbench.data.fields import FieldMap
+from perbench.data.policies import (
+    DEFAULT_MAX_CHARS,
+    Truncations,
+    assign_test_split,
+    assign_unseen,
+    demote_untrained,
+    demotion_note,
+)
+from perbench.data.reading import FORMATS, Source, detect_format, iter_records, source_label
+from perbench.data.records import (
+    Benchmark,
+    PreferencePair,
+    ProfileItem,
+    Prompt,
+    Reference,
+    SkipReport,
+    Split,
+    User,
+    content_hash,
+    dedup_pairs,
+    pair_identity,
+    prompt_key,
+)
+from perbench.data.rows import (
+    MISSING,
+    DataError,
+    ErrorSink,
+    OnError,
+    Row,
+    check_ident,
+    check_text,
+    is_number,
+    parse_bool,
+    parse_profile,
+    parse_prompt,
+    parse_response,
+    parse_split,
+    resolve,
+)
+from perbench.data.user_context import describe_user_context, withhold_answer_key
+from perbench.errors import ConfigError
+
+
+# ------------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class LoadOptions:
+    """Every option of :func:`~perbench.data.loaders.load_benchmark_file` (and so of
+    :func:`~perbench.data.loaders.validate_file`), checked once.
+
+    A bad value is a :class:`~perbench.errors.ConfigError` naming the option.
+    """
+
+    mapping: FieldMap = field(default_factory=FieldMap)
+    name: str | None = None
+    unseen_users: tuple[str, ...] | None = None
+    unseen_fraction: float = 0.0
+    seed: int = 0
+    fmt: str | None = None
+    split: str | None = None
+    config: str | None = None
+    on_error: OnError = "raise"
+    dedup: bool = True
+    test_fraction: float | None = None
+    default_user: str | None = None
+    max_chars: int | None = DEFAULT_MAX_CHARS
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        mapping: str | Mapping[str, str] | FieldMap | None = None,
+        unseen_users: Sequence[str] | None = None,
+        **options: Any,
+    ) -> LoadOptions:
+        if unseen_users is not None:
+            if isinstance(unseen_users, str) or not all(isinstance(u, str | int) for u in unseen_users):
+                raise ConfigError(f"unseen_users must be a list of user ids, got {unseen_users!r}")
+            unseen_users = tuple(str(u).strip() for u in unseen_users)
+        return cls(mapping=FieldMap.parse(mapping), unseen_users=unseen_users, **options)
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if not is_number(self.unseen_fraction) or not 0.0 <= self.unseen_fraction < 1.0:
+            raise ConfigError(f"unseen_fraction must be a number in [0, 1), got {self.unseen_fraction!r}")
+        if self.test_fraction is not None and (not is_number(self.test_fraction) or not 0 < self.test_fraction < 1):
+            raise ConfigError(f"test_fraction must be a number in (0, 1), or None, got {self.test_fraction!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.dedup, bool):
+            raise ConfigError(f"dedup must be true or false, got {self.dedup!r}")
+        if self.max_chars is not None and (
+            isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) or self.max_chars < 1
+        ):
+            raise ConfigError(
+                f"max_chars must be a positive integer, or None to keep texts whole, got {self.max_chars!r}"
+            )
+        if self.fmt is not None and self.fmt not in FORMATS:
+            raise ConfigError(f"unknown format {self.fmt!r}; use one of {', '.join(FORMATS)}")
+        if self.default_user is not None:
+            if not isinstance(self.default_user, str) or not self.default_user.strip():
+                raise ConfigError(f"default_user must be a non-empty user id, got {self.default_user!r}")
+            if self.mapping.explicit("user_id"):
+                raise ConfigError(
+                    f"default_user={self.default_user!r} is for files without a user field, but the mapping names "
+                    f"one (user_id={self.mapping.source('user_id')}); drop one of them"
+                )
+            object.__setattr__(self, "default_user", self.default_user.strip())
+        if self.test_fraction is not None and self.mapping.explicit("split"):
+            raise ConfigError(
+                f"test_fraction={self.test_fraction} splits a file without a split field, but the mapping names one "
+                f"(split={self.mapping.source('split')}); drop one of them"
+            )
+
+
+# ------------------------------------------------------------------------------------------- loading
+@dataclass
+class _Parsed:
+    pair: PreferencePair
+    seen: bool | None
+    profile: list[ProfileItem]
+    answer_key: str | None
+    reference: str | None
+    where: str
+    split_given: bool
+    user_raw: Any
+
+
+def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = None) -> _Parsed:
+    def optional(canonical: str) -> Any:
+        """Explicitly mapped -> required; otherwise used when present; empty string = absent."""
+        if fmap.disabled(canonical):
+            return None
+        path = fmap.source(canonical)
+        value = row.require(path) if fmap.explicit(canonical) else row.get(path)
+        if isinstance(value, str) and not value.strip():
+            if fmap.explicit(canonical) and canonical in ("split", "seen", "pair_id"):
+                raise row.error(path, "empty value")
+            return None
+        return value
+
+    user_path = fmap.source("user_id")
+    if default_user is not None:
+        if resolve(row.data, user_path) is not MISSING:
+            raise row.error(
+                user_path,
+                f"present, but default_user={default_user!r} is set (it is for files without a user field); "
+                "drop default_user to use the file's user ids",
+            )
+        user, user_raw = default_user, default_user
+    else:
+        user_raw = row.require(user_path)
+        user = check_ident(row, user_path, user_raw)
+    chosen_path, rejected_path = fmap.source("chosen"), fmap.source("rejected")
+    chosen, chosen_ctx = parse_response(row, chosen_path, row.require(chosen_path))
+    rejected, _ = parse_response(row, rejected_path, row.require(rejected_path))
+    prompt_path = fmap.source("prompt")
+    raw_prompt = resolve(row.data, prompt_path)
+    prompt: Prompt
+    if (raw_prompt is MISSING or raw_prompt is None) and chosen_ctx and not fmap.explicit("prompt"):
+        prompt = chosen_ctx  # implicit prompt: the conversation before the chosen response
+    else:
+        prompt = parse_prompt(row, prompt_path, row.require(prompt_path))
+    split_value = optional("split")
+    split: Split = "test" if split_value is None else parse_split(row, fmap.source("split"), split_value)
+    seen_value = optional("seen")
+    seen = None if seen_value is None else parse_bool(row, fmap.source("seen"), seen_value)
+    profile_value = optional("profile")
+    profile = [] if profile_value is None else parse_profile(row, fmap.source("profile"), profile_value)
+    key_value = optional("answer_key")
+    answer_key = None if key_value is None else check_text(row, fmap.source("answer_key"), key_value)
+    ref_value = optional("reference")
+    reference = None if ref_value is None else check_text(row, fmap.source("reference"), ref_value)
+    pid_value = optional("pair_id")
+    pair_id = f"{stem}:{row.line}" if pid_value is None else row.ident(fmap.source("pair_id"))
+    meta = {"source": row.where, "line": row.line}
+    pair = PreferencePair(pair_id, user, prompt, chosen, rejected, split, meta)
+    return _Parsed(pair, seen, profile, answer_key, reference, row.where, split_value is not None, user_raw)
+
+
+RowHook = Callable[[Row, PreferencePair], list[PreferencePair]]
+"""Extra (history) pairs derived from a row and its parsed pair; they must not repeat a row's own pair."""
+RowSize = Callable[[Row], int]
+"""How many pairs a row holds (its own pair and its extra pairs): what a skipped row counts."""
+
+
+@dataclass
+class LoadStats:
+    rows_read: int = 0
+    rows_with_errors: int = 0
+    first_error: str | None = None
+    fmt: str = ""
+
+
+def load_with_stats(
+    source: Source,
+    opts: LoadOptions,
+    *,
+    row_hook: RowHook | None = None,
+    row_size: RowSize | None = None,
+) -> tuple[Benchmark, LoadStats]:
+    """The one loading path of :func:`~perbench.data.loaders.load_benchmark_file`,
+    :func:`~perbench.data.loaders.validate_file` and the persona loader."""
+    fmap = opts.mapping
+    label = source_label(source)
+    fmt = opts.fmt or detect_format(source)
+    stats = LoadStats(fmt=fmt)
+    skipped = SkipReport()
+    sink = ErrorSink(opts.on_error, skipped)
+    stem = Path(label).name if isinstance(source, str | Path) else "row"
+    parsed: list[_Parsed] = []
+    extras: list[PreferencePair] = []
+    user_seen: dict[str, tuple[bool, str]] = {}
+    id_forms: dict[str, dict[str, str]] = {}
+    for file_label, line, data in iter_records(source, fmt=fmt, split=opts.split, config=opts.config):
+        stats.rows_read += 1
+        if isinstance(data, DataError):
+            stats.rows_with_errors += 1
+            sink(data)
+            continue
+        row = Row(file_label, line, data)
+        try:
+            item = _parse_row(row, fmap, stem, opts.default_user)
+            more = row_hook(row, item.pair) if row_hook is not None else []
+            if item.seen is not None:
+                first = user_seen.setdefault(item.pair.user_id, (item.seen, row.where))
+                if first[0] != item.seen:
+                    raise row.error(
+                        fmap.source("seen"), f"user {item.pair.user_id!r} was seen={first[0]} at {first[1]}"
+                    )
+        except DataError as e:
+            stats.rows_with_errors += 1
+            sink(e, n=row_size(row) if row_size is not None else 1)
+            continue
+        if opts.test_fraction is not None and item.split_given:
+            raise row.error(
+                fmap.source("split"),
+                f"the file gives a split, and test_fraction={opts.test_fraction} is set; use one of them "
+                "(mapping 'split=' switches the file's split off)",
+            )
+        id_forms.setdefault(item.pair.user_id, {}).setdefault(repr(item.user_raw), row.where)
+        parsed.append(item)
+        extras.extend(more)
+    stats.first_error = sink.first
+
+    # users: profile items (union, first occurrence wins), first answer key
+    profiles: dict[str, list[ProfileItem]] = {}
+    keys: dict[str, str] = {}
+    for item in parsed:
+        uid = item.pair.user_id
+        known = profiles.setdefault(uid, [])
+        texts = {p.text for p in known}
+        known.extend(p for p in item.profile if p.text not in texts)
+        if item.answer_key is not None:
+            keys.setdefault(uid, item.answer_key)
+    truncations = Truncations(opts.max_chars)
+    row_pairs = truncations.apply([item.pair for item in parsed])
+    row_keys = {pair_identity(p) for p in row_pairs}
+    kept_extras = []
+    for p in truncations.apply(extras):
+        if pair_identity(p) in row_keys:
+            skipped.add("history_equals_row_pair", p.pair_id)
+        else:
+            kept_extras.append(p)
+    pairs = dedup_pairs(row_pairs + kept_extras, skipped, dedup=opts.dedup)
+    first_seen: dict[str, tuple[str, str]] = {}
+    unique_ids = []
+    for p in pairs:
+        key, where = p.content_key(), str(p.meta.get("source", ""))
+        prior = first_seen.setdefault(p.pair_id, (key, where))
+        if prior[0] != key:
+            stats.rows_with_errors += 1
+            sink(
+                DataError(
+                    label,
+                    int(p.meta.get("line", 0)) or None,
+                    fmap.source("pair_id"),
+                    f"duplicate pair id {p.pair_id!r} with different content (first at {prior[1]})",
+                )
+            )
+            continue
+        unique_ids.append(p)
+    pairs = unique_ids
+    stats.first_error = sink.first
+    if opts.test_fraction is not None:
+        pairs = assign_test_split(pairs, opts.test_fraction, opts.seed, {item.pair.pair_id for item in parsed})
+    with_pairs = {p.user_id for p in pairs}
+    for uid in sorted(set(profiles) - with_pairs):
+        skipped.add("user_without_pairs", uid)
+    user_ids = sorted(with_pairs)
+
+    if user_seen:
+        if opts.unseen_users is not None or opts.unseen_fraction:
+            raise ConfigError("give either a 'seen' field or unseen_users / unseen_fraction, not both")
+        unseen = {u for u, (s, _) in user_seen.items() if not s}
+        seen_policy = f"from field '{fmap.source('seen')}' (users without a value are seen)"
+    elif opts.unseen_users is not None:
+        unknown = sorted(set(opts.unseen_users) - set(profiles))
+        if unknown:
+            raise DataError(label, None, "unseen_users", f"unknown user(s) {unknown[:5]} (not in the file)")
+        unseen = set(opts.unseen_users)
+        seen_policy = "unseen_users list"
+    else:
+        unseen = assign_unseen(user_ids, opts.unseen_fraction, opts.seed)
+        seen_policy = (
+            f"seeded fraction {opts.unseen_fraction} (seed {opts.seed})" if opts.unseen_fraction else "all users seen"
+        )
+    users = {
+        u: withhold_answer_key(
+            User(
+                u,
+                seen=u not in unseen,
+                profile=tuple(profiles[u]),
+                answer_key={"rubric_text": keys[u]} if u in keys else None,
+            ),
+            skipped,
+        )
+        for u in user_ids
+    }
+    users, demoted = demote_untrained(users, pairs)
+    if demoted:
+        seen_policy += f"; {len(demoted)} seen user(s) without train pairs re-marked unseen"
+
+    references: list[Reference] = []
+    ref_keys: set[str] = set()
+    for item in parsed:
+        if item.reference is None or item.pair.user_id not in users:
+            continue
+        key = content_hash(item.pair.user_id, prompt_key(item.pair.prompt))
+        if key not in ref_keys:
+            ref_keys.add(key)
+            references.append(Reference(item.pair.user_id, item.pair.prompt, item.reference, item.pair.split))
+
+    merges = {u: forms for u, forms in sorted(id_forms.items()) if len(forms) > 1 and u in users}
+    notes = []
+    if merges:
+        example = next(iter(merges.items()))
+        notes.append(
+            f"{len(merges)} user id(s) written in several forms were merged (ids are strings, surrounding "
+            f"whitespace stripped), e.g. {example[0]!r}: "
+            + ", ".join(f"{form} at {where}" for form, where in example[1].items())
+        )
+    if demoted:
+        notes.append(demotion_note(demoted))
+    if truncations.note():
+        notes.append(str(truncations.note()))
+    meta = {
+        "source": label,
+        "format": fmt,
+        "mapping": fmap.to_dict(),
+        "split_policy": _split_policy(fmap, parsed, opts),
+        "split_fix": "map a split field (mapping 'split=<column>' with train/test values), or set test_fraction "
+        "(e.g. 0.2) for a seeded per-user split",
+        "seen_policy": seen_policy,
+        "user_policy": (
+            f"every pair belongs to default_user {opts.default_user!r} (the file has no user field)"
+            if opts.default_user is not None
+            else f"from field '{fmap.source('user_id')}'"
+        ),
+        "rows_read": stats.rows_read,
+        "rows_with_errors": stats.rows_with_errors,
+        "dedup": opts.dedup,
+        "truncated": truncations.to_dict(),
+        "user_id_merges": {
+            "count": len(merges),
+            "examples": {u: forms for u, forms in list(merges.items())[:5]},
+        },
+        "seen_users_without_train": {"count": len(demoted), "users": demoted[:50]},
+        "notes": notes,
+        "user_context": describe_user_context(
+            "profile" if any(u.profile for u in users.values()) else "pairs_only",
+            users,
+            included=(["profile"] if any(u.profile for u in users.values()) else []) + ["own train pairs"],
+            withheld=[f"answer_key (from '{fmap.source('answer_key')}')"] if keys else [],
+            note="user ids are labels for reports and never reach a prompt",
+        ),
+    }
+    if opts.test_fraction is not None:
+        meta["test_fraction"] = opts.test_fraction
+    if opts.default_user is not None:
+        meta["default_user"] = opts.default_user
+    bench = Benchmark(
+        name=opts.name or (Path(label).stem if isinstance(source, str | Path) else "rows"),
+        pairs=pairs,
+        users=users,
+        references=references,
+        skipped=skipped,
+        meta=meta,
+        weighting="pair" if opts.dedup else "row",
+    )
+    return bench, stats
+
+
+def _split_policy(fmap: FieldMap, parsed: list[_Parsed], opts: LoadOptions) -> str:
+    if opts.test_fraction is not None:
+        return (
+            f"seeded per-user split: round({opts.test_fraction}·n) of each user's pairs test, at least one train "
+            f"and one test pair for a user with two or more (seed {opts.seed})"
+        )
+    if fmap.disabled("split"):
+        return "all test (split field switched off)"
+    if fmap.explicit("split"):
+        return f"from field '{fmap.source('split')}'"
+    if any(item.split_given for item in parsed):
+        return "from column 'split' (rows without one are test)"
+    return "all test (no split field mapped)"
