@@ -177,3 +177,64 @@ def test_few_users_are_noted() -> None:
     res = _run(cells)
     assert any("3 users" in n and "unreliable" in n for n in res["notes"])
     assert not any(math.isnan(x) for x in res["table"]["global_bt"][ARGS]["ci"])
+
+
+def test_every_ci_says_what_it_resampled() -> None:
+    rng = np.random.default_rng(8)
+    g = "rubrics|smollm2|seed0"
+    cells = _rows(g, "global_bt", ARGS, 0.5, rng) + _rows(g, "mpu", ARGS, 0.7, rng)
+    cells += _rows(g, "global_bt", "rm_acc_seen", 0.6, rng) + _rows(g, "mpu", "rm_acc_seen", 0.7, rng)
+    res = _run(cells)
+    e = res["table"]["mpu"][ARGS]
+    assert e["resampled"] == "users×prompts" and e["ci_note"] is None  # 12 users: the two-way bootstrap
+    assert res["ranking"][ARGS]["vs_runner_up"]["resampled"] == "users×prompts"
+    assert all(p["resampled"] == "users×prompts" for p in res["paired"][ARGS])
+    assert res["verdict"]["resampled"] == "users×prompts" and res["verdict"]["ci_note"] is None
+    assert res["selection"]["pairs"][0]["kendall_tau_b"]["resampled"] == "users×prompts"
+    assert res["fairness"]["mpu"]["gain_over_reference"]["resampled"] == "users×prompts"
+    assert not any("instead" in n for n in res["notes"])
+
+
+def test_two_users_fall_back_to_prompts_with_a_note() -> None:
+    # downstream rows of 2 users (max_gen_users=2) next to upstream rows of 12: only the former fall back
+    rng = np.random.default_rng(9)
+    g = "rubrics|smollm2|seed0"
+    two = {"u0", "u1"}
+    cells = [c for c in _rows(g, "global_bt", ARGS, 0.5, rng, noise=0.3) if c["user"] in two]
+    cells += [c for c in _rows(g, "mpu", ARGS, 0.55, rng, noise=0.3) if c["user"] in two]
+    cells += _rows(g, "global_bt", "rm_acc_seen", 0.6, rng) + _rows(g, "mpu", "rm_acc_seen", 0.7, rng)
+    res = _run(cells)
+    down = res["table"]["mpu"][ARGS]
+    assert down["users"] == 2 and down["resampled"] == "prompts"
+    assert "only 2 users (< 5)" in down["ci_note"] and "8 prompts only" in down["ci_note"]
+    assert down["ci"][0] < down["value"] < down["ci"][1]
+    up = res["table"]["mpu"]["rm_acc_seen"]
+    assert up["resampled"] == "users×prompts" and up["ci_note"] is None
+    gap = res["ranking"][ARGS]["vs_runner_up"]
+    assert gap["resampled"] == "prompts" and "only 2 users" in gap["ci_note"]
+    v = res["verdict"]
+    assert v["metric"] == ARGS and v["resampled"] == "prompts" and "only 2 users" in v["ci_note"]
+    assert "CI: only 2 users" in v["text"]
+    assert any("only 2 users" in n and "resample prompts or (user, prompt) pairs instead" in n for n in res["notes"])
+
+
+def test_two_users_two_prompts_resample_pairs_and_one_pair_has_no_ci() -> None:
+    g = "rubrics|smollm2|seed0"
+    cells = [
+        {"group": g, "method": "mpu", "metric": ARGS, "user": u, "prompt": p, "value": v}
+        for (u, p), v in zip(
+            [("u0", "p0"), ("u0", "p1"), ("u1", "p0"), ("u1", "p1")], [0.2, 0.9, 0.4, 0.7], strict=True
+        )
+    ]
+    cells.append({"group": g, "method": "pal_b", "metric": ARGS, "user": "u0", "prompt": "p0", "value": 0.3})
+    res = _run(cells)
+    pairs = res["table"]["mpu"][ARGS]
+    assert pairs["resampled"] == "pairs" and "4 (user, prompt) pairs only" in pairs["ci_note"]
+    assert pairs["ci"] is not None and pairs["ci"][0] < pairs["ci"][1]
+    single = res["table"]["pal_b"][ARGS]
+    assert single["value"] == pytest.approx(0.3)
+    assert single["ci"] is None and single["resampled"] is None and "no CI" in single["ci_note"]
+    # the paired difference shares one cell: no CI either, so the two cannot be separated
+    gap = res["ranking"][ARGS]["vs_runner_up"]
+    assert gap["ci"] is None and "no CI" in gap["ci_note"]
+    assert res["ranking"][ARGS]["best"] is None

@@ -1,7 +1,16 @@
 import numpy as np
 import pytest
 
-from perbench.metrics.bootstrap import TwoWayBootstrap, factor_notes, percentile_ci, two_way_ci
+from perbench.metrics import bootstrap as bs
+from perbench.metrics.bootstrap import (
+    PAIRS,
+    TWO_WAY,
+    TwoWayBootstrap,
+    bootstrap_ci,
+    factor_notes,
+    percentile_ci,
+    two_way_ci,
+)
 from perbench.metrics.stats import bootstrap_by_group, pair_weighted
 
 N_USERS, N_PROMPTS, TRUE_MEAN = 40, 16, 0.3
@@ -82,12 +91,16 @@ def test_prompts_nested_in_users_are_not_resampled_twice() -> None:
 
 def test_strata_draw_separately() -> None:
     # two benchmarks: a column on stratum A alone is unaffected by how many users stratum B has
-    users = ["a1", "a2", "a3", "b1"] * 2
-    prompts = ["p1"] * 4 + ["p2"] * 4
-    strata = ["A", "A", "A", "B"] * 2
-    y = np.array([1.0, 0.0, 0.0, 5.0] * 2)
-    _, reps = TwoWayBootstrap(users, prompts, strata, n_boot=200, seed=0).means(y, [np.array([0, 1, 2, 4, 5, 6])])
-    assert set(np.round(reps[:, 0] * 3, 9)) <= {0.0, 1.0, 2.0, 3.0}
+    # (stratum A has 5 users, so its column is resampled two-way rather than by the few-users fallback)
+    users = ["a1", "a2", "a3", "a4", "a5", "b1"] * 2
+    prompts = ["p1"] * 6 + ["p2"] * 6
+    strata = ["A"] * 5 + ["B"] + ["A"] * 5 + ["B"]
+    y = np.array([1.0, 0.0, 0.0, 0.0, 0.0, 5.0] * 2)
+    col = np.array([0, 1, 2, 3, 4, 6, 7, 8, 9, 10])
+    boot = TwoWayBootstrap(users, prompts, strata, n_boot=200, seed=0)
+    assert boot.resampling(col).unit == TWO_WAY
+    _, reps = boot.means(y, [col])
+    assert set(np.round(reps[:, 0] * 5, 9)) <= {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}
 
 
 def test_two_way_ci_edge_cases_and_notes() -> None:
@@ -98,3 +111,71 @@ def test_two_way_ci_edge_cases_and_notes() -> None:
     notes = factor_notes(["g"] * 4, ["u1", "u2", "u1", "u2"], ["p1", "p1", "p2", "p2"])
     assert len(notes) == 2 and "2 users" in notes[0] and "2 prompts" in notes[1]
     assert factor_notes(["g"] * len(USERS), USERS, PROMPTS) == []
+
+
+def _two_users(per_user: int = 50) -> tuple[np.ndarray, list[str], list[str]]:
+    """Upstream-like pairs of a random RM: 2 users, each with their own prompts, accuracies 0.40 and 0.46."""
+    y = np.zeros(2 * per_user)
+    y[:20] = 1.0  # u0: 20 / 50
+    y[per_user : per_user + 23] = 1.0  # u1: 23 / 50
+    users = ["u0"] * per_user + ["u1"] * per_user
+    prompts = [f"q{i}" for i in range(2 * per_user)]
+    return y, users, prompts
+
+
+def test_two_users_resample_prompts_and_say_so() -> None:
+    # the issue's case: resampling 2 users gives [0.40, 0.46] for a random RM, seeming to exclude 0.5
+    y, users, prompts = _two_users()
+    forced = TwoWayBootstrap(users, prompts, n_boot=500, seed=0, min_levels=0)
+    assert forced.resampling(np.arange(y.size)).unit == TWO_WAY
+    old = percentile_ci(forced.means(y, [np.arange(y.size)])[1][:, 0])
+    assert old is not None and old[1] < 0.5  # what the users-only bootstrap claimed
+    got = bootstrap_ci(y, users, prompts, n_boot=500, seed=0)
+    assert got.resampling.unit == bs.PROMPTS and got.ci is not None
+    assert got.ci[0] < 0.43 < 0.5 < got.ci[1]
+    assert got.note is not None and "only 2 users (< 5)" in got.note and "100 prompts only" in got.note
+
+
+def test_few_users_and_prompts_resample_pairs() -> None:
+    users = ["u1", "u2", "u1", "u2", "u1", "u2"]
+    prompts = ["p1", "p1", "p2", "p2", "p3", "p3"]
+    y = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    got = bootstrap_ci(y, users, prompts, n_boot=300, seed=0)
+    assert got.resampling.unit == PAIRS and got.resampling.pairs == 6
+    assert (
+        got.note is not None
+        and "2 users" in got.note
+        and "3 prompts" in got.note
+        and "6 (user, prompt) pairs" in got.note
+    )
+    assert got.ci is not None and got.ci[0] < got.ci[1]
+    # every replicate is a mean of redrawn cells: a multiple of 1/6 of the 6 drawn values
+    _, reps = TwoWayBootstrap(users, prompts, n_boot=300, seed=0).means(y, [np.arange(6)])
+    np.testing.assert_allclose(reps[:, 0] * 6, np.round(reps[:, 0] * 6), atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("users", "prompts"),
+    [(["u"], ["p"]), (["u", "u", "u"], ["p", "p", "p"])],  # one (user, prompt) pair, once or repeated
+)
+def test_a_single_pair_has_no_ci_and_says_why(users: list[str], prompts: list[str]) -> None:
+    got = bootstrap_ci([0.3] * len(users), users, prompts, n_boot=200, seed=0)
+    assert got.ci is None and got.resampling.unit is None
+    assert got.note is not None and "no CI" in got.note
+    assert two_way_ci([0.3] * len(users), users, prompts, n_boot=200) is None
+    _, reps = TwoWayBootstrap(users, prompts, n_boot=50).means([0.3] * len(users), [np.arange(len(users))])
+    assert np.isnan(reps).all()  # never a [x, x] interval
+
+
+def test_fallback_columns_leave_two_way_columns_alone() -> None:
+    # a two-way column gets the same replicates whether or not a few-users column is evaluated with it
+    rng = np.random.default_rng(9)
+    y = _crossed(rng)
+    everyone = np.arange(y.size)
+    two = np.flatnonzero(np.isin(USERS, ["u0", "u1"]))
+    boot = TwoWayBootstrap(USERS, PROMPTS, n_boot=150, seed=3)
+    assert boot.resampling(two).unit == bs.PROMPTS and boot.resampling(everyone).unit == TWO_WAY
+    _, alone = boot.means(y, [everyone])
+    _, mixed = boot.means(y, [everyone, two])
+    np.testing.assert_array_equal(alone[:, 0], mixed[:, 0])
+    assert np.isfinite(mixed[:, 1]).all() and mixed[:, 1].std() > 0

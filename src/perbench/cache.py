@@ -2,71 +2,350 @@
 
 Keys are content hashes that include the model fingerprint and the full request; values are bytes
 (numpy arrays) or JSON. A store never needs invalidation: a different model or request is a different key.
+
+Everything in a store can be recomputed, so damage is repaired rather than reported as a crash:
+
+- a file that is not a SQLite database, or is truncated or corrupt, is moved aside to
+  ``<name>.corrupt-<timestamp>`` (with a one-line warning naming it) and an empty store takes its place;
+- a value that cannot be decoded is deleted (with a warning naming the file and the key) and reads as missing.
+
+Errors the user must fix (disk full, read-only or unwritable folder, a store locked for too long) are raised as
+:class:`~perbench.errors.StoreError` naming the file, the cause and the fix.
+
+A store also keeps a small persistent tally (``name → count``) that survives across processes, updated in the
+same transaction as the values it counts (``put_many_bytes(..., counts=...)``).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import sqlite3
 import threading
+import time
+import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from perbench.errors import StoreError
+from perbench.io import FIX_SPACE, FIX_WRITABLE, _default, os_error_message, warn
+
+T = TypeVar("T")
+
+# SQLite primary result codes (https://sqlite.org/rescode.html)
+_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 5, 6, 8, 10, 11
+_SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
+_MAGIC = b"SQLite format 3\x00"
+_CHUNK = 500  # keys per IN (...) query, under SQLite's default variable limit
+
+
+class CorruptValueError(ValueError):
+    """A stored value that cannot be decoded (JSON or an array bundle)."""
+
+
+def _code(e: sqlite3.Error) -> int:
+    return int(getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF
+
+
+def _is_corrupt(e: sqlite3.Error) -> bool:
+    if _code(e) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return True
+    msg = str(e)
+    return "file is not a database" in msg or "database disk image is malformed" in msg
+
+
+def header_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a whole SQLite database, from its 100-byte header alone (cheap); None if it may be.
+
+    An empty or absent file is fine (SQLite starts it). The size check is skipped while a write-ahead log exists:
+    the log then holds pages the main file does not have yet.
+    """
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StoreError(os_error_message(path, "read", e)) from e
+    if len(head) < 100 or not head.startswith(_MAGIC):
+        return "not a SQLite database"
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    n_pages = int.from_bytes(head[28:32], "big")
+    header_valid = n_pages > 0 and head[24:28] == head[92:96]
+    wal = Path(f"{path}-wal")
+    if header_valid and not (wal.exists() and wal.stat().st_size > 0) and size < n_pages * page_size:
+        return f"truncated: {size} of {n_pages * page_size} bytes"
+    return None
+
 
 class Store:
-    def __init__(self, path: str | Path) -> None:
+    """A key → bytes store in one SQLite file (see the module docstring for what happens to damage)."""
+
+    def __init__(self, path: str | Path, *, timeout: float = 60.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
-        self._db.commit()
+        self.timeout = timeout  # seconds to wait for another process's write lock before giving up
+        self._lock = threading.RLock()
+        #: keys whose values could not be decoded and were deleted by this process
+        self.discarded: list[str] = []
+        #: where this process moved corrupt store files
+        self.moved_aside: list[Path] = []
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(os_error_message(self.path, "create the folder of", e)) from e
+        problem = header_problem(self.path)
+        if problem is not None:
+            self._move_aside(problem)
+        self._db = self._open()
+
+    # ------------------------------------------------------------ the file
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), timeout=self.timeout, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+            db.execute("CREATE TABLE IF NOT EXISTS tally (name TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+            db.commit()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as e:
+            if not _is_corrupt(e):
+                raise self._error(e, "open") from e
+            self._move_aside(str(e))
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as e:
+            raise self._error(e, "open") from e
+
+    def _move_aside(self, reason: str) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+        try:
+            if self.path.exists():
+                os.replace(self.path, aside)
+            wal = Path(f"{self.path}-wal")
+            if wal.exists():
+                os.replace(wal, Path(f"{aside}-wal"))
+            Path(f"{self.path}-shm").unlink(missing_ok=True)
+        except OSError as e:
+            raise StoreError(os_error_message(self.path, f"move aside this corrupt store ({reason})", e)) from e
+        self.moved_aside.append(aside)
+        warn(f"{self.path} is corrupt ({reason}); moved it to {aside.name} and started an empty store (recomputed)")
+
+    def _reset(self, reason: str) -> None:
+        """Replace a store found corrupt while in use by an empty one."""
+        self._db.close()
+        self._move_aside(reason)
+        self._db = self._open()
+
+    def _error(self, e: sqlite3.Error, action: str) -> StoreError:
+        code = _code(e)
+        folder = self.path.parent
+        if code == _SQLITE_FULL or "disk is full" in str(e) or (code == _SQLITE_IOERR and _nearly_full(folder)):
+            return StoreError(f"{self.path}: cannot {action} (no space left on device); {FIX_SPACE}")
+        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return StoreError(
+                f"{self.path}: cannot {action} (another process has held it locked for over {self.timeout:g} s); "
+                "wait for that process (another perbench run on this store?) to finish, or stop it, and rerun"
+            )
+        if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_IOERR):
+            if _read_only_fs(folder):
+                cause = "read-only file system"
+            elif not os.access(folder, os.W_OK):
+                cause = f"read-only folder: {folder} is not writable"
+            elif self.path.exists() and not os.access(self.path, os.W_OK):
+                cause = "read-only file"
+            else:
+                cause = str(e)
+            return StoreError(f"{self.path}: cannot {action} ({cause}); {FIX_WRITABLE}")
+        return StoreError(f"{self.path}: cannot {action} ({e}); check the file and the disk, and rerun")
+
+    def _do(self, action: str, fn: Callable[[sqlite3.Connection], T], on_corrupt: Callable[[], T]) -> T:
+        """``fn(db)`` under the lock; a corrupt file is replaced by an empty store and ``on_corrupt()`` answers."""
+        with self._lock:
+            try:
+                return fn(self._db)
+            except sqlite3.DatabaseError as e:
+                if not _is_corrupt(e):
+                    if isinstance(e, sqlite3.OperationalError):
+                        raise self._error(e, action) from e
+                    raise
+                self._reset(str(e))
+            return on_corrupt()
+
+    def _write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+        def txn(db: sqlite3.Connection) -> None:
+            with db:
+                fn(db)
+
+        def retry() -> None:  # once, on the fresh store
+            try:
+                txn(self._db)
+            except sqlite3.DatabaseError as e:
+                raise self._error(e, "write") from e
+
+        self._do("write", txn, retry)
+
+    # ------------------------------------------------------------ bytes
 
     def get_bytes(self, key: str) -> bytes | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        row = self._do(
+            "read", lambda db: db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone(), lambda: None
+        )
         return None if row is None else bytes(row[0])
 
     def get_many_bytes(self, keys: list[str]) -> dict[str, bytes]:
-        out: dict[str, bytes] = {}
-        with self._lock:
-            for i in range(0, len(keys), 500):
-                chunk = keys[i : i + 500]
+        def read(db: sqlite3.Connection) -> dict[str, bytes]:
+            out: dict[str, bytes] = {}
+            for i in range(0, len(keys), _CHUNK):
+                chunk = keys[i : i + _CHUNK]
                 q = f"SELECT key, value FROM kv WHERE key IN ({','.join('?' * len(chunk))})"
-                out.update({k: bytes(v) for k, v in self._db.execute(q, chunk)})
-        return out
+                out.update({k: bytes(v) for k, v in db.execute(q, chunk)})
+            return out
 
-    def put_many_bytes(self, items: dict[str, bytes]) -> None:
-        with self._lock, self._db:
-            self._db.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", list(items.items()))
+        return self._do("read", read, dict)
 
-    def put_bytes(self, key: str, value: bytes) -> None:
-        self.put_many_bytes({key: value})
+    def put_many_bytes(self, items: Mapping[str, bytes], *, counts: Mapping[str, int] | None = None) -> None:
+        """Store ``items`` and add ``counts`` to the tally, in one transaction."""
+        rows = list(items.items())
+
+        def write(db: sqlite3.Connection) -> None:
+            db.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", rows)
+            _add_counts(db, counts or {})
+
+        self._write(write)
+
+    def put_bytes(self, key: str, value: bytes, *, counts: Mapping[str, int] | None = None) -> None:
+        self.put_many_bytes({key: value}, counts=counts)
+
+    def delete(self, key: str) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM kv WHERE key = ?", (key,))
+
+        self._write(write)
+
+    # ------------------------------------------------------------ decoded values
+
+    def discard(self, key: str, reason: str) -> None:
+        """Delete a value that cannot be decoded, with a warning naming the file and the key."""
+        self.delete(key)
+        self.discarded.append(key)
+        warn(f"{self.path}: the value under key {key} cannot be decoded ({reason}); deleted it (recomputed)")
+
+    def decoded(self, key: str, raw: bytes, decode: Callable[[bytes], T]) -> T | None:
+        """``decode(raw)``, or None after discarding the value when it cannot be decoded."""
+        try:
+            return decode(raw)
+        except CorruptValueError as e:
+            self.discard(key, str(e))
+            return None
 
     def get_json(self, key: str) -> Any | None:
         raw = self.get_bytes(key)
-        return None if raw is None else json.loads(raw)
+        return None if raw is None else self.decoded(key, raw, decode_json)
 
-    def put_json(self, key: str, value: Any) -> None:
-        from perbench.io import _default
+    def get_many_json(self, keys: list[str]) -> dict[str, Any]:
+        """The decodable JSON values among ``keys`` (the others are discarded: they read as missing)."""
+        return self._decoded_many(keys, decode_json)
 
-        self.put_bytes(key, json.dumps(value, default=_default).encode())
+    def get_arrays(self, key: str) -> dict[str, np.ndarray] | None:
+        raw = self.get_bytes(key)
+        return None if raw is None else self.decoded(key, raw, unpack_arrays)
+
+    def get_many_arrays(self, keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
+        """The decodable array bundles among ``keys`` (the others are discarded: they read as missing)."""
+        return self._decoded_many(keys, unpack_arrays)
+
+    def _decoded_many(self, keys: list[str], decode: Callable[[bytes], T]) -> dict[str, T]:
+        out: dict[str, T] = {}
+        for k, raw in self.get_many_bytes(keys).items():
+            try:
+                out[k] = decode(raw)
+            except CorruptValueError as e:
+                self.discard(k, str(e))
+        return out
+
+    def put_json(self, key: str, value: Any, *, counts: Mapping[str, int] | None = None) -> None:
+        self.put_bytes(key, encode_json(value), counts=counts)
+
+    # ------------------------------------------------------------ the tally
+
+    def add_counts(self, counts: Mapping[str, int]) -> None:
+        """Add to the persistent tally (kept in the store file, so across processes)."""
+        self._write(lambda db: _add_counts(db, counts))
+
+    def counts(self) -> dict[str, int]:
+        """The persistent tally: every count added to this store file, by any process."""
+        rows = self._do("read", lambda db: db.execute("SELECT name, n FROM tally ORDER BY name").fetchall(), list)
+        return {str(k): int(n) for k, n in rows}
+
+    # ------------------------------------------------------------ the rest
 
     def __contains__(self, key: str) -> bool:
-        with self._lock:
-            return self._db.execute("SELECT 1 FROM kv WHERE key = ?", (key,)).fetchone() is not None
+        row = self._do("read", lambda db: db.execute("SELECT 1 FROM kv WHERE key = ?", (key,)).fetchone(), lambda: None)
+        return row is not None
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM kv").fetchone()[0])
+        return int(self._do("read", lambda db: db.execute("SELECT COUNT(*) FROM kv").fetchone()[0], lambda: 0))
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
+
+
+def _add_counts(db: sqlite3.Connection, counts: Mapping[str, int]) -> None:
+    rows = [(k, int(n)) for k, n in counts.items() if n]
+    if rows:
+        db.executemany(
+            "INSERT INTO tally (name, n) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET n = n + excluded.n", rows
+        )
+
+
+def _nearly_full(folder: Path) -> bool:
+    try:
+        return shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False
+
+
+def _read_only_fs(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def encode_json(value: Any) -> bytes:
+    return json.dumps(value, default=_default).encode()
+
+
+def decode_json(raw: bytes) -> Any:
+    """JSON from a store value; :class:`CorruptValueError` when it is not UTF-8 JSON."""
+    try:
+        return json.loads(raw)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CorruptValueError(f"not JSON: {e}") from None
 
 
 def pack_arrays(**arrays: np.ndarray) -> bytes:
@@ -76,5 +355,14 @@ def pack_arrays(**arrays: np.ndarray) -> bytes:
 
 
 def unpack_arrays(raw: bytes) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+    """Arrays from :func:`pack_arrays` bytes; :class:`CorruptValueError` when they are not a readable bundle."""
+    try:
+        z = np.load(io.BytesIO(raw), allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise CorruptValueError("not a numpy array bundle (a single array)")
+        with z:
+            return {k: z[k] for k in z.files}
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        if isinstance(e, CorruptValueError):
+            raise
+        raise CorruptValueError(f"not a numpy array bundle: {e}") from None

@@ -1,13 +1,42 @@
-"""Atomic writes, JSON(L) helpers, and the cache directory."""
+"""Atomic writes, JSON(L) helpers, the cache directory, the run lock, and OS errors told as perbench errors."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from perbench.errors import StoreError
+
+#: the fixes a StoreError suggests
+FIX_SPACE = "free some space (or point out_dir / PERBENCH_CACHE at another disk) and rerun; finished units are kept"
+FIX_WRITABLE = "make it writable for this user (chmod u+w) or point out_dir / PERBENCH_CACHE elsewhere, and rerun"
+#: what an OSError met while writing means, by errno: (the cause, the fix)
+_OS_CAUSES: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("no space left on device", FIX_SPACE),
+    errno.EDQUOT: ("disk quota exceeded", FIX_SPACE),
+    errno.EROFS: ("read-only file system", "point out_dir / PERBENCH_CACHE at a writable folder and rerun"),
+    errno.EACCES: ("permission denied", FIX_WRITABLE),
+    errno.EPERM: ("operation not permitted", FIX_WRITABLE),
+}
+
+
+def os_error_message(path: str | Path, action: str, e: OSError) -> str:
+    """``<path>: cannot <action> (<cause>); <fix>`` for an OSError met while writing a run's files."""
+    cause, fix = _OS_CAUSES.get(e.errno or 0, (e.strerror or str(e), "check the folder and the disk, and rerun"))
+    return f"{path}: cannot {action} ({cause}); {fix}"
+
+
+def warn(message: str) -> None:
+    """One line on stderr, whatever ``PERBENCH_QUIET`` says: something was repaired and the user should know."""
+    print(f"perbench: warning: {message}", file=sys.stderr, flush=True)
 
 
 def cache_dir() -> Path:
@@ -18,29 +47,112 @@ def cache_dir() -> Path:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         path = Path(base) / "perbench"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(os_error_message(path, "create the cache folder", e)) from e
     return path
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS says it (Linux), else set and restored."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then ``os.replace``: readers never see half a file."""
+    """Write to a temp file in the same folder, fsync, then ``os.replace``: readers never see half a file.
+
+    The file gets the permissions of any newly created file (``0o666`` less the umask), not the temp file's
+    ``0o600``. An OS error (disk full, read-only folder) becomes a StoreError naming the file; the temp file
+    is removed and an existing file at ``path`` is left as it was.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise StoreError(os_error_message(path, "write", e)) from e
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            _chmod_like_new_file(fh.fileno())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise StoreError(os_error_message(path, "write", e)) from e
         raise
+
+
+def _chmod_like_new_file(fd: int) -> None:
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())
+    except OSError as e:  # a filesystem without POSIX modes (some network mounts): its own defaults stand
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextmanager
+def run_lock(run_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
+    """Hold ``run_dir/.lock`` (an exclusive ``flock``, holding this process's pid) for the block.
+
+    When another process holds it, print one line naming its pid and wait for it (``wait=True``), or raise a
+    StoreError naming the folder and the pid (``wait=False``). The lock goes with its process: a run that is
+    killed never leaves a stale lock. Not re-entrant: a process that holds the lock and asks again waits for
+    itself.
+    """
+    import fcntl  # POSIX only: the rest of this module works anywhere
+
+    run_dir = Path(run_dir)
+    path = run_dir / ".lock"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise StoreError(os_error_message(path, "create the run lock", e)) from e
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(fd)
+            if not wait:
+                raise StoreError(
+                    f"another perbench run (pid {holder}) is using {run_dir}; wait for it to finish, or give this "
+                    "run another out_dir or run_name"
+                ) from None
+            print(f"another perbench run (pid {holder}) is using {run_dir}; waiting…", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _lock_holder(fd: int) -> str:
+    """The pid the holder wrote into the lock file ("unknown" in the instant before it writes it)."""
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return text if text.isdigit() else "unknown"
 
 
 def dumps(obj: Any) -> str:

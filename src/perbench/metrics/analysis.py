@@ -17,6 +17,10 @@ Readings, stated once:
 - **Resampling.** Two-way bootstrap (users × prompts, ``perbench.metrics.bootstrap``); all numbers of one
   replicate come from the same draws, and CIs are percentile intervals. A difference a − b is paired: per
   group, both sides are restricted to the (user, prompt) cells they share, then combined like a value.
+  A number whose rows have fewer than 5 users resamples its prompts only (or, with fewer than 5 prompts too,
+  its (user, prompt) pairs); with fewer than 2 pairs it has no CI. Next to each CI, ``resampled`` names the
+  unit (``users×prompts``, ``prompts``, ``pairs``; null: nothing to resample) and ``ci_note`` says why it is not
+  the two-way bootstrap (null when it is).
 - **Direction.** Higher is better for every metric (``rm_win`` is ranked the same way; read it as how strongly
   an RM prefers its own guided output, a reward-hacking signal rather than quality).
 - **Ranking.** Methods in decreasing point value. The leader is ``best`` only when the CI of (leader − m)
@@ -44,7 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perbench.metrics.bootstrap import TwoWayBootstrap, factor_notes, percentile_ci
+from perbench.metrics.bootstrap import MIN_LEVELS, Resampling, TwoWayBootstrap, factor_notes, percentile_ci
 from perbench.metrics.correlation import BATCHED, CORRELATIONS
 
 FloatArray = npt.NDArray[np.float64]
@@ -139,6 +143,7 @@ class _Est:
     point: float
     reps: FloatArray
     sd_seeds: float | None = None
+    cols: tuple[int, ...] = ()  # the bootstrap columns it is computed from
 
 
 class _Columns:
@@ -244,6 +249,7 @@ class _Analysis:
         self.pairs: dict[tuple[int, str, str, str, str], tuple[int, int] | None] = {}
         self._register_pairs()
         self.point, self.reps = self.boot.means(self.values, self.cols.rows)
+        self.plans: list[Resampling] = [self.boot.resampling(r) for r in self.cols.rows]
         self._group_notes()
 
     # ------------------------------------------------------------ planning
@@ -303,19 +309,20 @@ class _Analysis:
 
     # ------------------------------------------------------------ estimates
 
-    def _combine(self, per_group: Mapping[int, tuple[float, FloatArray]]) -> _Est:
-        by_setting: dict[str, list[tuple[float, FloatArray]]] = {}
+    def _combine(self, per_group: Mapping[int, tuple[float, FloatArray, tuple[int, ...]]]) -> _Est:
+        by_setting: dict[str, list[tuple[float, FloatArray, tuple[int, ...]]]] = {}
         for g, v in per_group.items():
             by_setting.setdefault(self.keys[g].setting, []).append(v)
-        points = [float(np.mean([p for p, _ in vs])) for vs in by_setting.values()]
-        reps = [np.mean(np.stack([r for _, r in vs]), axis=0) for vs in by_setting.values()]
-        variances = [float(np.var([p for p, _ in vs], ddof=1)) for vs in by_setting.values() if len(vs) > 1]
+        points = [float(np.mean([p for p, _, _ in vs])) for vs in by_setting.values()]
+        reps = [np.mean(np.stack([r for _, r, _ in vs]), axis=0) for vs in by_setting.values()]
+        variances = [float(np.var([p for p, _, _ in vs], ddof=1)) for vs in by_setting.values() if len(vs) > 1]
         sd = math.sqrt(float(np.mean(variances))) if variances else None
-        return _Est(float(np.mean(points)), np.mean(np.stack(reps), axis=0), sd)
+        cols = tuple(dict.fromkeys(c for _, _, cs in per_group.values() for c in cs))
+        return _Est(float(np.mean(points)), np.mean(np.stack(reps), axis=0), sd, cols)
 
     def value(self, method: str, metric: str) -> _Est | None:
         per = {
-            g: (float(self.point[c]), self.reps[:, c])
+            g: (float(self.point[c]), self.reps[:, c], (c,))
             for g in range(len(self.groups))
             if (c := self.full.get((g, method, metric))) is not None
         }
@@ -323,7 +330,7 @@ class _Analysis:
 
     def delta(self, a: str, ka: str, b: str, kb: str) -> _Est | None:
         """Paired a − b on the cells both have, combined over groups like a value."""
-        per: dict[int, tuple[float, FloatArray]] = {}
+        per: dict[int, tuple[float, FloatArray, tuple[int, ...]]] = {}
         for g in range(len(self.groups)):
             cols = self.pairs.get((g, a, ka, b, kb))
             if cols is None and (g, b, kb, a, ka) in self.pairs:
@@ -332,11 +339,31 @@ class _Analysis:
             if cols is None:
                 continue
             ca, cb = cols
-            per[g] = (float(self.point[ca] - self.point[cb]), self.reps[:, ca] - self.reps[:, cb])
+            per[g] = (float(self.point[ca] - self.point[cb]), self.reps[:, ca] - self.reps[:, cb], (ca, cb))
         return self._combine(per) if per else None
 
     def ci(self, est: _Est | None) -> tuple[float, float] | None:
-        return None if est is None or self.n_boot < 2 else percentile_ci(est.reps, self.level)
+        """The percentile CI; None without replicates or when a column has fewer than 2 (user, prompt) pairs."""
+        if est is None or self.n_boot < 2 or any(self.plans[c].unit is None for c in est.cols):
+            return None
+        return percentile_ci(est.reps, self.level)
+
+    def resampled(self, cols: Sequence[int]) -> dict[str, Any]:
+        """``resampled`` (the unit, or units joined by ``+``) and ``ci_note`` (why it is not two-way, or why
+        there is no CI) for an estimate over the bootstrap columns ``cols``."""
+        if not cols:
+            return {"resampled": None, "ci_note": None}
+        if self.n_boot < 2:
+            return {"resampled": None, "ci_note": f"n_boot={self.n_boot}: no CI"}
+        plans = [self.plans[c] for c in cols]
+        units = list(dict.fromkeys(p.unit for p in plans))
+        unit = None if None in units else "+".join(str(u) for u in units)
+        notes = list(dict.fromkeys(p.note for p in plans if p.note))
+        return {"resampled": unit, "ci_note": "; ".join(notes) or None}
+
+    def ci_entry(self, est: _Est | None) -> dict[str, Any]:
+        """``ci``, ``resampled`` and ``ci_note`` of an estimate: the keys every CI of the output carries."""
+        return {"ci": _ci(self.ci(est)), **self.resampled(() if est is None else est.cols)}
 
     # ------------------------------------------------------------ sections
 
@@ -359,7 +386,7 @@ class _Analysis:
                 if est is None:
                     out[m][k] = {
                         "value": None, "ci": None, "sd_seeds": None, "n": 0, "users": 0, "prompts": 0,
-                        "na": self.na_reason(m, k),
+                        "na": self.na_reason(m, k), "resampled": None, "ci_note": None,
                     }  # fmt: skip
                     continue
                 rows = np.concatenate([r for (g, mm, kk), r in self.rows.items() if mm == m and kk == k])
@@ -371,6 +398,7 @@ class _Analysis:
                     "users": len({(self.keys[self.g[i]].benchmark, self.user_of[i]) for i in rows.tolist()}),
                     "prompts": len({(self.keys[self.g[i]].benchmark, self.prompt_of[i]) for i in rows.tolist()}),
                     "na": None,
+                    **self.resampled(est.cols),
                 }
         return out
 
@@ -391,7 +419,7 @@ class _Analysis:
         res["tied"] = tied
         res["best"] = lead if len(tied) == 1 else None
         if d is not None:
-            res["vs_runner_up"] = {"a": lead, "b": order[1], "delta": _f(d.point), "ci": _ci(self.ci(d))}
+            res["vs_runner_up"] = {"a": lead, "b": order[1], "delta": _f(d.point), **self.ci_entry(d)}
         return res
 
     def _paired_entry(self, a: str, ka: str, b: str, kb: str) -> dict[str, Any] | None:
@@ -406,6 +434,7 @@ class _Analysis:
             "delta": _f(d.point),
             "ci": _ci(ci),
             "excludes_zero": bool(ci is not None and (ci[0] > 0 or ci[1] < 0)),
+            **self.resampled(d.cols),
         }
 
     def paired(self) -> dict[str, list[dict[str, Any]]]:
@@ -441,13 +470,16 @@ class _Analysis:
                 x, y = self.point[cu], self.point[cd]
                 xr, yr = self.reps[:, cu], self.reps[:, cd]
                 entry: dict[str, Any] = {"upstream": u, "downstream": d, "n_systems": len(systems)}
+                how = self.resampled(cu + cd)
+                unresampled = any(self.plans[c].unit is None for c in cu + cd)
                 for name, fn in CORRELATIONS.items():
                     val = fn(x, y) if len(systems) else None
                     ci = None
                     reps = BATCHED[name](xr, yr) if len(systems) and self.n_boot else np.zeros(0)
                     if name == "kendall_tau_b":
                         tau_reps[f"{u}\x00{d}"] = reps if val is not None else np.full(self.n_boot, np.nan)
-                    if val is not None and self.n_boot >= 2 and np.isfinite(reps).sum() * 2 >= self.n_boot:
+                    enough = self.n_boot >= 2 and not unresampled
+                    if val is not None and enough and np.isfinite(reps).sum() * 2 >= self.n_boot:
                         ci = percentile_ci(reps, self.level)
                     na = None
                     if val is None:
@@ -456,9 +488,11 @@ class _Analysis:
                             if len(systems) < 3
                             else "a constant input: the coefficient is undefined"
                         )
+                    elif unresampled and self.n_boot >= 2:
+                        na = "a system's value has fewer than 2 (user, prompt) pairs: no CI"
                     elif ci is None and self.n_boot >= 2:
                         na = "undefined in more than half of the bootstrap replicates: no CI"
-                    entry[name] = {"value": _f(val), "ci": _ci(ci), "na": na}
+                    entry[name] = {"value": _f(val), "ci": _ci(ci), "na": na, **how}
                 single = len(self.groups) == 1
                 entry["points"] = [
                     [m if single else f"{m} [{self.groups[g]}]", _f(float(xv)), _f(float(yv))]
@@ -551,7 +585,7 @@ class _Analysis:
 
     def _gain(self, a: str, ka: str, b: str, kb: str) -> dict[str, Any] | None:
         d = self.delta(a, ka, b, kb)
-        return None if d is None else {"value": _f(d.point), "ci": _ci(self.ci(d))}
+        return None if d is None else {"value": _f(d.point), **self.ci_entry(d)}
 
     def _per_user(self, method: str, metric: str) -> dict[str, float]:
         idx = [i for (g, m, k), r in self.rows.items() if m == method and k == metric for i in r.tolist()]
@@ -597,6 +631,7 @@ class _Analysis:
             metric = fallback
         empty: dict[str, Any] = {
             "metric": metric, "deploy": None, "runner_up": None, "tied": [], "value": None, "ci": None,
+            "resampled": None, "ci_note": None,
             "upstream_metric": None, "upstream_tau": None, "upstream_tau_ci": None, "agrees": None,
         }  # fmt: skip
         if metric is None:
@@ -616,7 +651,7 @@ class _Analysis:
             "runner_up": runner,
             "tied": rank["tied"],
             "value": _f(est.point),
-            "ci": _ci(ci),
+            **self.ci_entry(est),
         }
         parts = list(notes)
         val = f"{metric} {self.fmt(metric, est.point)}, {self.fmt_ci(metric, ci)}"
@@ -675,6 +710,8 @@ class _Analysis:
                 parts.append(f"Even {u}, the best upstream predictor, does not reliably predict {metric}.")
         elif is_downstream(metric):
             parts.append(f"No upstream metric has a defined rank correlation with {metric}.")
+        if res["ci_note"]:
+            parts.append(f"About {lead}'s CI: {res['ci_note']}.")
         res["text"] = " ".join(parts)
         return res
 
@@ -716,7 +753,10 @@ def analyze(
     selection, _ = a.selection()
     verdict = a.verdict(verdict_metric, selection)
     out = {
-        "resampling": f"two-way: users × prompts (pigeonhole bootstrap), n_boot={n_boot}, seed={seed}",
+        "resampling": (
+            f"two-way: users × prompts (pigeonhole bootstrap), n_boot={n_boot}, seed={seed}; with fewer than "
+            f"{MIN_LEVELS} users, prompts only (with fewer prompts too, (user, prompt) pairs; see each ci_note)"
+        ),
         "n_boot": n_boot,
         "notes": a.notes,
         "methods": a.methods,

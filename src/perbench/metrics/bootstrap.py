@@ -18,11 +18,21 @@ among themselves. With a single user in a stratum every prompt is resampled.
 
 The two-way bootstrap is slightly conservative for a crossed design (it counts the residual variance about
 twice), never anti-conservative like the one-way one.
+
+Few users. Resampling 2 users says almost nothing about the next user (with 2 users a random method scored
+[0.41, 0.45], seeming to exclude 0.5), so each column chooses its resampling unit from its own rows
+(:meth:`TwoWayBootstrap.resampling`): with at least ``min_levels`` (5) distinct users, users × prompts as above;
+with fewer users, its prompts only (users fixed, nested prompts included); with fewer prompts as well, its
+(user, prompt) pairs only; with fewer than 2 pairs, nothing (no CI, with the reason). The fallbacks carry a note
+saying so. A fallback draws, per stratum, among the prompts (or pairs) of the columns that use it, so those
+columns share their draws, as two-way columns share theirs; a paired difference compares columns restricted to
+the same cells, so both of its sides always have the same unit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -58,17 +68,52 @@ def factor_notes(
     for g, (us, ps) in seen.items():
         for name, levels in (("users", us), ("prompts", ps)):
             if len(levels) < min_levels:
-                notes.append(
+                note = (
                     f"{g}: only {len(levels)} {name} (< {min_levels}); the CI is unreliable for the {name[:-1]} factor"
                 )
+                if name == "users":
+                    note += ", so its CIs resample prompts or (user, prompt) pairs instead (see each ci_note)"
+                notes.append(note)
     return notes
+
+
+#: resampling units, most to least informative
+TWO_WAY, PROMPTS, PAIRS = "users×prompts", "prompts", "pairs"
+
+
+@dataclass(frozen=True)
+class Resampling:
+    """What a column's bootstrap resamples, chosen from the column's distinct users, prompts and cells."""
+
+    unit: str | None  # TWO_WAY, PROMPTS, PAIRS, or None: fewer than 2 (user, prompt) pairs, no CI
+    users: int
+    prompts: int
+    pairs: int
+    note: str | None  # why the unit is not the two-way one (None when it is)
+
+    @classmethod
+    def choose(cls, users: int, prompts: int, pairs: int, min_levels: int = MIN_LEVELS) -> Resampling:
+        if users >= min_levels:
+            return cls(TWO_WAY, users, prompts, pairs, None)
+        few = f"only {users} user{'s' * (users != 1)} (< {min_levels})"
+        if prompts >= min_levels:
+            note = f"{few}: the CI resamples the {prompts} prompts only, so it leaves out user-to-user variance"
+            return cls(PROMPTS, users, prompts, pairs, note)
+        if pairs >= 2:
+            note = (
+                f"{few} and {prompts} prompt{'s' * (prompts != 1)}: the CI resamples the {pairs} (user, prompt) "
+                "pairs only, so it leaves out user-to-user and prompt-to-prompt variance"
+            )
+            return cls(PAIRS, users, prompts, pairs, note)
+        return cls(None, users, prompts, pairs, f"{pairs} (user, prompt) pair{'s' * (pairs != 1)}: no CI (needs 2)")
 
 
 class TwoWayBootstrap:
     """Replicate weights for rows (stratum, user, prompt), drawn once and applied to any number of columns.
 
     ``resample_users`` / ``resample_prompts`` switch a factor off (its counts stay 1), which gives the
-    one-way bootstraps for comparison.
+    one-way bootstraps for comparison. A column with fewer than ``min_levels`` users falls back to resampling
+    prompts or (user, prompt) pairs (:meth:`resampling`; ``min_levels=0`` keeps every column two-way).
     """
 
     def __init__(
@@ -81,6 +126,7 @@ class TwoWayBootstrap:
         seed: int = 0,
         resample_users: bool = True,
         resample_prompts: bool = True,
+        min_levels: int = MIN_LEVELS,
     ) -> None:
         n = len(users)
         if len(prompts) != n or (strata is not None and len(strata) != n):
@@ -89,6 +135,7 @@ class TwoWayBootstrap:
         self.n_boot = max(0, int(n_boot))
         self.seed = seed
         self._resample = (resample_users, resample_prompts)
+        self.min_levels = min_levels
         st = np.zeros(n, dtype=np.intp) if strata is None else np.unique(np.asarray(strata), return_inverse=True)[1]
         self._n_strata = int(st.max()) + 1 if n else 0
         # global user / prompt levels: (stratum, id) pairs, numbered stratum by stratum
@@ -105,6 +152,7 @@ class TwoWayBootstrap:
         users_per_prompt = np.bincount(self._cell_prompt, minlength=len(self._prompt_stratum))
         users_per_stratum = np.bincount(self._user_stratum, minlength=self._n_strata)
         self._prompt_crossed = (users_per_prompt > 1) | (users_per_stratum[self._prompt_stratum] < 2)
+        self._cell_stratum = self._user_stratum[self._cell_user]
 
     @staticmethod
     def _levels(stratum: IntArray, ids: Sequence[str]) -> tuple[IntArray, IntArray]:
@@ -127,6 +175,14 @@ class TwoWayBootstrap:
         """The (stratum, user, prompt) cell of each row (an integer id)."""
         return self._cell_of_row
 
+    def resampling(self, rows: Any) -> Resampling:
+        """The resampling unit of a column (row indices), from its distinct users, prompts and cells."""
+        r = np.asarray(rows, dtype=np.intp).ravel()
+        cells = np.unique(self._cell_of_row[r])
+        users = np.unique(self._cell_user[cells]).size
+        prompts = np.unique(self._cell_prompt[cells]).size
+        return Resampling.choose(users, prompts, int(cells.size), self.min_levels)
+
     def _counts(
         self, rng: np.random.Generator, level_stratum: IntArray, nb: int, on: bool, active: npt.NDArray[np.bool_]
     ) -> FloatArray:
@@ -142,6 +198,13 @@ class TwoWayBootstrap:
             draw = rng.integers(0, k, size=(nb, k)) + (np.arange(nb) * k)[:, None]
             out[:, lv] = np.bincount(draw.ravel(), minlength=nb * k).reshape(nb, k)
         return out
+
+    def _local_counts(self, rng: np.random.Generator, ids: IntArray, level_stratum: IntArray, nb: int) -> FloatArray:
+        """(nb, len(ids)) counts of the levels ``ids`` when only those levels are drawn, per stratum, with
+        replacement (the fallback units: a few users' prompts or (user, prompt) pairs)."""
+        uniq, inv = np.unique(ids, return_inverse=True)
+        counts = self._counts(rng, level_stratum[uniq], nb, True, np.ones(len(uniq), dtype=bool))
+        return counts[:, inv.ravel()]
 
     def means(self, values: Any, columns: Sequence[Any]) -> tuple[FloatArray, FloatArray]:
         """Point means (n_cols,) and replicate weighted means (n_boot, n_cols) of ``values`` over each column.
@@ -174,18 +237,74 @@ class TwoWayBootstrap:
         reps = np.full((self.n_boot, n_cols), np.nan)
         if self.n_boot == 0 or n_cols == 0 or n_cells == 0:
             return point, reps
-        rng = np.random.default_rng(self.seed)
+        # columns by resampling unit; each unit has its own random stream, so a two-way column's replicates do
+        # not depend on which other columns are present. A fallback unit draws among the levels its columns use
+        # (few users' prompts or cells) and weighs those cells only.
+        units = [self.resampling(c).unit for c in idx]
+        by_unit = {u: np.flatnonzero([x == u for x in units]) for u in (TWO_WAY, PROMPTS, PAIRS) if u in units}
+        plans: dict[str, tuple[Any, IntArray]] = {}
+        for u, cols in by_unit.items():
+            part = mat[np.concatenate([cols, cols + n_cols])]
+            if u == TWO_WAY:
+                plans[u] = (part, np.arange(n_cells))
+            else:
+                used = np.unique(np.concatenate([self._cell_of_row[idx[c]] for c in cols]))
+                plans[u] = (part[:, used], used)
+        stream = {TWO_WAY: 0, PROMPTS: 1, PAIRS: 2}
+        rngs = {u: np.random.default_rng(self.seed if u == TWO_WAY else (self.seed, stream[u])) for u in plans}
         width = max(n_cells, len(self._user_stratum) + len(self._prompt_stratum))
         step = max(1, _CHUNK_ELEMENTS // width)
         for b0 in range(0, self.n_boot, step):
             nb = min(step, self.n_boot - b0)
-            cu = self._counts(rng, self._user_stratum, nb, self._resample[0], self._all_users)
-            cp = self._counts(rng, self._prompt_stratum, nb, self._resample[1], self._prompt_crossed)
-            w = cu[:, self._cell_user] * cp[:, self._cell_prompt]  # (nb, n_cells)
-            prod = np.asarray(mat @ w.T)  # (2 n_cols, nb)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                reps[b0 : b0 + nb] = (prod[:n_cols] / prod[n_cols:]).T
+            for u, (part, used) in plans.items():
+                rng = rngs[u]
+                if u == TWO_WAY:
+                    cu = self._counts(rng, self._user_stratum, nb, self._resample[0], self._all_users)
+                    cp = self._counts(rng, self._prompt_stratum, nb, self._resample[1], self._prompt_crossed)
+                    w = cu[:, self._cell_user] * cp[:, self._cell_prompt]  # (nb, n_cells)
+                elif u == PROMPTS:
+                    w = self._local_counts(rng, self._cell_prompt[used], self._prompt_stratum, nb)
+                else:
+                    w = self._local_counts(rng, used, self._cell_stratum, nb)
+                prod = np.asarray(part @ w.T)  # (2 k, nb)
+                cols = by_unit[u]
+                k = len(cols)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    reps[b0 : b0 + nb, cols] = (prod[:k] / prod[k:]).T
         return point, reps
+
+
+@dataclass(frozen=True)
+class BootstrapCI:
+    """A percentile CI with what it resampled; ``ci`` is None when there is nothing to resample (see ``note``)."""
+
+    ci: tuple[float, float] | None
+    resampling: Resampling
+
+    @property
+    def note(self) -> str | None:
+        return self.resampling.note
+
+
+def bootstrap_ci(
+    values: Sequence[float] | FloatArray,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    min_levels: int = MIN_LEVELS,
+) -> BootstrapCI:
+    """Bootstrap percentile CI of the mean of ``values`` (one row per (user, prompt) observation): two-way with
+    at least ``min_levels`` users, else the fallback of :class:`Resampling` (prompts, or (user, prompt) pairs)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    boot = TwoWayBootstrap(users, prompts, n_boot=max(n_boot, 0), seed=seed, min_levels=min_levels)
+    plan = boot.resampling(np.arange(v.size))
+    if plan.unit is None or n_boot < 2:
+        return BootstrapCI(None, plan)
+    _, reps = boot.means(v, [np.arange(v.size)])
+    return BootstrapCI(percentile_ci(reps[:, 0], level), plan)
 
 
 def two_way_ci(
@@ -197,13 +316,8 @@ def two_way_ci(
     seed: int = 0,
     level: float = 0.95,
 ) -> tuple[float, float] | None:
-    """Two-way bootstrap percentile CI of the mean of ``values`` (one row per (user, prompt) observation).
+    """The interval of :func:`bootstrap_ci` (two-way, or its fallback with fewer than 5 users).
 
-    None when there is nothing to resample: no rows, ``n_boot`` < 2, or a single user and a single prompt.
+    None when there is nothing to resample: no rows, ``n_boot`` < 2, or fewer than 2 (user, prompt) pairs.
     """
-    v = np.asarray(values, dtype=np.float64).ravel()
-    if v.size == 0 or n_boot < 2 or (len(set(users)) < 2 and len(set(prompts)) < 2):
-        return None
-    boot = TwoWayBootstrap(users, prompts, n_boot=n_boot, seed=seed)
-    _, reps = boot.means(v, [np.arange(v.size)])
-    return percentile_ci(reps[:, 0], level)
+    return bootstrap_ci(values, users, prompts, n_boot=n_boot, seed=seed, level=level).ci

@@ -1,0 +1,304 @@
+"""Damaged and unwritable stores: a corrupt file or value is recomputed (once, counted), the rest is a StoreError
+that names the file, the cause and the fix; atomic writes respect the umask; the run lock serialises runs."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perbench.cache import Store, pack_arrays
+from perbench.errors import StoreError
+from perbench.io import atomic_write_json, atomic_write_text, run_lock
+from perbench.runner.units import Units
+
+
+class Calls:
+    """A compute function that counts how often it runs."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        self.n += 1
+        return {"w": np.arange(4.0)}
+
+    def json(self) -> dict[str, int]:
+        self.n += 1
+        return {"answer": 42}
+
+
+def _filled(path: Path, n: int = 300) -> list[str]:
+    """A store of ``n`` 2 kB values (many pages), closed (so its write-ahead log is checkpointed away)."""
+    units = Units(path)
+    keys = [f"key{i:04d}" for i in range(n)]
+    for k in keys:
+        units.put_arrays("scores", k, {"s": np.full(256, float(len(k)))})
+    units.store.close()
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    return keys
+
+
+def _recomputes_once(units: Units, keys: list[str]) -> None:
+    calls = Calls()
+    for k in keys:
+        units.arrays("scores", k, calls.arrays)
+    for k in keys:  # a second pass reuses every one
+        units.arrays("scores", k, calls.arrays)
+    assert calls.n == len(keys)
+    assert units.summary()["computed"] == {"scores": len(keys)}
+    assert units.summary()["reused"] == {"scores": len(keys)}
+
+
+def test_garbage_file_is_moved_aside_and_recomputed(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "units.sqlite"
+    path.write_bytes(b"this is not a database\n" * 40)
+    units = Units(path)
+    err = capfd.readouterr().err
+    aside = list(tmp_path.glob("units.sqlite.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == b"this is not a database\n" * 40
+    assert str(path) in err and aside[0].name in err and "not a SQLite database" in err
+    assert err.count("\n") == 1  # one line
+    _recomputes_once(units, ["a", "b"])
+    assert units.summary()["computed_total"] == {"scores": 2}
+
+
+def test_truncated_file_is_moved_aside_and_recomputed(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "units.sqlite"
+    keys = _filled(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    units = Units(path)
+    err = capfd.readouterr().err
+    assert "truncated" in err and str(path) in err and ".corrupt-" in err
+    assert len(units.store) == 0
+    _recomputes_once(units, keys[:5])
+
+
+def test_corruption_found_while_reading(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # a valid header over garbage pages: opening succeeds, the first read finds the damage
+    path = tmp_path / "units.sqlite"
+    keys = _filled(path)
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    data[page:] = np.random.default_rng(0).integers(0, 256, len(data) - page, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+    units = Units(path)
+    assert capfd.readouterr().err == ""
+    assert units.missing(keys[:3], phase="scores") == keys[:3]
+    err = capfd.readouterr().err
+    assert str(path) in err and "malformed" in err and ".corrupt-" in err
+    _recomputes_once(units, keys[:3])
+
+
+@pytest.mark.parametrize("kind", ["arrays", "json"])
+def test_corrupt_value_is_deleted_and_recomputed(tmp_path: Path, kind: str, capfd: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "units.sqlite"
+    units = Units(path)
+    calls = Calls()
+    compute = calls.arrays if kind == "arrays" else calls.json
+    get = units.arrays if kind == "arrays" else units.json
+    get("fit", "unit-1", compute)  # type: ignore[operator]
+    garbage = b"\x93NUMPY garbage \x00\xff" if kind == "arrays" else b"\xff\xfe{not json"
+    units.store.put_bytes("unit-1", garbage)
+    again = get("fit", "unit-1", compute)  # type: ignore[operator]
+    err = capfd.readouterr().err
+    assert f"{path}: the value under key unit-1 cannot be decoded" in err and "recomputed" in err
+    assert calls.n == 2 and str(get("fit", "unit-1", compute)) == str(again) == str(compute())  # type: ignore[operator]
+    s = units.summary()  # (the last compute() above was a direct call, outside the store)
+    assert s["recovered"] == {"fit": 1} and s["computed"] == {"fit": 2} and s["reused"] == {"fit": 1}
+
+
+def test_corrupt_value_is_missing(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "units.sqlite"
+    units = Units(path)
+    units.put_json("generate", "ok", {"text": "hi"})
+    units.put_arrays("scores", "npz", {"s": np.ones(3)})
+    units.store.put_bytes("bad-json", b"{truncated")
+    units.store.put_bytes("bad-npz", pack_arrays(s=np.ones(3))[:40])  # a cut zip: starts like an array bundle
+    assert units.missing(["ok", "npz", "bad-json", "bad-npz", "absent"], phase="generate") == [
+        "bad-json",
+        "bad-npz",
+        "absent",
+    ]
+    err = capfd.readouterr().err
+    assert "key bad-json" in err and "key bad-npz" in err and err.count("\n") == 2
+    assert "bad-json" not in units.store and units.summary()["recovered"] == {"generate": 2}
+    # the bulk readers of the shared caches drop undecodable values the same way
+    store = units.store
+    store.put_bytes("bad-npz", b"PK\x03\x04 not a zip")
+    assert set(store.get_many_arrays(["npz", "bad-npz"])) == {"npz"}
+    store.put_bytes("bad-json", b"\x00")
+    assert store.get_many_json(["ok", "bad-json"]) == {"ok": {"text": "hi"}}
+    assert store.get_json("bad-json") is None and "bad-json" in store.discarded
+
+
+def test_full_disk_names_the_store_and_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "units.sqlite"
+    units = Units(path)
+    units.put_json("fit", "small", {"x": 1})
+    pages = units.store._db.execute("PRAGMA page_count").fetchone()[0]
+    units.store._db.execute(f"PRAGMA max_page_count = {pages}")  # this connection's "disk" is now full
+    calls = Calls()
+
+    def big() -> dict[str, np.ndarray]:
+        calls.n += 1
+        return {"w": np.zeros(100_000)}
+
+    with pytest.raises(StoreError) as info:
+        units.arrays("fit", "big", big)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: cannot write (no space left on device)") and "free some space" in msg
+    units.store.close()
+    units = Units(path)  # space freed: the unit that was not stored is computed once, and counted once
+    units.arrays("fit", "big", big)
+    units.arrays("fit", "big", big)
+    assert calls.n == 2 and units.summary()["computed_total"] == {"fit": 2}
+    assert units.summary()["computed"] == {"fit": 1}
+
+
+def test_full_disk_on_an_atomic_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "results.json"
+    atomic_write_json(target, {"old": True})
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("perbench.io.os.fsync", no_space)
+    with pytest.raises(StoreError, match=r"results\.json: cannot write \(no space left on device\); free some space"):
+        atomic_write_json(target, {"new": True})
+    assert target.read_text() == '{\n  "old": true\n}\n'  # the old file stands, no temp file is left
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_read_only_file_system_on_an_atomic_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def read_only(*args: object, **kw: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("perbench.io.tempfile.mkstemp", read_only)
+    with pytest.raises(StoreError, match=r"report\.html: cannot write \(read-only file system\); point out_dir"):
+        atomic_write_text(tmp_path / "report.html", "<html/>")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_folder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    units = Units(run / "units.sqlite")
+    units.put_json("fit", "a", {"x": 1})
+    units.store.close()
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    for d in (run, fresh):
+        d.chmod(0o555)
+    try:
+        with pytest.raises(StoreError, match=r"fresh/units\.sqlite: cannot open \(read-only folder: .*fresh is not"):
+            Units(fresh / "units.sqlite")
+        with pytest.raises(StoreError, match=r"run/units\.sqlite: cannot .*read-only folder.*writable"):
+            Units(run / "units.sqlite").put_json("fit", "b", {"x": 2})
+        with pytest.raises(StoreError, match=r"run/results\.json: cannot write \(permission denied\)"):
+            atomic_write_json(run / "results.json", {})
+    finally:
+        for d in (run, fresh):
+            d.chmod(0o755)
+    units = Units(run / "units.sqlite")  # writable again: what was stored is reused, the rest computed once
+    calls = Calls()
+    assert units.json("fit", "a", calls.json) == {"x": 1} and calls.n == 0
+    units.json("fit", "b", calls.json)
+    assert calls.n == 1 and units.summary()["computed_total"] == {"fit": 2}
+
+
+def test_a_store_locked_too_long_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "features.sqlite"
+    Store(path).close()
+    other = sqlite3.connect(path)
+    other.execute("BEGIN IMMEDIATE")  # another process in the middle of a long write
+    try:
+        with pytest.raises(StoreError, match=r"features\.sqlite: cannot write \(another process has held it locked"):
+            Store(path, timeout=0.1).put_bytes("k", b"v")
+    finally:
+        other.rollback()
+        other.close()
+    store = Store(path, timeout=0.1)
+    store.put_bytes("k", b"v")
+    assert store.get_bytes("k") == b"v"
+
+
+def test_tally_is_kept_across_processes(tmp_path: Path) -> None:
+    path = tmp_path / "units.sqlite"
+    first = Units(path)
+    first.put_json("generate", "g1", {"text": "a"})
+    first.computed["generate"] += 1  # the runner's own counting (after store.put_json) is kept as well
+    first.computed["bon_samples"] += 4
+    first.store.close()
+    code = (
+        "import sys; from perbench.runner.units import Units; u = Units(sys.argv[1]); "
+        "u.json('judge', 'j1', lambda: {'score': 1}); print(u.summary())"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout
+    assert "'computed': {'judge': 1}" in out
+    again = Units(path).summary()
+    assert again["computed"] == {} and again["computed_total"] == {"bon_samples": 4, "generate": 2, "judge": 1}
+
+
+def test_atomic_writes_respect_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "report.html", "<html/>")
+        assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o644
+        os.umask(0o027)
+        atomic_write_json(tmp_path / "results.json", {})
+        assert stat.S_IMODE((tmp_path / "results.json").stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+
+
+def test_run_lock_names_the_holder(tmp_path: Path) -> None:
+    code = (
+        "import sys, time; from perbench.io import run_lock\n"
+        "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(30)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with (
+            pytest.raises(StoreError, match=rf"another perbench run \(pid {holder.pid}\) is using {tmp_path}"),
+            run_lock(tmp_path, wait=False),
+        ):
+            pass
+    finally:
+        holder.kill()  # a killed holder leaves no stale lock
+        holder.wait()
+    with run_lock(tmp_path, wait=False):
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
+
+
+def test_second_run_waits_for_the_first(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    order: list[str] = []
+    holding = threading.Event()
+
+    def second() -> None:
+        holding.wait()
+        with run_lock(tmp_path):
+            order.append("second")
+
+    t = threading.Thread(target=second)
+    t.start()
+    with run_lock(tmp_path):
+        holding.set()
+        deadline = time.monotonic() + 10
+        while "waiting" not in (err := capfd.readouterr().err) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        order.append("first")
+    t.join(10)
+    assert order == ["first", "second"]
+    assert err == f"another perbench run (pid {os.getpid()}) is using {tmp_path}; waiting…\n"
