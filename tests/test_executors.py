@@ -25,7 +25,7 @@ GRID = {
 def comparable(results: dict[str, Any]) -> dict[str, Any]:
     """results.json without what legitimately differs between two executions: timing, provenance, paths,
     and the work counters (which process computed what)."""
-    drop = {"created", "timing_s", "provenance", "work", "plan", "config", "config_hash"}
+    drop = {"created", "timing_s", "provenance", "work", "plan", "config", "config_hash", "batching"}
     return {k: v for k, v in results.items() if k not in drop}
 
 

@@ -20,7 +20,9 @@ def check_benchmark(bench: Benchmark, *, needs_train: bool) -> list[str]:
     notes (one line each) for the report.
 
     Errors: no pairs at all; no test pairs; ``needs_train`` (some method fits on the seen users' train pairs)
-    and there are none -- because every pair is test, or because every user is unseen. A seen user without
+    and there are none -- because every pair is test, or because every user is unseen -- unless the benchmark is
+    evaluation-only by design (``meta["evaluation_only"]``, e.g. Personalized RewardBench): then such methods are
+    reported not applicable. A seen user without
     train pairs while others have some is re-marked unseen in place (listed in
     ``meta["seen_users_without_train"]``), so no method scores them as a user it was trained on. The notes are
     also stored in ``meta["notes"]``, so a run's results carry them.
@@ -48,7 +50,7 @@ def check_benchmark(bench: Benchmark, *, needs_train: bool) -> list[str]:
         )
         notes.append(demotion_note(demoted))
     has_train = any(p.split == "train" for p in bench.pairs)
-    if needs_train and not bench.train_pairs():
+    if needs_train and not bench.train_pairs() and not bench.meta.get("evaluation_only"):
         if not has_train:
             raise DataError(
                 path,
@@ -68,7 +70,12 @@ def check_benchmark(bench: Benchmark, *, needs_train: bool) -> list[str]:
             "or seen=true in the file)",
         )
     if not has_train:
-        notes.append("no train pairs: every user is evaluated without training data (zero-shot)")
+        notes.append(
+            "no train pairs: every user is evaluated without training data; methods that fit on train pairs "
+            "are reported not applicable"
+            if bench.meta.get("evaluation_only")
+            else "no train pairs: every user is evaluated without training data (zero-shot)"
+        )
     no_shots = [u for u in bench.unseen_users if not bench.fewshot(u, 1)]
     if no_shots and has_train:
         notes.append(

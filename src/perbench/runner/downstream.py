@@ -98,7 +98,7 @@ class Downstream:
             )
             units.setdefault(key, (prompt, gen_user))
             slot[(prompt_key(prompt), user)] = key
-        todo = self.s.units.missing(list(units))
+        todo = self.s.units.missing(list(units), phase="generate")
         self.s.units.reused["generate"] += len(units) - len(todo)
         if todo:
             rm = h.adapted(cfg.shots) if h is not None else None
@@ -115,10 +115,8 @@ class Downstream:
             def generate(batch: Sequence[tuple[str, GenRequest]]) -> list[None]:
                 gens = decoder.generate(self.s.policy, [r for _, r in batch], rm, max_new_tokens=cfg.max_new_tokens)
                 for (k, _), g in zip(batch, gens, strict=True):
-                    self.s.units.store.put_json(
-                        k, {"text": g.text, "n_tokens": len(g.token_ids), "finished": g.finished}
-                    )
-                    self.s.units.computed["generate"] += 1
+                    unit = {"text": g.text, "n_tokens": len(g.token_ids), "finished": g.finished}
+                    self.s.units.put_json("generate", k, unit)
                 bar.update(len(batch))
                 return [None] * len(batch)
 

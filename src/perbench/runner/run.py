@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from perbench.config import RunConfig
-from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from perbench.data.records import Benchmark
+from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock
 from perbench.runner.methods import MethodHandle
 from perbench.runner.results import analyze_cells, build_results, print_verdict
 from perbench.runner.state import RunState, load_benchmark, log
@@ -61,17 +62,20 @@ class Runner:
         self.run_dir = cfg.run_dir()
 
     def run(self) -> RunResult:
-        import yaml
-
         from perbench.device import set_threads
 
         set_threads()
-        cfg = self.cfg
         t0 = time.perf_counter()
-        t = time.perf_counter()
-        bench = load_benchmark(cfg)
-        load_s = time.perf_counter() - t
+        bench = load_benchmark(self.cfg)
+        load_s = time.perf_counter() - t0
         self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config and the data are good
+        with run_lock(self.run_dir):  # a second run of this config waits instead of doing the work twice
+            return self._run(bench, t0, load_s)
+
+    def _run(self, bench: Benchmark, t0: float, load_s: float) -> RunResult:
+        import yaml
+
+        cfg = self.cfg
         atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         log(f"run directory: {self.run_dir}")
         state = RunState(cfg, self.run_dir, bench, Units(self.run_dir / "units.sqlite"))

@@ -74,7 +74,7 @@ class Scoring:
             k = unit_key("judge", self.s.judge_lm.fingerprint, user, prompt_key(prompt), text)
             keys.append(k)
             todo.setdefault(k, (text, prompt, user))
-        missing = self.s.units.missing(list(todo))
+        missing = self.s.units.missing(list(todo), phase="judge")
         self.s.units.reused["judge"] += len(todo) - len(missing)
         if missing:
             users = [self.s.bench.users[todo[k][2]] for k in missing]
@@ -83,7 +83,8 @@ class Scoring:
             ]
             judged = self.s.judge.score([todo[k][0] for k in missing], users, questions)
             for k, j in zip(missing, judged, strict=True):
-                self.s.units.store.put_json(
+                self.s.units.put_json(
+                    "judge",
                     k,
                     {
                         "judge_score": j.score,
@@ -92,7 +93,6 @@ class Scoring:
                         "raw": j.raw,
                     },
                 )
-                self.s.units.computed["judge"] += 1
         out: list[dict[str, float]] = []
         for key in keys:
             if key is None:

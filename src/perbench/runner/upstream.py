@@ -26,11 +26,11 @@ class Upstream:
         groups = [(g, self.s.bench.test_pairs(seen=g == "seen")) for g in ("seen", "unseen")]
         keys = [self._pa_key(h, g, pairs) for h in handles if h.is_feature_rm for g, pairs in groups if pairs]
         fits = [h.fit_key for h in handles if h.is_feature_rm and not self.s.unfittable(h)]
-        if self.s.units.missing(fits):
+        if self.s.units.missing(fits, phase="fit"):
             from perbench.rewards.base import pair_feature_arrays
 
             pair_feature_arrays(self.s.extractor, self.s.bench.train_pairs(), desc="train features")
-        if not self.s.units.missing(keys):
+        if not self.s.units.missing(keys, phase="policy_accuracy"):
             return
         texts = {
             (prompt_key(p.prompt), y): (p.prompt, y) for p in self.s.bench.test_pairs() for y in (p.chosen, p.rejected)
@@ -206,7 +206,7 @@ class Upstream:
 
         w, k = self.s.pa_params()
         key = self._pa_key(h, group, pairs)
-        if self.s.units.missing([key]):
+        if self.s.units.missing([key], phase="policy_accuracy"):
             problem = policy_accuracy_problem(self.s.policy, h.adapted(self.s.cfg.shots))
             if problem is not None:
                 return {"not_applicable": problem}

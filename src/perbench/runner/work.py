@@ -92,8 +92,7 @@ class Work:
                 self._downstream_unit(unit)
         finally:
             self.s.cells, self.s.samples = cells, samples
-        self.s.units.store.put_json(done, {"unit": unit.label, "policy": unit.policy})
-        self.s.units.computed["plan"] += 1
+        self.s.units.put_json("plan", done, {"unit": unit.label, "policy": unit.policy})
 
     def _downstream_unit(self, unit: Unit) -> None:
         main = self.s.policy

@@ -214,6 +214,8 @@ def load_prb(
         "profile_retrieval": ("bm25s (BM25, English stopwords), ties in profile order" if include_profile else None),
         "users": "one user per row (user id = row id): per-user results are per-row",
         "seen_policy": "evaluation-only: every user unseen, no few-shot pairs",
+        # by design: methods that fit on train pairs are reported not applicable, not an error
+        "evaluation_only": True,
         "split_policy": "every pair test",
         "answer_key": "rubric_aspects/narrative kept in User.answer_key only; never in pairs",
         "user_context": describe_user_context(
