@@ -35,9 +35,11 @@ class Proc:
 
     def __init__(self, cfg_path: Path, log: Path) -> None:
         self.log = log
+        # each config its own cache: the two runs must not reuse each other's fits (``fits.sqlite``)
+        env = {**ENV, "PERBENCH_CACHE": str(cfg_path.with_suffix(".cache"))}
         with open(log, "wb") as err:
             self.p = subprocess.Popen(
-                [sys.executable, "-c", RUN, str(cfg_path)], env=ENV, stdout=subprocess.DEVNULL, stderr=err
+                [sys.executable, "-c", RUN, str(cfg_path)], env=env, stdout=subprocess.DEVNULL, stderr=err
             )
 
     def failed(self, what: str) -> str:
@@ -103,8 +105,8 @@ def test_killed_run_resumes_to_the_same_results(tiny_pool: Path, tmp_path: Path)
 
     ref_cfg, ref_dir = config("uninterrupted")
     cfg, run_dir = config("crashed")
-    # the uninterrupted run goes first; the crashed one starts once it is past model loading (so a cold model
-    # cache is filled by one process), and the two overlap from then on
+    # the uninterrupted run goes first; the crashed one starts once it is past model loading, and the two
+    # overlap from then on
     procs = [Proc(ref_cfg, tmp_path / "uninterrupted.log")]
     ref = procs[0]
 

@@ -259,3 +259,21 @@ def test_a_file_without_train_pairs_stops_before_any_model_loads(
     with pytest.raises(DataError, match=r"prefs\.jsonl: field 'split': no train pairs"):
         run(cfg)
     assert not (tmp_path / "runs").exists()
+
+
+def test_changing_only_the_tie_policy_refits_nothing(
+    tiny_pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tie policy is accounting, not a fit input: a run that differs only there is a new run directory
+    (its numbers differ) that copies every fit from the shared cache instead of training again."""
+    monkeypatch.setenv("PERBENCH_CACHE", str(tmp_path / "cache"))
+    cfg = tiny_config(tiny_pool, tmp_path / "runs").override(methods=["global_bt", "mpu"], decoders=[])
+    first = run(cfg).results
+    assert first["work"]["computed"]["fit"] == 4  # two methods, two baselines
+    half = run(cfg.override(tie_policy="half")).results
+    assert half["config_hash"] != first["config_hash"]
+    assert "fit" not in half["work"]["computed"] and half["work"]["reused"]["fit"] == 4
+    assert (
+        half["upstream"]["mpu"]["rm_accuracy"]["seen"]["n_pairs"]
+        == first["upstream"]["mpu"]["rm_accuracy"]["seen"]["n_pairs"]
+    )

@@ -7,8 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from perbench.cache import Store, pack_arrays
 from perbench.config import Component
 from perbench.data.records import Benchmark, PreferencePair
+from perbench.io import cache_dir
 from perbench.rewards.base import FeatureRM, RewardModel, RMContext
 from perbench.runner.units import Units, unit_key
 
@@ -45,7 +47,9 @@ class MethodHandle:
         return issubclass(self.cls, FeatureRM)
 
     def fitted(self) -> RewardModel:
-        """The fitted model: trained once, its state cached as a content-keyed unit and reloaded after."""
+        """The fitted model: trained once, its state cached as a content-keyed unit and reloaded after. Fits are
+        also kept in the shared cache (``$PERBENCH_CACHE/fits.sqlite``): a run that differs only in what does
+        not enter the fit (tie policy, bootstrap, decoders, …) copies them instead of training again."""
         if self._rm is None:
             rm = self.cls(**self.spec.params)
             if isinstance(rm, FeatureRM) and self.ctx.features is not None:
@@ -58,7 +62,17 @@ class MethodHandle:
                 trained = True
                 return rm.state()
 
-            state = self.units.arrays("fit", self.fit_key, fit)
+            shared = fit_cache()
+            state = None
+            if self.units.missing([self.fit_key], phase="fit"):
+                state = shared.get_arrays(self.fit_key)
+                if state is not None:  # trained by another run: copied, not computed
+                    self.units.store.put_bytes(self.fit_key, pack_arrays(**state))
+                    self.units.reused["fit"] += 1
+            if state is None:
+                state = self.units.arrays("fit", self.fit_key, fit)
+                if trained:
+                    shared.put_bytes(self.fit_key, pack_arrays(**state))
             if not trained:
                 rm.load_state(state)
             self._rm = rm
@@ -88,6 +102,17 @@ class MethodHandle:
     def key(self, shots: int, *extra: Any) -> str:
         adapts = not self.user_agnostic and self.uses_shots
         return unit_key(self.fit_key, shots if adapts else None, *extra)
+
+
+_FIT_CACHE: dict[str, Store] = {}
+
+
+def fit_cache() -> Store:
+    """The fits shared by every run under this cache directory (one open store per directory)."""
+    path = str(cache_dir() / "fits.sqlite")
+    if path not in _FIT_CACHE:
+        _FIT_CACHE[path] = Store(path)
+    return _FIT_CACHE[path]
 
 
 def pair_ids(pairs: Sequence[PreferencePair]) -> list[str]:
