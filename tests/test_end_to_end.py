@@ -270,6 +270,10 @@ def test_changing_only_the_tie_policy_refits_nothing(
     cfg = tiny_config(tiny_pool, tmp_path / "runs").override(methods=["global_bt", "mpu"], decoders=[])
     first = run(cfg).results
     assert first["work"]["computed"]["fit"] == 4  # two methods, two baselines
+    for n, point in first["upstream"]["mpu"]["fewshot_curve"].items():  # the shots each user really adapted from
+        eff = point["effective_shots"]
+        assert eff["nominal"] == int(n) and len(eff["by_user"]) == first["benchmark"]["users_unseen"]
+        assert eff["users_below_nominal"] == sum(v < int(n) for v in eff["by_user"].values())
     half = run(cfg.override(tie_policy="half")).results
     assert half["config_hash"] != first["config_hash"]
     assert "fit" not in half["work"]["computed"] and half["work"]["reused"]["fit"] == 4
@@ -277,3 +281,16 @@ def test_changing_only_the_tie_policy_refits_nothing(
         half["upstream"]["mpu"]["rm_accuracy"]["seen"]["n_pairs"]
         == first["upstream"]["mpu"]["rm_accuracy"]["seen"]["n_pairs"]
     )
+
+
+def test_a_baseline_only_run_without_decoders_loads_no_model(
+    tiny_pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_models(*a: object, **k: object) -> None:
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("perbench.models.loader.load_lm", no_models)
+    res = run(tiny_config(tiny_pool, tmp_path).override(methods=[], decoders=[])).results
+    assert set(res["upstream"]) == {"length", "random"} and res["downstream"] == {}
+    assert res["provenance"]["models"]["policy"] is None
+    assert res["upstream"]["length"]["rm_accuracy"]["seen"]["n_pairs"] > 0
