@@ -188,7 +188,7 @@ class Scoring:
                 if not have:
                     continue
                 vals = np.array([r[metric] for r in have], dtype=np.float64)
-                entry: dict[str, Any] = {"mean": float(vals.mean()), "ci": self._ci(have, vals), "n": len(vals)}
+                entry: dict[str, Any] = {"mean": float(vals.mean()), **self._ci(have, vals), "n": len(vals)}
                 for group, flag in (("seen", True), ("unseen", False)):
                     g = vals[[r["seen"] == flag for r in have]]
                     entry[group] = float(g.mean()) if len(g) else None
@@ -223,18 +223,20 @@ class Scoring:
                 result[label]["vs"] = vs
         return result
 
-    def _ci(self, rows: list[dict[str, Any]], values: np.ndarray) -> list[float] | None:
-        """Two-way (users × prompts) bootstrap CI of the mean of ``values`` (one per row)."""
-        from perbench.metrics.bootstrap import two_way_ci
+    def _ci(self, rows: list[dict[str, Any]], values: np.ndarray) -> dict[str, Any]:
+        """``ci``: the two-way (users × prompts) bootstrap CI of the mean of ``values`` (one per row), or its
+        fallback with fewer than 5 users, which ``ci_note`` then names (None for the two-way bootstrap)."""
+        from perbench.metrics.bootstrap import bootstrap_ci
 
-        ci = two_way_ci(
+        got = bootstrap_ci(
             values,
             [r["user_id"] for r in rows],
             [r["prompt_id"] for r in rows],
             n_boot=self.s.cfg.bootstrap,
             seed=self.s.cfg.seed,
         )
-        return None if ci is None else [float(ci[0]), float(ci[1])]
+        ci = None if got.ci is None else [float(got.ci[0]), float(got.ci[1])]
+        return {"ci": ci, "ci_note": got.note}
 
     def _paired_deltas(self, rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
         """Mean per-(prompt, user) difference ``mine − ref`` of each quality metric, two-way CI."""
@@ -248,5 +250,5 @@ class Scoring:
             if not both:
                 continue
             vals = np.array([a[metric] - b[metric] for a, b in both], np.float64)
-            out[metric] = {"delta": float(vals.mean()), "ci": self._ci([a for a, _ in both], vals), "n": len(vals)}
+            out[metric] = {"delta": float(vals.mean()), **self._ci([a for a, _ in both], vals), "n": len(vals)}
         return out
