@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_guided.py && $(BIN)/python bench/bench_train_methods.py --model smollm2
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python bench/suite.py --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -12,6 +12,14 @@ computes it for a finished response.
 When the RM backbone *is* the policy, that same forward also advances the policy: one k-token forward
 per step, no second model. A token-level scorer (:class:`TokenScorer`, e.g. the token ranker) scores the k
 candidates from the policy's current hidden state and the candidates' embeddings: no extra forward.
+
+``prune`` (off by default) shrinks the candidate set before the candidate forward: a candidate whose
+log π is more than ``prune`` nats below its row's best cannot win unless its reward beats the best
+candidate's by more than ``prune / w``, so it is dropped; the forward then covers only the widest row's
+kept candidates (a row's other slots are masked out of the choice). Outputs are those of exact ARGS
+whenever every dropped candidate's reward gap to the row's best is below ``prune / w``; there is no
+useful a-priori bound on that gap for a learned RM, so this is an option, not the default
+(``docs/benchmarks.md`` gives the measured reward gaps, candidate counts and speed).
 """
 
 from __future__ import annotations
@@ -35,13 +43,40 @@ class ARGS(Decoder):
     uses_rm: ClassVar[bool] = True
 
     def __init__(
-        self, k: int = 10, w: float = 1.0, sample: bool = False, temperature: float = 0.7, **params: Any
+        self,
+        k: int = 10,
+        w: float = 1.0,
+        sample: bool = False,
+        temperature: float = 0.7,
+        prune: float | None = None,
+        **params: Any,
     ) -> None:
+        if prune is not None and not prune >= 0:
+            raise ValueError(f"args: prune must be a number of nats ≥ 0 (or unset), got {prune}")
         p: dict[str, Any] = {"k": k, "w": w}
         if sample:
             p.update(sample=True, temperature=temperature)
+        if prune is not None:  # recorded only when set: the exact decoder keeps its config key
+            p["prune"] = prune
         super().__init__(**p, **params)
-        self.k, self.w, self.sample, self.temperature = k, w, sample, temperature
+        self.k, self.w, self.sample, self.temperature, self.prune = k, w, sample, temperature, prune
+        #: candidates fed to the candidate forward / candidates the policy offered, summed over steps
+        self.candidates_scored = 0
+        self.candidates_offered = 0
+
+    def _candidates(self, lp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """-> (B, k') log π and token ids of the candidates to score, and the (B, k') mask of those kept
+        (None: all). k' = k without ``prune``, else the widest row's count of candidates within ``prune``
+        nats of its best (top-k is sorted, so each row keeps a prefix)."""
+        top_lp, cands = lp.topk(self.k, dim=-1)  # (B, k), sorted
+        self.candidates_offered += cands.numel()
+        if self.prune is None:
+            self.candidates_scored += cands.numel()
+            return top_lp, cands, None
+        keep = top_lp >= top_lp[:, :1] - self.prune
+        width = int(keep.sum(-1).max())
+        self.candidates_scored += cands.shape[0] * width
+        return top_lp[:, :width], cands[:, :width], keep[:, :width]
 
     @classmethod
     def rm_problem(cls, rm_cls: type) -> str | None:
@@ -70,14 +105,15 @@ class ARGS(Decoder):
             rm_state.prefill()
 
         def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-            lp = state.logprobs(hidden)
-            top_lp, cands = lp.topk(self.k, dim=-1)  # (B, k)
+            top_lp, cands, keep = self._candidates(state.logprobs(hidden))  # (B, k')
             scorer = state if shared else rm_state
             assert scorer is not None
-            hc = scorer.expand(cands)  # (B, k, d)
+            hc = scorer.expand(cands)  # (B, k', d)
             B = hc.shape[0]
             r = candidate_rewards(rm, users, prompts, hc)
             score = top_lp + self.w * r.to(top_lp.device)
+            if keep is not None:
+                score = score.masked_fill(~keep, float("-inf"))
             idx = sample_rows(score, self.temperature, gens) if self.sample else score.argmax(-1)
             tokens = cands.gather(1, idx[:, None])[:, 0]
             scorer.commit(idx)
@@ -100,10 +136,11 @@ class ARGS(Decoder):
         gens = row_generators(requests, policy.policy.device) if self.sample else []
 
         def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, None]:
-            lp = state.logprobs(hidden)
-            top_lp, cands = lp.topk(self.k, dim=-1)
+            top_lp, cands, keep = self._candidates(state.logprobs(hidden))
             r = rm.candidate_rewards(users, hidden, cands).to(top_lp.device)
             score = top_lp + self.w * r
+            if keep is not None:
+                score = score.masked_fill(~keep, float("-inf"))
             idx = sample_rows(score, self.temperature, gens) if self.sample else score.argmax(-1)
             return cands.gather(1, idx[:, None])[:, 0], None
 

@@ -4,6 +4,18 @@
 :mod:`perbench.models.chat`). The same forward also yields, for every response token t, the hidden state
 h_t (so r(x, y_≤t) for every t without another forward) and the model's own log π(y_t | x, y_<t) — what
 policy accuracy needs when the policy is the backbone.
+
+Texts that share their prompt (a pair's chosen and rejected, a prompt's Best-of-N samples) share one
+forward of that prompt: they are packed into one row, prompt first, then each response at the positions it
+would have alone, attending to the prompt and to itself only (a 4-D mask). Features equal those of
+separate forwards up to float rounding; the prompt's tokens are computed once per row instead of once per
+text. A row holds at most ``batch_size`` texts and ``max_length`` tokens; a forward holds rows of at most
+``batch_size`` texts in all, longest first (so little padding). On a CPU a forward is one row of at most
+:data:`CPU_ROW_TOKENS` tokens instead: there, padding and the masks it brings cost more than batching rows
+saves (``docs/benchmarks.md``, RM pair scoring: 1.16× a classifier at batch 1, whose own padded batches
+reach 0.75× of it). On a CPU the shared prompt measured neutral (a packed row's 4-D mask costs about what
+the prompt's second pass saves); ``bench/gpu.sh`` measures it on a GPU. ``share_prompt=False`` gives one
+text per row.
 """
 
 from __future__ import annotations
@@ -21,6 +33,9 @@ from perbench.models.chat import encode_pair
 from perbench.models.loader import LoadedLM
 from perbench.progress import progress
 
+#: the longest packed row a CPU forward holds (a single longer text still gets its own row)
+CPU_ROW_TOKENS = 512
+
 
 @dataclass
 class TokenFeatures:
@@ -37,12 +52,19 @@ class ExtractStats:
 
 class FeatureExtractor:
     def __init__(
-        self, lm: LoadedLM, store: Store | None = None, *, batch_size: int = 16, max_length: int = 1024
+        self,
+        lm: LoadedLM,
+        store: Store | None = None,
+        *,
+        batch_size: int = 16,
+        max_length: int = 1024,
+        share_prompt: bool = True,
     ) -> None:
         self.lm = lm
         self.store = store if store is not None else Store(cache_dir() / "features.sqlite")
         self.batch_size = batch_size
         self.max_length = max_length
+        self.share_prompt = share_prompt
         self.stats = ExtractStats()
 
     @property
@@ -86,9 +108,9 @@ class FeatureExtractor:
         self.stats.truncated += sum(t for _, _, t in encoded)
         results: dict[str, dict[str, np.ndarray]] = {k: unpack_arrays(v) for k, v in found.items()}
         bar = progress(total=len(todo), desc=desc, unit="seq")
-        for s in range(0, len(todo), self.batch_size):
-            batch = todo[s : s + self.batch_size]
-            feats = self._forward([encoded[i][0] for i in batch], [encoded[i][1] for i in batch], kind)
+        for rows in self._batches([encoded[i] for i in todo], todo):
+            batch = [i for row in rows for i in row]
+            feats = self._forward([[(encoded[i][0], encoded[i][1]) for i in row] for row in rows], kind)
             new = {keys[i]: pack_arrays(**f) for i, f in zip(batch, feats, strict=True)}
             if kind == "tokens":  # the same forward gives φ(x, y): never run it twice for one text
                 new.update(
@@ -104,30 +126,100 @@ class FeatureExtractor:
         bar.close()
         return [results[k] for k in keys]
 
-    def _forward(self, ids: list[list[int]], n_resp: list[int], kind: str) -> list[dict[str, np.ndarray]]:
+    def _batches(self, encoded: Sequence[tuple[list[int], int, bool]], index: Sequence[int]) -> list[list[list[int]]]:
+        """Group ``index`` (parallel to ``encoded``) into forwards of rows: a row is texts with the same prompt
+        ids (≤ ``batch_size`` texts, ≤ ``max_length`` tokens); a forward is rows of ≤ ``batch_size`` texts."""
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for j, (ids, n_resp, _) in enumerate(encoded):
+            key = tuple(ids[: len(ids) - n_resp]) if self.share_prompt else (j,)
+            groups.setdefault(key, []).append(j)
+        cpu = str(self.lm.policy.device) == "cpu"
+        row_tokens = min(self.max_length, CPU_ROW_TOKENS) if cpu else self.max_length
+        rows: list[tuple[int, list[int]]] = []  # (row length, positions in ``encoded``)
+        for members in groups.values():
+            row: list[int] = []
+            length = 0
+            for j in members:
+                ids, n_resp, _ = encoded[j]
+                if row and (len(row) >= self.batch_size or length + n_resp > row_tokens):
+                    rows.append((length, row))
+                    row, length = [], 0
+                length += n_resp if row else len(ids)
+                row.append(j)
+            rows.append((length, row))
+        rows.sort(key=lambda r: -r[0])
+        out: list[list[list[int]]] = []
+        texts = 0
+        for _, row in rows:
+            if not out or cpu or texts + len(row) > self.batch_size:
+                out.append([])
+                texts = 0
+            out[-1].append([index[j] for j in row])
+            texts += len(row)
+        return out
+
+    def _forward(self, rows: list[list[tuple[list[int], int]]], kind: str) -> list[dict[str, np.ndarray]]:
+        """One forward over packed rows; each row is [(ids, n_resp), ...] sharing the prompt ids. -> one
+        feature dict per text, in row order."""
         import torch
 
         model, dev = self.lm.model, self.lm.policy.device
         pad = int(self.lm.tokenizer.pad_token_id)
-        L = max(len(x) for x in ids)
-        inp = torch.full((len(ids), L), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), L), dtype=torch.long)
-        for i, x in enumerate(ids):  # right padding: positions stay 0..n-1, causal attention ignores the pad
-            inp[i, : len(x)] = torch.tensor(x)
-            mask[i, : len(x)] = 1
+        layout = []  # per row: prompt length, then (start, n_resp) of each response in the row
+        for row in rows:
+            ids0, n0 = row[0]
+            p = len(ids0) - n0
+            spans, at = [], p
+            for _, n in row:
+                spans.append((at, n))
+                at += n
+            layout.append((p, spans, at))
+        L = max(at for _, _, at in layout)
+        inp = torch.full((len(rows), L), pad, dtype=torch.long)
+        packed = any(len(row) > 1 for row in rows)
+        if packed:
+            seg = torch.full((len(rows), L), -1, dtype=torch.long)  # -1 padding, 0 prompt, s + 1 response s
+            pos = torch.zeros((len(rows), L), dtype=torch.long)
+        mask = torch.zeros((len(rows), L), dtype=torch.long)
+        for b, (row, (p, spans, at)) in enumerate(zip(rows, layout, strict=True)):
+            ids0 = row[0][0]
+            inp[b, :p] = torch.tensor(ids0[:p], dtype=torch.long)
+            mask[b, :at] = 1
+            if packed:
+                seg[b, :p] = 0
+                pos[b, :p] = torch.arange(p)
+            for s, ((ids, n), (start, _)) in enumerate(zip(row, spans, strict=True)):
+                inp[b, start : start + n] = torch.tensor(ids[len(ids) - n :], dtype=torch.long)
+                if packed:
+                    seg[b, start : start + n] = s + 1
+                    pos[b, start : start + n] = torch.arange(p, p + n)
+        kw: dict[str, torch.Tensor] = {"attention_mask": mask.to(dev)}
+        if packed:  # causal, and a response sees the prompt and itself only; padding sees itself (no NaN rows)
+            same = seg[:, :, None] == seg[:, None, :]
+            allow = torch.ones(L, L, dtype=torch.bool).tril()[None] & (same | (seg[:, None, :] == 0))
+            allow |= torch.eye(L, dtype=torch.bool)[None]
+            dtype = self.lm.policy.torch_dtype()
+            neg = torch.finfo(dtype).min
+            kw = {
+                "attention_mask": torch.where(allow, 0.0, neg).to(dtype)[:, None].to(dev),
+                "position_ids": pos.to(dev),
+            }
+        # right padding: positions stay 0..n-1 and causal attention never reaches the padding
         with torch.inference_mode():
-            hidden = model.get_decoder()(input_ids=inp.to(dev), attention_mask=mask.to(dev)).last_hidden_state
+            hidden = model.get_decoder()(input_ids=inp.to(dev), **kw).last_hidden_state
             out: list[dict[str, np.ndarray]] = []
             head = model.get_output_embeddings()
-            for i, x in enumerate(ids):
-                n, T = len(x), n_resp[i]
-                rec = {"last": hidden[i, n - 1].float().cpu().numpy()}
-                if kind == "tokens":
-                    h = hidden[i, n - T - 1 : n]  # h[j] predicts token j+1; h[1:] are the response tokens
-                    logits = head(h[:-1]).float()
-                    tgt = torch.tensor(x[n - T :], device=logits.device)
-                    lp = torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0]
-                    rec["hidden"] = h[1:].float().cpu().numpy()
-                    rec["logprobs"] = lp.cpu().numpy()
-                out.append(rec)
+            for b, (row, (p, spans, _)) in enumerate(zip(rows, layout, strict=True)):
+                for (ids, T), (start, _) in zip(row, spans, strict=True):
+                    end = start + T  # the text's last token is at end - 1 (the prompt's last when T = 0)
+                    rec = {"last": hidden[b, end - 1 if T else p - 1].float().cpu().numpy()}
+                    if kind == "tokens":
+                        # the state that predicts response token j: the prompt's last, then the response's own
+                        h = torch.cat([hidden[b, p - 1 : p], hidden[b, start:end]])
+                        logits = head(h[:-1]).float()
+                        tgt = torch.tensor(ids[len(ids) - T :], device=logits.device)
+                        lp = torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0]
+                        rec["hidden"] = h[1:].float().cpu().numpy()
+                        rec["logprobs"] = lp.cpu().numpy()
+                    out.append(rec)
         return out
