@@ -657,7 +657,10 @@ class RunConfig:
     reference_method: str = "global_bt"
     #: BERTScore-F1 of generations against the user's reference (bundled all-MiniLM-L6-v2)
     bertscore: bool = True
-    #: how independent units of a phase run (``perbench list executors``)
+    #: the training-time downstream phase: GRPO (+ LoRA) of the policy against each RM, evaluated like a decoder
+    #: (``perbench.training.RLSpec`` fields plus ``methods: [...]``, default every method); None: off
+    rl: dict[str, Any] | None = None
+    #: how the run's units are computed (``perbench list executors``)
     executor: str = "local"
     #: auto | cpu | cuda | cuda:N | mps
     device: Annotated[str, DEVICE] = "auto"
@@ -729,6 +732,7 @@ class RunConfig:
             "policies",
             "seeds",
             "verdict_metric",
+            "rl",
         ):  # optional extras: absent = the hash configs had before they existed
             if d.get(k) is None:
                 d.pop(k, None)
@@ -819,6 +823,10 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
                     f"Allowed: {', '.join(labels) or 'none'}"
                 )
             )
+    if v["rl"] is not None:
+        from perbench.training.spec import RLPhase
+
+        RLPhase.from_dict(v["rl"], where=str(at("rl"))).check_methods(labels, where=str(at("rl")))
     metric = v["verdict_metric"]
     if metric is not None:
         decoder, sep, quality = metric.partition(":")

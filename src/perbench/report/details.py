@@ -256,3 +256,40 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
     if notes:
         parts.append('<ul class="small muted">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     return "".join(parts)
+
+
+def rl_table(results: Mapping[str, Any]) -> str:
+    """Per RM trained with (rl phase): reward gain during training, the trained policy's rubric satisfaction
+    gain over the base policy on the evaluated targets (paired, 95% CI), its win rate by the RM, and the KL."""
+    down = _d(results.get("downstream"))
+    rows = []
+    for label, info in _d(results.get("rl")).items():
+        runs = [_d(_d(r).get("summary")) for r in _d(_d(info).get("runs")).values()]
+        gains = [g for r in runs if isinstance(g := r.get("reward_norm_gain"), int | float)]
+        kls = [k for r in runs if isinstance(k := r.get("kl_end"), int | float)]
+        d = _d(down.get(label))
+        rs = _d(_d(_d(d.get("vs")).get("zero_shot")).get("rubric_satisfaction"))
+        win = _d(d.get("rm_win"))
+        rows.append(
+            [
+                esc(label),
+                str(len(runs)),
+                num(sum(gains) / len(gains), pct=False, signed=True, digits=2) if gains else na_span("no steps"),
+                value_ci(rs.get("delta"), rs.get("ci"), signed=True, na="no zero_shot decoder"),
+                value_ci(win.get("mean"), win.get("ci"), na="no zero_shot decoder"),
+                num(sum(kls) / len(kls), pct=False, digits=4) if kls else na_span("not measured"),
+            ]
+        )
+    if not rows:
+        return ""
+    return table(
+        [
+            "policy trained with",
+            "runs",
+            "reward gain (sd units)",
+            "rubric sat. gain vs base (pts, 95% CI)",
+            "RM win rate vs base",
+            "KL at the end",
+        ],
+        rows,
+    )

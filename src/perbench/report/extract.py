@@ -161,3 +161,12 @@ def win_gain_from_analysis(analysis: Mapping[str, Any], quality: str) -> list[di
                 }
             )
     return rows
+
+
+def rl_histories(results: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
+    """The rl phase's per-step history of every run, labelled ``rl[METHOD] GROUP``."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for label, info in _d(results.get("rl")).items():
+        for group, run in _d(_d(info).get("runs")).items():
+            out[f"{label} {group}"] = [_d(h) for h in _l(_d(run).get("history"))]
+    return out

@@ -83,6 +83,7 @@ def build_plots(
                 add(f"scatter:{d}", lambda d=d, have=have: plots.scatter_grid(pairs, have, [d], f"scatter__{d}", False))
     add("fewshot", lambda: plots.fewshot_plot(extract.fewshot_curves(a, r)))
     add("bon", lambda: plots.bon_plot(extract.bon_curves(r)))
+    add("rl", lambda: plots.rl_plot(extract.rl_histories(r)))
     verdict_metric = _d(a.get("verdict")).get("metric")
     dist_metrics = ["rm_acc"] + ([str(verdict_metric)] if verdict_metric else [])
     dists = extract.per_user_values(cells, dist_metrics) if cells else {}
@@ -124,6 +125,9 @@ def _shared_sections(
     if few or bon:
         few = f'<div class="grid">{few}</div>' if few else ""
         parts.append(f'<section id="curves"><h2>Few-shot and Best-of-N curves</h2>{few}{bon}</section>')
+    rl = figure(figs.get("rl"))
+    if rl:
+        parts.append(f'<section id="rl"><h2>RL fine-tuning</h2>{details.rl_table(results)}{rl}</section>')
     per_user = figure(figs.get("per_user"))
     source = "cells.jsonl" if cells_present else "the analysis's per-user accuracies"
     if per_user:

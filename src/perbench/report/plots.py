@@ -230,6 +230,33 @@ def bon_plot(curves: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Plot | No
         return _render(fig, "best_of_n_curves", "Best-of-N curves")
 
 
+def rl_plot(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> Plot | None:
+    """Training curves of the rl phase (run label → per-step history): normalised reward and KL to the base
+    policy against the optimizer step, one line per (RM, user group)."""
+    runs = {k: list(h) for k, h in runs.items() if h}
+    if not runs:
+        return None
+    with _style() as Figure:
+        fig = Figure(figsize=(7.0, 3.2))
+        axes = fig.subplots(1, 2)
+        _margins(fig, wspace=0.35)
+        for k, (label, hist) in enumerate(runs.items()):
+            color = PALETTE[k % len(PALETTE)]
+            steps = list(range(1, len(hist) + 1))
+            for ax, key in zip(axes, ("reward_norm", "kl"), strict=True):
+                ys = [_num(r.get(key)) for r in hist]
+                ax.plot(steps, ys, marker="o", ms=2.5, color=color, label=short(label, 30))
+        axes[0].set_ylabel("reward (base-policy sd units)")
+        axes[0].axhline(0, color="#999", lw=0.8, ls=":")
+        axes[1].set_ylabel("KL to the base policy (per token)")
+        for ax in axes:
+            ax.set_xlabel("optimizer step")
+        axes[0].set_title("Reward over training")
+        axes[1].set_title("KL over training")
+        axes[0].legend(loc="best")
+        return _render(fig, "rl_training", "RL training curves")
+
+
 def per_user_plot(dists: Mapping[str, Mapping[str, Sequence[float]]]) -> Plot | None:
     """Per-user values (metric → method → one value per user): a box and every user as a dot."""
     dists = {k: {m: list(v) for m, v in d.items() if v} for k, d in dists.items()}

@@ -15,6 +15,7 @@ from perbench.progress import progress
 from perbench.runner.methods import MethodHandle
 from perbench.runner.scoring import QUALITY_METRICS, Scoring
 from perbench.runner.state import RunState, seed_for
+from perbench.runner.training import Training
 from perbench.runner.units import unit_key
 
 
@@ -33,6 +34,7 @@ class Downstream:
     def __init__(self, state: RunState) -> None:
         self.s = state
         self.scoring = Scoring(state)
+        self.training = Training(state)
 
     def eval_targets(self) -> list[tuple[Prompt, str]]:
         """(prompt, user) pairs evaluated downstream: test prompts × users with test pairs on them."""
@@ -195,6 +197,10 @@ class Downstream:
         outputs = {sys.label: self.generate(sys, targets) for sys in systems}
         guides = {sys.label: sys.method for sys in systems if sys.method is not None}
         self.s.families = {sys.label: (sys.family, sys.method.label if sys.method else sys.family) for sys in systems}
+        if self.s.cfg.rl is not None:  # policies fine-tuned against each RM, evaluated like decoders
+            rl_outputs, rl_guides, self.s.rl_info = self.training.run(handles, targets)
+            outputs.update(rl_outputs)
+            guides.update(rl_guides)
         result = self.scoring.score_outputs(outputs, guides, targets)
         bon = {sys.label: (sys.spec, sys.method) for sys in systems if sys.pooled and sys.method is not None}
         if bon:

@@ -149,6 +149,7 @@ def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[st
             if ext is None
             else {"computed": ext.stats.computed, "reused": ext.stats.reused, "truncated": ext.stats.truncated},
         },
+        **({"rl": state.rl_info} if state.rl_info else {}),
         "batching": batching(state),
         "timing_s": {k: round(v, 2) for k, v in state.timing.items()},
     }

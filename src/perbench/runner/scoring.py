@@ -172,9 +172,13 @@ class Scoring:
                     ],
                 )
                 s = self.s.units.arrays("win_rate", key, compute)
-                for row, o in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), strict=True):
+                gains = s["guided"] - s["zero_shot"]
+                for row, o, g in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), gains, strict=True):
                     if not np.isnan(o):
                         row["rm_win"] = float(o)
+                        # the guiding RM's own reward gain over zero-shot: in that RM's units, so it is reported
+                        # per system but never compared across methods (no cell)
+                        row["rm_gain"] = float(g)
             self.s.samples.extend(rows)
             all_rows[label] = rows
             family, method = self.s.families[label]
@@ -183,7 +187,7 @@ class Scoring:
                     if metric in r:
                         self.s.cells.add(method, f"{family}:{metric}", r["user_id"], r["prompt_id"], r[metric])
             summary: dict[str, Any] = {"n": len(rows)}
-            for metric in (*QUALITY_METRICS, "rubric_all", "rm_win", "words"):
+            for metric in (*QUALITY_METRICS, "rubric_all", "rm_win", "rm_gain", "words"):
                 have = [r for r in rows if metric in r]
                 if not have:
                     continue

@@ -44,6 +44,8 @@ class RunState:
         self.families: dict[str, tuple[str, str]] = {}
         self.downstream_policies: list[Any] = []
         self.batchers: dict[str, AdaptiveBatcher] = {}
+        #: the rl phase's training record per label (see ``training.py``)
+        self.rl_info: dict[str, Any] = {}
         # models (see load_models); None in a run that needs no model (baselines only, no decoders)
         self.policy: Any = None
         self.rm_lm: Any = None

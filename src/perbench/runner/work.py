@@ -68,6 +68,8 @@ class Work:
                         units.append(pools[name])
                     deps.append(pools[name])
                 units.append(make_unit(base, "generate", sys.label, deps, model, policy))
+        for job in self.down.training.jobs(self.handles, self.down.eval_targets()):  # RL fine-tuning (rl:)
+            units.append(make_unit(base, "rl", f"{job.label}:{job.group}", [fits[job.method.label]], model))
         return Plan(units)
 
     # ------------------------------------------------------------------ one unit
@@ -88,6 +90,9 @@ class Work:
                 handles[unit.name].fitted()
             elif unit.kind == "upstream":
                 self.up.run(handles[unit.name])
+            elif unit.kind == "rl":
+                jobs = self.down.training.jobs(self.handles, self.down.eval_targets())
+                self.down.training.train(next(j for j in jobs if f"{j.label}:{j.group}" == unit.name))
             else:
                 self._downstream_unit(unit)
         finally:
