@@ -55,7 +55,6 @@ class RayExecutor:
         if not ray.is_initialized():
             ray.init(  # RAY_ADDRESS (set by --ray-address) joins a cluster; unset starts a local instance
                 address=os.environ.get("RAY_ADDRESS"),
-                runtime_env={"env_vars": env},
                 include_dashboard=False,
                 log_to_driver=False,
                 configure_logging=False,

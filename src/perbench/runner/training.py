@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,7 +48,9 @@ class Training:
         self.s = state
         self._samples: dict[str, list[BaseSample]] = {}
 
+    @cached_property
     def phase(self) -> RLPhase | None:
+        """The config's ``rl:`` key, parsed once (None: the phase is off)."""
         from perbench.training import RLPhase
 
         return None if self.s.cfg.rl is None else RLPhase.from_dict(self.s.cfg.rl)
@@ -57,7 +60,7 @@ class Training:
         evaluated downstream, each trained on their own train prompts (an unseen user: their shots' prompts)."""
         from perbench.training import plan_groups
 
-        phase = self.phase()
+        phase = self.phase
         if phase is None:
             return []
         chosen = set(phase.check_methods([h.label for h in handles]))
@@ -76,7 +79,7 @@ class Training:
         ]
 
     def _key(self, job: RLJob) -> str:
-        phase = self.phase()
+        phase = self.phase
         assert phase is not None
         rows = sorted((prompt_key(p), u) for p, u in job.rows)
         return job.method.key(self.s.cfg.shots, "rl", phase.spec.to_dict(), self.s.policy.fingerprint, job.group, rows)
@@ -85,7 +88,7 @@ class Training:
         """The trained run of ``job``: trained once, stored as one unit (metadata travels as JSON bytes)."""
         from perbench.training import RLRun, base_samples, rm_reward, train_policy
 
-        phase = self.phase()
+        phase = self.phase
         assert phase is not None
 
         def compute() -> dict[str, np.ndarray]:
