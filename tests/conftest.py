@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,6 +9,21 @@ import pytest
 os.environ.setdefault("PERBENCH_QUIET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fresh_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Each test session gets its own cache: fits, features and sample pools left by an earlier session (or an
+    older checkout) must not decide what a test sees. Only the converted model weights, which depend on nothing
+    but the model file's digest, are shared with the user's cache."""
+    from perbench.io import cache_dir
+
+    user_cache = cache_dir()
+    path = tmp_path_factory.mktemp("perbench-cache")
+    (user_cache / "models").mkdir(exist_ok=True)
+    (path / "models").symlink_to(user_cache / "models", target_is_directory=True)
+    os.environ["PERBENCH_CACHE"] = str(path)
+    return path
 
 
 @pytest.fixture(scope="session")

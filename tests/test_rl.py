@@ -266,3 +266,52 @@ def test_spec_from_yaml_values_and_phase():
 def test_group_user_rejects_several_users(lm: LoadedLM, tmp_path: Any):
     with pytest.raises(ValueError, match="group: user trains one policy per user"):
         train_policy(lm, rm_reward(ConstantRM()), TRAIN, RLSpec(group="user"), tmp_path)
+
+
+def test_runner_rl_phase_end_to_end(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``rl:`` key through the whole runner on tiny models: every (RM, user) trains once, the trained
+    policies become ``rl[METHOD]`` rows of the downstream table and the selection analysis, results.json holds
+    the training record, the report draws it, and a rerun recomputes nothing."""
+    from perbench.config import RunConfig
+    from perbench.runner.run import run
+    from tests.test_end_to_end import tiny_config, tiny_pool
+
+    monkeypatch.setenv("PERBENCH_CACHE", str(tmp_path / "cache"))
+    pool = tiny_pool.__wrapped__(_Factory(tmp_path / "pool"))  # type: ignore[attr-defined]
+    base = tiny_config(pool, tmp_path / "out").to_dict()
+    rl = {"methods": ["global_bt", "mpu"], "max_users": 2, "max_train_prompts": 2, "steps": 2}
+    rl |= {"batch_size": 4, "num_generations": 2, "max_new_tokens": 6, "norm_samples": 2, "learning_rate": 1e-2}
+    cfg = RunConfig.from_dict(
+        base | {"methods": ["global_bt", "mpu"], "baselines": [], "decoders": ["zero_shot"], "rl": rl}
+    )
+    first = run(cfg)
+    res = first.results
+    info = res["rl"]
+    assert set(info) == {"rl[global_bt]", "rl[mpu]"}
+    for label, entry in info.items():
+        assert entry["method"] == label[3:-1]
+        assert len(entry["runs"]) == 2  # group "user": one run per user
+        for run_info in entry["runs"].values():
+            assert len(run_info["history"]) == 2 and {"reward_norm", "kl"} <= set(run_info["history"][-1])
+            assert set(run_info["normalisation"]) == set(run_info["users"])
+    down = res["downstream"]
+    assert {"zero_shot", "rl[global_bt]", "rl[mpu]"} <= set(down)
+    for label in ("rl[global_bt]", "rl[mpu]"):
+        assert 0.0 <= down[label]["rubric_satisfaction"]["mean"] <= 1.0
+        assert "rm_gain" in down[label]
+    assert res["work"]["computed"]["rl"] == 4
+    assert 'id="rl"' in (first.run_dir / "report.html").read_text()
+
+    second = run(cfg)
+    assert second.results["work"]["computed"] == {}
+    assert second.results["downstream"] == down and second.results["rl"] == info
+
+
+class _Factory:
+    def __init__(self, path: Any) -> None:
+        self.path = path
+
+    def mktemp(self, name: str) -> Any:
+        out = self.path / name
+        out.mkdir(parents=True)
+        return out
