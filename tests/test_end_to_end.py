@@ -141,12 +141,18 @@ def test_cli_list(capsys: pytest.CaptureFixture[str]) -> None:
         assert name in out
 
 
-@pytest.mark.parametrize("name", ["default", "all_methods", "decoders"])
-def test_embedded_configs_resolve_by_name_and_validate(name: str) -> None:
+@pytest.mark.parametrize("name", ["default", "all_methods", "decoders", "rl", "rl_full"])
+def test_embedded_configs_resolve_by_name_and_validate(name: str, tmp_path: Path) -> None:
+    import yaml
+
     from perbench.cli import _config_path
 
     cfg = RunConfig.from_yaml(_config_path(name))
     assert cfg.methods and cfg.benchmark.name == "rubrics"
+    # the run writes its config back as YAML (the parsed file's mappings are plain data again)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    again = RunConfig.from_yaml(tmp_path / "c.yaml")
+    assert again.to_dict() == cfg.to_dict() and again.result_hash() == cfg.result_hash()
     with pytest.raises(FileNotFoundError, match="neither a file nor an embedded config"):
         _config_path("no_such_config")
 

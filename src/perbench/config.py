@@ -514,6 +514,18 @@ class Component:
         return {"name": self.name, **self.params}
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as plain YAML/JSON data: components as mappings, and the located mappings and sequences that a
+    config file was parsed into as plain dicts and lists."""
+    if isinstance(value, Component):
+        return _plain(value.to_dict())
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _parse_component(value: Any, where: Where) -> tuple[Component, Any, Where]:
     """-> (component, the mapping its parameters came from, the location of those parameters)."""
     form = "expected a name or {name: NAME, <params>}"
@@ -714,11 +726,7 @@ class RunConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, Component):
-                v = v.to_dict()
-            elif isinstance(v, list):
-                v = [x.to_dict() if isinstance(x, Component) else x for x in v]
-            out[f.name] = v
+            out[f.name] = _plain(v)
         return out
 
     def result_hash(self) -> str:
