@@ -80,7 +80,9 @@ def spawn(name: str, settings: Settings, tmp: Path) -> Section:
     cmd += ["--quick"] if settings.quick else []
     print(f"[bench] {name} …", flush=True)
     t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT)
+    scratch = tmp / f"{name}-scratch"  # the piece's temporary files go here and are removed with the run's folder
+    scratch.mkdir()
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "TMPDIR": str(scratch)})
     if proc.returncode != 0 or not out.exists():
         sec = Section(name, PIECES[name][1], body=[f"The piece's process exited with status {proc.returncode}."])
         sec.goals.append(Goal(f"{name} piece", "runs", f"exit status {proc.returncode}", False))

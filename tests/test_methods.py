@@ -451,3 +451,14 @@ def test_lore_reg_reference_alpha_collapses_to_global() -> None:
     cols = torch.nn.functional.normalize(V.T.double(), dim=1)
     assert float((cols @ cols.T).abs().min()) > 0.99
     assert accuracy(rm, prob.test_seen) < 0.7
+
+
+def test_feature_method_lists_cover_the_registry() -> None:
+    """The lists above (and test_fidelity's) name every registered frozen-feature method: a new one is tested."""
+    from perbench.registry import reward_models
+    from perbench.rewards.base import FeatureRM
+    from tests.test_fidelity import FEATURE_METHODS as FIDELITY
+
+    registered = {e.name for e in reward_models if issubclass(reward_models.get(e.name), FeatureRM)}
+    registered.discard("token_ranker")  # reads the policy's states while decoding; tested with the decoders
+    assert set(FIDELITY) == registered and set(FEATURE_METHODS) == registered - {"global_bt"}

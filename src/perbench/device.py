@@ -33,8 +33,9 @@ class DevicePolicy:
 def resolve_device(device: str | None = None, dtype: str | None = None) -> DevicePolicy:
     """Pick device and dtype. ``auto`` (default): cuda if available -> bf16, else cpu -> fp32.
 
-    fp32 on CPU is deliberate: multi-token forwards in bf16 are several times slower on CPUs without
-    native bf16 matmul. ``PERBENCH_DEVICE`` / ``PERBENCH_DTYPE`` override the defaults.
+    fp32 on CPU is deliberate: multi-token forwards in bf16 are several times slower on CPUs without native
+    bf16 matrix units (on CPUs with AVX-512 BF16 they are faster; docs/footguns.md). ``PERBENCH_DEVICE`` /
+    ``PERBENCH_DTYPE`` override the defaults.
     """
     import torch
 

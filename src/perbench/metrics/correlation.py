@@ -118,9 +118,10 @@ def _rows(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray, npt.NDA
         raise ValueError(f"x and y differ in shape ({a.shape} vs {b.shape})")
     ok = np.all(np.isfinite(a), axis=1) & np.all(np.isfinite(b), axis=1)
     ok &= a.shape[1] >= MIN_SYSTEMS
-    with np.errstate(invalid="ignore"):
-        ok &= (np.nanmax(a, axis=1) > np.nanmin(a, axis=1)) if a.shape[1] else False
-        ok &= (np.nanmax(b, axis=1) > np.nanmin(b, axis=1)) if b.shape[1] else False
+    if a.shape[1]:  # a constant row has no ranking (rows with a non-finite value are already excluded)
+        ok &= (np.ptp(np.nan_to_num(a), axis=1) > 0) & (np.ptp(np.nan_to_num(b), axis=1) > 0)
+    else:
+        ok &= False
     return a, b, ok
 
 

@@ -117,19 +117,14 @@ class Downstream:
             def generate(batch: Sequence[tuple[str, GenRequest]]) -> list[None]:
                 gens = decoder.generate(self.s.policy, [r for _, r in batch], rm, max_new_tokens=cfg.max_new_tokens)
                 for (k, _), g in zip(batch, gens, strict=True):
-                    unit = {"text": g.text, "n_tokens": len(g.token_ids), "finished": g.finished}
-                    self.s.units.put_json("generate", k, unit)
+                    self.s.units.put_generation("generate", k, g)
                 bar.update(len(batch))
                 return [None] * len(batch)
 
             self.s.batcher("generate").run(list(zip(todo, reqs, strict=True)), generate)
             bar.close()
             self._count_samples(decoder)
-        texts: dict[str, str] = {}
-        for k in units:
-            unit = self.s.units.store.get_json(k)
-            assert unit is not None, "a generation unit vanished from the store"
-            texts[k] = unit["text"]
+        texts = self.s.units.texts(units)
         return {s: texts[k] for s, k in slot.items()}
 
     def _count_samples(self, decoder: Any) -> None:

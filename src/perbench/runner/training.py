@@ -134,13 +134,9 @@ class Training:
                 reqs = [GenRequest(keys[k][0], keys[k][1], seed=0) for k in todo]
                 gens = generate_with(run, self.s.policy, reqs, self.s.cfg.max_new_tokens)
                 for k, g in zip(todo, gens, strict=True):
-                    unit = {"text": g.text, "n_tokens": len(g.token_ids), "finished": g.finished}
-                    self.s.units.put_json("generate_rl", k, unit)
-            texts = outputs.setdefault(job.label, {})
-            for k, (p, u) in keys.items():
-                stored = self.s.units.store.get_json(k)
-                assert stored is not None, "an rl generation unit vanished from the store"
-                texts[(prompt_key(p), u)] = str(stored["text"])
+                    self.s.units.put_generation("generate_rl", k, g)
+            texts = self.s.units.texts(keys)
+            outputs.setdefault(job.label, {}).update({(prompt_key(p), u): texts[k] for k, (p, u) in keys.items()})
             guides[job.label] = job.method
             self.s.families[job.label] = (LABEL, job.method.label)
             info.setdefault(job.label, {"method": job.method.label, "runs": {}})["runs"][job.group] = {

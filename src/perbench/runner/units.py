@@ -10,13 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from perbench.cache import CorruptValueError, Store, decode_json, pack_arrays, unpack_arrays
+from perbench.errors import StoreError
+
+if TYPE_CHECKING:
+    from perbench.models.generate import Generation
 
 T = TypeVar("T")
 
@@ -98,6 +102,20 @@ class Units:
     def put_arrays(self, phase: str, key: str, value: dict[str, np.ndarray]) -> None:
         self.store.put_bytes(key, pack_arrays(**value), counts={phase: 1})
         self.computed.note(phase)
+
+    def put_generation(self, phase: str, key: str, gen: Generation) -> None:
+        """Store one generated text (with its token count and whether it ended on its own) as a unit."""
+        self.put_json(phase, key, {"text": gen.text, "n_tokens": len(gen.token_ids), "finished": gen.finished})
+
+    def texts(self, keys: Iterable[str]) -> dict[str, str]:
+        """The stored texts of generation units that were just found or computed."""
+        out: dict[str, str] = {}
+        for k in keys:
+            unit = self.store.get_json(k)
+            if unit is None:
+                raise StoreError(f"{self.store.path}: the generation unit {k} vanished from the store")
+            out[k] = str(unit["text"])
+        return out
 
     def missing(self, keys: list[str], *, phase: str = "unlabelled") -> list[str]:
         """The keys with no stored value, or one that cannot be decoded (deleted, counted as ``recovered``)."""
