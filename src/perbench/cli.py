@@ -150,13 +150,36 @@ def _print_summary(results: dict[str, Any]) -> None:
         s = " / ".join(f"{100 * acc[g]['accuracy']:.1f}" if g in acc else "–" for g in ("seen", "unseen"))
         print(f"  {label:<28} {s}")
     if results["downstream"]:
-        print("Downstream rubric satisfaction / ROUGE-L:")
+        # rows may cover different cells (an rl row: its trained users only); a paired gain compares like with like
+        print(
+            "Downstream rubric satisfaction / ROUGE-L (generations; paired rubric gain vs zero_shot on the same cells):"
+        )
         for label, d in results["downstream"].items():
             rs = d.get("rubric_satisfaction", {}).get("mean")
             rl = d.get("rougeL", {}).get("mean")
-            print(
-                f"  {label:<40} {'' if rs is None else f'{100 * rs:.1f}'} / {'' if rl is None else f'{100 * rl:.1f}'}"
-            )
+            gain = d.get("vs", {}).get("zero_shot", {}).get("rubric_satisfaction", {})
+            line = f"  {label:<40} {_pct(rs)} / {_pct(rl)}  ({d.get('n', 0)})"
+            if gain.get("delta") is not None:
+                line += f"  {_pct(gain['delta'], signed=True)} {_ci(gain.get('ci'))} on {gain.get('n')}"
+            print(line)
+    from perbench.report.extract import rl_summary
+
+    rows = rl_summary(results)
+    if rows:
+        print("RL fine-tuning: reward gain (base-sd units) / rubric gain vs zero_shot (pts, 95% CI) / KL at the end:")
+        for r in rows:
+            g = r["rubric_gain"]
+            reward = "–" if r["reward_gain"] is None else f"{r['reward_gain']:+.2f}"
+            kl = "–" if r["kl_end"] is None else f"{r['kl_end']:.4f}"
+            print(f"  {r['label']:<28} {reward} / {_pct(g.get('delta'), signed=True)} {_ci(g.get('ci'))} / {kl}")
+
+
+def _pct(x: Any, signed: bool = False) -> str:
+    return "–" if x is None else (f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}")
+
+
+def _ci(ci: Any) -> str:
+    return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if isinstance(ci, list) and len(ci) == 2 else ""
 
 
 def _list(args: argparse.Namespace) -> int:

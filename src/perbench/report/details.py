@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from perbench.report import extract
 from perbench.report.extract import _d, _l
 from perbench.report.fmt import esc, na_span, num, table, value_ci
 
@@ -261,25 +262,19 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
 def rl_table(results: Mapping[str, Any]) -> str:
     """Per RM trained with (rl phase): reward gain during training, the trained policy's rubric satisfaction
     gain over the base policy on the evaluated targets (paired, 95% CI), its win rate by the RM, and the KL."""
-    down = _d(results.get("downstream"))
-    rows = []
-    for label, info in _d(results.get("rl")).items():
-        runs = [_d(_d(r).get("summary")) for r in _d(_d(info).get("runs")).values()]
-        gains = [g for r in runs if isinstance(g := r.get("reward_norm_gain"), int | float)]
-        kls = [k for r in runs if isinstance(k := r.get("kl_end"), int | float)]
-        d = _d(down.get(label))
-        rs = _d(_d(_d(d.get("vs")).get("zero_shot")).get("rubric_satisfaction"))
-        win = _d(d.get("rm_win"))
-        rows.append(
-            [
-                esc(label),
-                str(len(runs)),
-                num(sum(gains) / len(gains), pct=False, signed=True, digits=2) if gains else na_span("no steps"),
-                value_ci(rs.get("delta"), rs.get("ci"), signed=True, na="no zero_shot decoder"),
-                value_ci(win.get("mean"), win.get("ci"), na="no zero_shot decoder"),
-                num(sum(kls) / len(kls), pct=False, digits=4) if kls else na_span("not measured"),
-            ]
-        )
+    rows = [
+        [
+            esc(r["label"]),
+            str(r["runs"]),
+            num(r["reward_gain"], pct=False, signed=True, digits=2)
+            if r["reward_gain"] is not None
+            else na_span("no steps"),
+            value_ci(r["rubric_gain"].get("delta"), r["rubric_gain"].get("ci"), signed=True, na="no zero_shot decoder"),
+            value_ci(r["rm_win"].get("mean"), r["rm_win"].get("ci"), na="no zero_shot decoder"),
+            num(r["kl_end"], pct=False, digits=4) if r["kl_end"] is not None else na_span("not measured"),
+        ]
+        for r in extract.rl_summary(results)
+    ]
     if not rows:
         return ""
     return table(

@@ -170,3 +170,27 @@ def rl_histories(results: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]
         for group, run in _d(_d(info).get("runs")).items():
             out[f"{label} {group}"] = [_d(h) for h in _l(_d(run).get("history"))]
     return out
+
+
+def rl_summary(results: Mapping[str, Any], base: str = "zero_shot") -> list[dict[str, Any]]:
+    """Per RM trained with (rl phase): its runs, the mean normalised reward gain over training (base-sd units),
+    the trained policy's rubric-satisfaction gain over the ``base`` decoder on the same cells (paired, with CI),
+    the RM's win rate of the trained policy's output over the base's, and the mean KL at the last step."""
+    down = _d(results.get("downstream"))
+    rows = []
+    for label, info in _d(results.get("rl")).items():
+        runs = [_d(_d(r).get("summary")) for r in _d(_d(info).get("runs")).values()]
+        gains = [g for r in runs if isinstance(g := r.get("reward_norm_gain"), int | float)]
+        kls = [k for r in runs if isinstance(k := r.get("kl_end"), int | float)]
+        d = _d(down.get(label))
+        rows.append(
+            {
+                "label": label,
+                "runs": len(runs),
+                "reward_gain": sum(gains) / len(gains) if gains else None,
+                "kl_end": sum(kls) / len(kls) if kls else None,
+                "rubric_gain": _d(_d(_d(d.get("vs")).get(base)).get("rubric_satisfaction")),
+                "rm_win": _d(d.get("rm_win")),
+            }
+        )
+    return rows
