@@ -462,3 +462,38 @@ def test_feature_method_lists_cover_the_registry() -> None:
     registered = {e.name for e in reward_models if issubclass(reward_models.get(e.name), FeatureRM)}
     registered.discard("token_ranker")  # reads the policy's states while decoding; tested with the decoders
     assert set(FIDELITY) == registered and set(FEATURE_METHODS) == registered - {"global_bt"}
+
+
+@pytest.mark.parametrize("agnostic", [True, False])
+def test_score_pairs_scores_each_distinct_item_once(agnostic: bool) -> None:
+    """Pairs that share responses are scored through one ``score`` call per distinct item (per prompt for a
+    user-agnostic RM, per user and prompt otherwise), with the scores a call per item would give."""
+    from perbench.rewards.base import PreferencePair, RewardModel
+
+    class Counting(RewardModel):
+        name = "counting"
+        user_agnostic = agnostic
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[ScoreItem] = []
+
+        def fit(self, pairs: Any, ctx: Any) -> None:
+            pass
+
+        def score(self, items: Any) -> np.ndarray:
+            self.seen += list(items)
+            bonus = {"u1": 0.0, "u2": 10.0}
+            return np.asarray([len(it.response) + (0 if agnostic else bonus[it.user_id]) for it in items], float)
+
+    pairs = [
+        PreferencePair(f"{u}-{i}", u, "Q?", a, b)
+        for u in ("u1", "u2")
+        for i, (a, b) in enumerate([("aaa", "b"), ("aaa", "cc"), ("cc", "b")])
+    ]
+    rm = Counting()
+    chosen, rejected = rm.score_pairs(pairs)
+    expected = {"u1": 0.0, "u2": 0.0 if agnostic else 10.0}
+    assert chosen.tolist() == [len(p.chosen) + expected[p.user_id] for p in pairs]
+    assert rejected.tolist() == [len(p.rejected) + expected[p.user_id] for p in pairs]
+    assert len(rm.seen) == (3 if agnostic else 6)  # {aaa, b, cc} once, or once per user

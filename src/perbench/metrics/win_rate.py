@@ -62,8 +62,8 @@ def win_rate(
     """Score ``guided[i]`` and ``baseline[i]`` for target i = (prompt, user) with ``rm`` and summarise."""
     if not len(targets) == len(guided) == len(baseline):
         raise ValueError(f"win_rate: {len(targets)} targets, {len(guided)} guided, {len(baseline)} baseline")
-    mine = rm.score([ScoreItem(u, p, y) for (p, u), y in zip(targets, guided, strict=True)])
-    base = rm.score([ScoreItem(u, p, y) for (p, u), y in zip(targets, baseline, strict=True)])
+    mine = rm.score_distinct([ScoreItem(u, p, y) for (p, u), y in zip(targets, guided, strict=True)])
+    base = rm.score_distinct([ScoreItem(u, p, y) for (p, u), y in zip(targets, baseline, strict=True)])
     out = win_summary(win_outcomes(mine, base), [u for _, u in targets], n_boot=n_boot, seed=seed)
     out["outcomes"] = win_outcomes(mine, base).tolist()
     return out

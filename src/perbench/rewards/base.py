@@ -100,9 +100,30 @@ class RewardModel(ABC):
         pass
 
     def score_pairs(self, pairs: Sequence[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
-        chosen = self.score([ScoreItem(p.user_id, p.prompt, p.chosen) for p in pairs])
-        rejected = self.score([ScoreItem(p.user_id, p.prompt, p.rejected) for p in pairs])
-        return chosen, rejected
+        items = [ScoreItem(p.user_id, p.prompt, p.chosen) for p in pairs]
+        items += [ScoreItem(p.user_id, p.prompt, p.rejected) for p in pairs]
+        scores = self.score_distinct(items)
+        return scores[: len(pairs)], scores[len(pairs) :]
+
+    def score_distinct(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        """``score(items)``, calling ``score`` once per distinct item: (prompt, response) for a user-agnostic
+        RM, (user, prompt, response) otherwise. Pairs share responses (a candidate pool, one response in several
+        pairs of a user, the same texts for every user): on the rubric benchmark's test pairs 794 scored texts
+        are 681 distinct per user and 95 distinct per prompt. ``score`` is a function of the item, so the
+        scores are those of ``score(items)``."""
+        index: dict[tuple[str, ...], int] = {}
+        inverse = []
+        distinct: list[ScoreItem] = []
+        for it in items:
+            key: tuple[str, ...] = (prompt_key(it.prompt), it.response)
+            key = key if self.user_agnostic else (it.user_id, *key)
+            if key not in index:
+                index[key] = len(distinct)
+                distinct.append(it)
+            inverse.append(index[key])
+        if len(distinct) == len(items):
+            return np.asarray(self.score(items))
+        return np.asarray(self.score(distinct))[np.asarray(inverse, dtype=np.intp)]
 
     # Per-prefix rewards (policy accuracy, guided decoding); only where ``no_prefix_reward`` is None.
     def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from perbench.data.records import PreferencePair
+from perbench.data.records import PreferencePair, prompt_key
 from perbench.models.loader import LoadedLM
 from perbench.progress import track
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
@@ -233,7 +233,17 @@ class PDPO(RewardModel):
         if self.model is None or self.e0 is None:
             raise RuntimeError(f"{self.name} used before fit")
         seqs = self._encode([(it.prompt, it.response) for it in items])
-        ref = self._ref_lp(seqs)
+        # the reference term does not depend on the user: one forward per distinct (prompt, response)
+        where: dict[tuple[str, str], int] = {}
+        reps: list[int] = []
+        inverse = []
+        for i, it in enumerate(items):
+            key = (prompt_key(it.prompt), it.response)
+            if key not in where:
+                where[key] = len(reps)
+                reps.append(i)
+            inverse.append(where[key])
+        ref = self._ref_lp([seqs[i] for i in reps])[torch.tensor(inverse, dtype=torch.long)]
         out = []
         with torch.no_grad():
             for s in range(0, len(seqs), self.batch_eval):

@@ -157,8 +157,8 @@ class Scoring:
                     zero: dict[tuple[str, str], str] = zero,
                 ) -> dict[str, np.ndarray]:
                     rm = h.adapted(self.s.cfg.shots)
-                    mine = rm.score([ScoreItem(u, p, outputs[label][(prompt_key(p), u)]) for p, u in tg])
-                    base = rm.score([ScoreItem(u, p, zero[(prompt_key(p), u)]) for p, u in tg])
+                    mine = rm.score_distinct([ScoreItem(u, p, outputs[label][(prompt_key(p), u)]) for p, u in tg])
+                    base = rm.score_distinct([ScoreItem(u, p, zero[(prompt_key(p), u)]) for p, u in tg])
                     return {"guided": mine, "zero_shot": base}
 
                 key = h.key(
