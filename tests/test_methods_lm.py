@@ -348,3 +348,24 @@ def test_lm_methods_personalize_only_through_the_user(tiny_lm, store, monkeypatc
         assert (seen, unseen, no_adapt) == (0.5, 0.5, 0.5)
     else:
         assert seen >= 0.8 and unseen >= 0.8 and abs(no_adapt - 0.5) <= 0.1
+
+
+def test_chunked_token_logprobs_match_log_softmax_with_gradients() -> None:
+    """The checkpointed, chunked log-probabilities (which keep one chunk of logits per training step) equal
+    log_softmax's, and so do their gradients."""
+    import torch
+
+    from perbench.rewards.lm_utils import token_logprobs
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 1000, bias=False)
+    hs = torch.randn(1200, 16, requires_grad=True)
+    tgt = torch.randint(0, 1000, (1200,))
+    ref = torch.log_softmax(head(hs), -1).gather(-1, tgt[:, None])[:, 0]
+    got = token_logprobs(head, hs, tgt, chunk=500)
+    assert torch.allclose(ref, got, atol=1e-5)
+    (g_ref,) = torch.autograd.grad(ref.sum(), hs)
+    (g_got,) = torch.autograd.grad(got.sum(), hs)
+    assert torch.allclose(g_ref, g_got, atol=1e-6)
+    with torch.no_grad():
+        assert torch.allclose(token_logprobs(head, hs, tgt, chunk=7), ref, atol=1e-5)
