@@ -120,8 +120,6 @@ def _rows(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray, npt.NDA
     ok &= a.shape[1] >= MIN_SYSTEMS
     if a.shape[1]:  # a constant row has no ranking (rows with a non-finite value are already excluded)
         ok &= (np.ptp(np.nan_to_num(a), axis=1) > 0) & (np.ptp(np.nan_to_num(b), axis=1) > 0)
-    else:
-        ok &= False
     return a, b, ok
 
 

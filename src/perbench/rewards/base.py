@@ -61,6 +61,22 @@ class RMContext:
 NO_PREFIX_REWARD = "this method defines no reward for a partial response"
 
 
+def distinct_items(items: Sequence[ScoreItem], *, per_user: bool) -> tuple[list[int], np.ndarray]:
+    """(the index of each distinct item's first occurrence, each item's position among them). Items are the
+    same when their (prompt, response) are, and with ``per_user`` also their user."""
+    index: dict[tuple[str, ...], int] = {}
+    reps: list[int] = []
+    inverse = []
+    for i, it in enumerate(items):
+        key: tuple[str, ...] = (prompt_key(it.prompt), it.response)
+        key = (it.user_id, *key) if per_user else key
+        if key not in index:
+            index[key] = len(reps)
+            reps.append(i)
+        inverse.append(index[key])
+    return reps, np.asarray(inverse, dtype=np.intp)
+
+
 class RewardModel(ABC):
     name: ClassVar[str] = "reward_model"
     #: None when the method defines r_u(x, y_≤t) for every prefix (see the module docstring); else why not.
@@ -111,19 +127,11 @@ class RewardModel(ABC):
         pairs of a user, the same texts for every user): on the rubric benchmark's test pairs 794 scored texts
         are 681 distinct per user and 95 distinct per prompt. ``score`` is a function of the item, so the
         scores are those of ``score(items)``."""
-        index: dict[tuple[str, ...], int] = {}
-        inverse = []
-        distinct: list[ScoreItem] = []
-        for it in items:
-            key: tuple[str, ...] = (prompt_key(it.prompt), it.response)
-            key = key if self.user_agnostic else (it.user_id, *key)
-            if key not in index:
-                index[key] = len(distinct)
-                distinct.append(it)
-            inverse.append(index[key])
-        if len(distinct) == len(items):
+        reps, inverse = distinct_items(items, per_user=not self.user_agnostic)
+        if len(reps) == len(items):
             return np.asarray(self.score(items))
-        return np.asarray(self.score(distinct))[np.asarray(inverse, dtype=np.intp)]
+        scores: np.ndarray = np.asarray(self.score([items[i] for i in reps]))
+        return np.take(scores, inverse)
 
     # Per-prefix rewards (policy accuracy, guided decoding); only where ``no_prefix_reward`` is None.
     def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:

@@ -153,8 +153,8 @@ def backbone_from_state(state: dict[str, np.ndarray], current: LoadedLM | None) 
 def add_lora(lm: LoadedLM, r: int, alpha: int, target_modules: Sequence[str] | str | None) -> Any:
     """A LoRA-wrapped **copy** of the backbone (the shared, memoised model is never modified), with gradient
     checkpointing while it trains: each layer's activations are recomputed in the backward pass rather than
-    kept, the same numbers for about a third more compute. Without it, a step of 16 sequences of ~300 tokens
-    through SmolLM2's 30 layers held ~11 GB of activations (eager attention keeps (B, H, L, L) scores)."""
+    kept: the same numbers for a second forward pass per layer. Without it, all_methods sat at 11.3 GB from
+    global_bt_v2's LoRA fit on (eager attention keeps (B, H, L, L) scores for every layer)."""
     from peft import LoraConfig, get_peft_model
 
     base = copy.deepcopy(lm.model)

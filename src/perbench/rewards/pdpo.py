@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from perbench.data.records import PreferencePair, prompt_key
+from perbench.data.records import PreferencePair
 from perbench.models.loader import LoadedLM
 from perbench.progress import track
-from perbench.rewards.base import RewardModel, RMContext, ScoreItem
+from perbench.rewards.base import RewardModel, RMContext, ScoreItem, distinct_items
 from perbench.rewards.lm_utils import (
     Seq,
     add_lora,
@@ -234,16 +234,8 @@ class PDPO(RewardModel):
             raise RuntimeError(f"{self.name} used before fit")
         seqs = self._encode([(it.prompt, it.response) for it in items])
         # the reference term does not depend on the user: one forward per distinct (prompt, response)
-        where: dict[tuple[str, str], int] = {}
-        reps: list[int] = []
-        inverse = []
-        for i, it in enumerate(items):
-            key = (prompt_key(it.prompt), it.response)
-            if key not in where:
-                where[key] = len(reps)
-                reps.append(i)
-            inverse.append(where[key])
-        ref = self._ref_lp([seqs[i] for i in reps])[torch.tensor(inverse, dtype=torch.long)]
+        reps, inverse = distinct_items(items, per_user=False)
+        ref = self._ref_lp([seqs[i] for i in reps])[torch.from_numpy(inverse)]
         out = []
         with torch.no_grad():
             for s in range(0, len(seqs), self.batch_eval):
