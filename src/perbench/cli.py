@@ -149,6 +149,9 @@ def _print_summary(results: dict[str, Any]) -> None:
         acc = r["rm_accuracy"]
         s = " / ".join(f"{100 * acc[g]['accuracy']:.1f}" if g in acc else "–" for g in ("seen", "unseen"))
         print(f"  {label:<28} {s}")
+    from perbench.report.extract import rl_summary
+    from perbench.report.fmt import ci_text, num
+
     if results["downstream"]:
         # rows may cover different cells (an rl row: its trained users only); a paired gain compares like with like
         print(
@@ -158,12 +161,10 @@ def _print_summary(results: dict[str, Any]) -> None:
             rs = d.get("rubric_satisfaction", {}).get("mean")
             rl = d.get("rougeL", {}).get("mean")
             gain = d.get("vs", {}).get("zero_shot", {}).get("rubric_satisfaction", {})
-            line = f"  {label:<40} {_pct(rs)} / {_pct(rl)}  ({d.get('n', 0)})"
+            line = f"  {label:<40} {num(rs)} / {num(rl)}  ({d.get('n', 0)})"
             if gain.get("delta") is not None:
-                line += f"  {_pct(gain['delta'], signed=True)} {_ci(gain.get('ci'))} on {gain.get('n')}"
+                line += f"  {num(gain['delta'], signed=True)} {ci_text(gain.get('ci'), signed=True)} on {gain.get('n')}"
             print(line)
-    from perbench.report.extract import rl_summary
-
     rows = rl_summary(results)
     if rows:
         print("RL fine-tuning: reward gain (base-sd units) / rubric gain vs zero_shot (pts, 95% CI) / KL at the end:")
@@ -171,15 +172,8 @@ def _print_summary(results: dict[str, Any]) -> None:
             g = r["rubric_gain"]
             reward = "–" if r["reward_gain"] is None else f"{r['reward_gain']:+.2f}"
             kl = "–" if r["kl_end"] is None else f"{r['kl_end']:.4f}"
-            print(f"  {r['label']:<28} {reward} / {_pct(g.get('delta'), signed=True)} {_ci(g.get('ci'))} / {kl}")
-
-
-def _pct(x: Any, signed: bool = False) -> str:
-    return "–" if x is None else (f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}")
-
-
-def _ci(ci: Any) -> str:
-    return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if isinstance(ci, list) and len(ci) == 2 else ""
+            gain_text = f"{num(g.get('delta'), signed=True)} {ci_text(g.get('ci'), signed=True)}"
+            print(f"  {r['label']:<28} {reward} / {gain_text} / {kl}")
 
 
 def _list(args: argparse.Namespace) -> int:
