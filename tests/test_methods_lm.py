@@ -170,7 +170,7 @@ def test_icl_judge_order_mapping_and_parse_failures(tiny_lm, store, monkeypatch)
     assert "nothing is known" in judge.judge_prompt(pair(0, "u2"))[1].content
     out = judge.prefer(TEST)  # real logprob mode: every answer is A, B or a tie
     assert set(np.unique(out)) <= {0.0, 0.5, 1.0} and judge.parse_failures == 0
-    monkeypatch.setattr(type(judge), "_logprob_picks", lambda self, lm, prompts: ["A"] * len(prompts))
+    monkeypatch.setattr(type(judge), "_logprob_picks", lambda self, lm, prompts, users: ["A"] * len(prompts))
     always_a = judge.prefer(TEST)  # "A" means chosen exactly when the pair was not swapped
     np.testing.assert_array_equal(always_a, [0.0 if judge.swapped(p) else 1.0 for p in TEST])
     gen = new("icl_judge", mode="generate", max_new_tokens=2)
@@ -179,6 +179,62 @@ def test_icl_judge_order_mapping_and_parse_failures(tiny_lm, store, monkeypatch)
     assert gen.parse_failures == int(np.isnan(res).sum())
     with pytest.raises(TypeError):
         gen.score(probe())
+
+
+def test_icl_judge_shared_head_gives_the_full_forward_answer(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]
+    """One user's prompts run their shared head once (cached) and only their own tails on top of it: the
+    answers equal those of one full forward per prompt."""
+    judge = new("icl_judge")
+    judge.fit(TRAIN, ctx_for(tiny_lm, store))
+    pairs = [*TEST, pair(20, "u2", "test"), pair(21, "stranger", "test")]
+    tok = tiny_lm.tokenizer
+    a_id, b_id = (tok.encode(x, add_special_tokens=False)[0] for x in ("A", "B"))
+    want = []
+    with torch.inference_mode():
+        for p in pairs:
+            ids = torch.tensor([encode_prompt(tok, judge.judge_prompt(p))])
+            lp = torch.log_softmax(tiny_lm.model(input_ids=ids).logits[0, -1].float(), -1)
+            want.append("A" if lp[a_id] > lp[b_id] else "B" if lp[b_id] > lp[a_id] else "tie")
+    got = judge._logprob_picks(tiny_lm, [judge.judge_prompt(p) for p in pairs], [p.user_id for p in pairs])
+    assert got == want
+
+
+def test_lm_rms_forward_each_distinct_item_once(tiny_lm, store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """GenARM and P-DPO serve score and token_rewards from one forward per distinct (user, prompt, response);
+    a change of a user's conditioning recomputes that user's items."""
+    import perbench.rewards.genarm as genarm_mod
+    import perbench.rewards.pdpo as pdpo_mod
+
+    items = probe() + probe()[:3]
+    for mod, name in ((genarm_mod, "genarm"), (pdpo_mod, "pdpo")):
+        rm = new(name, steps=2, batch_eval=2)
+        rm.fit(TRAIN, ctx_for(tiny_lm, store))
+        seen: list[int] = []
+        real = mod.response_token_logprobs
+
+        def counting(model: Any, seqs: Any, *a: Any, _real: Any = real, _seen: list[int] = seen, **kw: Any) -> Any:
+            _seen.append(len(seqs))
+            return _real(model, seqs, *a, **kw)
+
+        monkeypatch.setattr(mod, "response_token_logprobs", counting)
+        s = rm.score(items)
+        tr = rm.token_rewards(items)
+        np.testing.assert_allclose([t[-1] for t in tr], s, rtol=1e-9, atol=1e-12)
+        n_distinct = len({(it.user_id, str(it.prompt), it.response) for it in items})
+        policy_rows = sum(seen) - (len({(str(it.prompt), it.response) for it in items}) if name == "pdpo" else 0)
+        assert policy_rows == n_distinct
+        fresh = new(name, steps=2, batch_eval=16)
+        fresh.bind_backbone(tiny_lm)
+        fresh.load_state(rm.state())
+        np.testing.assert_allclose(fresh.score(items), s, rtol=1e-4, atol=1e-5)  # batching changes nothing
+    genarm = new("genarm", steps=2)
+    genarm.fit(TRAIN, ctx_for(tiny_lm, store))
+    before = genarm.score(probe()[:2])  # u0, conditioned on their profile
+    genarm.set_users({"u0": User("u0")})  # u0 now has no text: the plain prompt, like a stranger
+    after = genarm.score(probe()[:2])
+    plain = genarm.score([ScoreItem("zz", it.prompt, it.response) for it in probe()[:2]])
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(after, plain, rtol=1e-9)
 
 
 # ---- hub RMs and DPO implicit rewards -----------------------------------------------------------------

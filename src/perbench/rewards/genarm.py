@@ -39,6 +39,7 @@ from perbench.progress import track
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.lm_utils import (
     Seq,
+    TokenMemo,
     add_lora,
     backbone_from_state,
     backbone_state,
@@ -50,6 +51,7 @@ from perbench.rewards.lm_utils import (
     minibatches,
     resolve_backbone,
     response_logprobs,
+    response_token_logprobs,
     response_vocab_logprobs,
     token_factorised_prefix_rewards,
     with_system,
@@ -124,6 +126,7 @@ class GenARM(RewardModel):
         self.texts: dict[str, str] = {}
         self.lora: dict[str, np.ndarray] = {}
         self.losses: list[float] = []
+        self.memo = TokenMemo()
 
     def bind_backbone(self, lm: LoadedLM) -> None:
         """Use this (already loaded) backbone when restoring a saved state."""
@@ -132,6 +135,7 @@ class GenARM(RewardModel):
     def set_users(self, users: Mapping[str, User]) -> None:
         """Add/replace the conditioning text of these users (e.g. unseen users after fit)."""
         for uid, u in users.items():
+            self.memo.drop_user(uid)
             t = user_text(u, self.user_context, self.profile_k)
             if t:
                 self.texts[uid] = t
@@ -164,6 +168,7 @@ class GenARM(RewardModel):
     def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
         self.base = base = resolve_backbone(self.backbone, ctx)
         self.texts = {}
+        self.memo.clear()
         self.set_users(ctx.extra.get("users") or {})
         users = [p.user_id for p in pairs]
         sw = self._seqs(users, [p.prompt for p in pairs], [p.chosen for p in pairs])
@@ -191,36 +196,22 @@ class GenARM(RewardModel):
         """No gradient step: an unseen user is conditioned on their own text (see :meth:`set_users`)."""
 
     # ---- scoring ---------------------------------------------------------------------------------------
-    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+    def _token_lp(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
+        """(T,) log π_r(y_t | user, x, y_<t) of each item, each distinct item computed once (memoised)."""
         lm = self._lm()
-        seqs = self._seqs([it.user_id for it in items], [it.prompt for it in items], [it.response for it in items])
-        out = []
-        with torch.inference_mode():
-            for s in range(0, len(seqs), self.batch_eval):
-                out.append(
-                    response_logprobs(
-                        lm.model,
-                        seqs[s : s + self.batch_eval],
-                        int(lm.tokenizer.pad_token_id),
-                        device=lm.policy.device,
-                    )
-                    .float()
-                    .cpu()
-                )
-        lp = torch.cat(out) if out else torch.zeros(0)
-        return (self.beta * lp).double().numpy()
+
+        def compute(batch: Sequence[ScoreItem]) -> list[np.ndarray]:
+            seqs = self._seqs([it.user_id for it in batch], [it.prompt for it in batch], [it.response for it in batch])
+            return response_token_logprobs(lm.model, seqs, int(lm.tokenizer.pad_token_id), device=lm.policy.device)
+
+        return self.memo.get(items, compute, self.batch_eval)
+
+    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        return np.array([self.beta * float(v.sum()) for v in self._token_lp(items)], dtype=np.float64)
 
     def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
         """β·Σ_{s≤t} log π_r(y_s | user, x, y_<s) for every response token t (the last one is ``score``)."""
-        lm = self._lm()
-        seqs = self._seqs([it.user_id for it in items], [it.prompt for it in items], [it.response for it in items])
-        out = []
-        with torch.inference_mode():
-            for sq in seqs:
-                per = response_vocab_logprobs(lm.model, sq.ids, sq.n_resp, device=lm.policy.device)
-                tok, _ = token_factorised_prefix_rewards(per, sq.ids[len(sq.ids) - sq.n_resp :], None, self.beta)
-                out.append(tok.double().cpu().numpy())
-        return out
+        return [self.beta * np.cumsum(v) for v in self._token_lp(items)]
 
     def teacher_forced_candidate_rewards(
         self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
@@ -268,6 +259,7 @@ class GenARM(RewardModel):
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         self.base = backbone_from_state(state, self.base)
+        self.memo.clear()
         self.lora = {k: v for k, v in state.items() if k.startswith("lora.")}
         self.texts = dict(zip(str_list(state["text_users"]), str_list(state["texts"]), strict=True))
         model = add_lora(self.base, self.lora_r, self.lora_alpha, self.target_modules)

@@ -59,15 +59,10 @@ def _decoder_hidden(model: Any, ids: torch.Tensor, mask: torch.Tensor, prefix: t
     return dec(inputs_embeds=embeds, attention_mask=full).last_hidden_state  # type: ignore[no-any-return]
 
 
-def response_logprobs(
-    model: Any,
-    seqs: Sequence[Seq],
-    pad: int,
-    *,
-    prefix: torch.Tensor | None = None,
-    device: str | torch.device = "cpu",
-) -> torch.Tensor:
-    """(B,) Σ_t log π(y_t | x, y_<t) over each sequence's response tokens (differentiable)."""
+def _response_token_lp(
+    model: Any, seqs: Sequence[Seq], pad: int, prefix: torch.Tensor | None, device: str | torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (row of each response token, log π(y_t | x, y_<t) of each), response tokens in sequence order."""
     ids, mask = pad_right(seqs, pad, device)
     h = _decoder_hidden(model, ids, mask, prefix)
     P = 0 if prefix is None else prefix.shape[1]
@@ -77,13 +72,78 @@ def response_logprobs(
         rows += [i] * T
         cols += list(range(P + n - T - 1, P + n - 1))  # hidden at j predicts token j + 1
         tgt += s.ids[n - T :]
-    out = torch.zeros(len(seqs), device=h.device, dtype=torch.float32)
+    r = torch.tensor(rows, dtype=torch.long, device=h.device)
     if not rows:
-        return out
-    r = torch.tensor(rows, device=h.device)
+        return r, h.new_zeros(0, dtype=torch.float32)
     hs = h[r, torch.tensor(cols, device=h.device)]
-    tok_lp = token_logprobs(model.get_output_embeddings(), hs, torch.tensor(tgt, device=h.device))
-    return out.index_add(0, r, tok_lp)
+    return r, token_logprobs(model.get_output_embeddings(), hs, torch.tensor(tgt, device=h.device))
+
+
+def response_logprobs(
+    model: Any,
+    seqs: Sequence[Seq],
+    pad: int,
+    *,
+    prefix: torch.Tensor | None = None,
+    device: str | torch.device = "cpu",
+) -> torch.Tensor:
+    """(B,) Σ_t log π(y_t | x, y_<t) over each sequence's response tokens (differentiable)."""
+    r, tok_lp = _response_token_lp(model, seqs, pad, prefix, device)
+    out = torch.zeros(len(seqs), device=tok_lp.device, dtype=torch.float32)
+    return out.index_add(0, r, tok_lp) if len(r) else out
+
+
+def response_token_logprobs(
+    model: Any,
+    seqs: Sequence[Seq],
+    pad: int,
+    *,
+    prefix: torch.Tensor | None = None,
+    device: str | torch.device = "cpu",
+) -> list[np.ndarray]:
+    """(T_i,) log π(y_t | x, y_<t) at every response token of each sequence, one batched forward (no grad)."""
+    with torch.inference_mode():
+        _, tok_lp = _response_token_lp(model, seqs, pad, prefix, device)
+    flat = tok_lp.double().cpu().numpy()
+    return list(np.split(flat, np.cumsum([s.n_resp for s in seqs])[:-1])) if seqs else []
+
+
+class TokenMemo:
+    """Per-token values of scored items, keyed by (user, prompt, response): a reward model that runs the LM
+    computes each item once and serves both ``score`` (the sum) and ``token_rewards`` (the running sum) from
+    it, so upstream scoring and policy accuracy share one forward per distinct item. Clear it whenever the
+    model or a user's conditioning changes."""
+
+    def __init__(self) -> None:
+        self._vals: dict[tuple[str, str, str], np.ndarray] = {}
+
+    @staticmethod
+    def key(item: Any) -> tuple[str, str, str]:
+        from perbench.data.records import prompt_key
+
+        return (item.user_id, prompt_key(item.prompt), item.response)
+
+    def clear(self) -> None:
+        self._vals.clear()
+
+    def drop_user(self, user_id: str) -> None:
+        for k in [k for k in self._vals if k[0] == user_id]:
+            del self._vals[k]
+
+    def get(self, items: Sequence[Any], compute: Any, batch: int) -> list[np.ndarray]:
+        """Each item's values; the missing ones come from ``compute(items) -> list of arrays``, called on the
+        distinct missing items in length-sorted batches of ``batch`` (little padding)."""
+        keys = [self.key(it) for it in items]
+        todo: dict[tuple[str, str, str], Any] = {}
+        for k, it in zip(keys, items, strict=True):
+            if k not in self._vals:
+                todo.setdefault(k, it)
+        order = sorted(todo, key=lambda k: len(k[1]) + len(k[2]))
+        for s in range(0, len(order), batch):
+            chunk = order[s : s + batch]
+            for k, v in zip(chunk, compute([todo[k] for k in chunk]), strict=True):
+                self._vals[k] = np.asarray(v, np.float64)
+        return [self._vals[k] for k in keys]
 
 
 def _chunk_logprobs(head: Any, hs: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:

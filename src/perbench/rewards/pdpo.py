@@ -29,9 +29,10 @@ import torch
 from perbench.data.records import PreferencePair
 from perbench.models.loader import LoadedLM
 from perbench.progress import track
-from perbench.rewards.base import RewardModel, RMContext, ScoreItem, distinct_items
+from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.lm_utils import (
     Seq,
+    TokenMemo,
     add_lora,
     backbone_from_state,
     backbone_state,
@@ -41,6 +42,7 @@ from perbench.rewards.lm_utils import (
     minibatches,
     resolve_backbone,
     response_logprobs,
+    response_token_logprobs,
     response_vocab_logprobs,
     token_factorised_prefix_rewards,
 )
@@ -105,6 +107,8 @@ class PDPO(RewardModel):
         self.lora: dict[str, np.ndarray] = {}
         self.losses: list[float] = []
         self.seed = 0
+        self.memo = TokenMemo()
+        self.ref_memo = TokenMemo()  # log π_ref, keyed without a user
 
     def bind_backbone(self, lm: LoadedLM) -> None:
         """Use this (already loaded) backbone when restoring a saved state."""
@@ -153,6 +157,8 @@ class PDPO(RewardModel):
     # ---- training --------------------------------------------------------------------------------------
     def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
         self.base = base = resolve_backbone(self.backbone, ctx, prefer_policy=self.prefer_policy)
+        self.memo.clear()
+        self.ref_memo.clear()
         self.seed = ctx.seed
         self.users = sorted({p.user_id for p in pairs})
         index = {u: i for i, u in enumerate(self.users)}
@@ -202,7 +208,8 @@ class PDPO(RewardModel):
     def adapt(self, user_id: str, shots: Sequence[PreferencePair]) -> None:
         """Default (``adapt_steps`` = 0): nothing — unseen users are the generic user. Otherwise fit o_u on
         the shots (π_θ and e_0 frozen). Each call replaces the user's earlier adaptation."""
-        self.adapted.pop(user_id, None)
+        if self.adapted.pop(user_id, None) is not None:
+            self.memo.drop_user(user_id)
         if self.adapt_steps <= 0 or not shots or self.e0 is None:
             return
         sw = self._encode([(p.prompt, p.chosen) for p in shots])
@@ -219,6 +226,7 @@ class PDPO(RewardModel):
                 loss.backward()  # type: ignore[no-untyped-call]
                 opt.step()
         self.adapted[user_id] = o.detach()
+        self.memo.drop_user(user_id)
 
     # ---- scoring ---------------------------------------------------------------------------------------
     def _offset(self, user_id: str) -> torch.Tensor:
@@ -229,20 +237,30 @@ class PDPO(RewardModel):
             return self.O[self.users.index(user_id)]
         return torch.zeros_like(self.e0)  # generic user
 
-    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
-        if self.model is None or self.e0 is None:
+    def _token_diff(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
+        """(T,) log π_θ(y_t | u, x, y_<t) − log π_ref(y_t | x, y_<t) of each item, each distinct item computed
+        once (memoised); the reference term, which does not depend on the user, once per distinct (prompt, response)."""
+        if self.model is None or self.e0 is None or self.base is None:
             raise RuntimeError(f"{self.name} used before fit")
-        seqs = self._encode([(it.prompt, it.response) for it in items])
-        # the reference term does not depend on the user: one forward per distinct (prompt, response)
-        reps, inverse = distinct_items(items, per_user=False)
-        ref = self._ref_lp([seqs[i] for i in reps])[torch.from_numpy(inverse)]
-        out = []
-        with torch.no_grad():
-            for s in range(0, len(seqs), self.batch_eval):
-                off = torch.stack([self._offset(it.user_id) for it in items[s : s + self.batch_eval]])
-                out.append(self._policy_lp(seqs[s : s + self.batch_eval], off).float().cpu())
-        lp = torch.cat(out) if out else torch.zeros(0)
-        return (self.beta * (lp - ref)).double().numpy()
+        dev = self.base.policy.device
+
+        def reference(batch: Sequence[ScoreItem]) -> list[np.ndarray]:
+            assert self.base is not None
+            seqs = self._encode([(it.prompt, it.response) for it in batch])
+            return response_token_logprobs(self.base.model, seqs, self._pad, device=dev)
+
+        def compute(batch: Sequence[ScoreItem]) -> list[np.ndarray]:
+            assert self.e0 is not None
+            seqs = self._encode([(it.prompt, it.response) for it in batch])
+            prefix = self.e0 + torch.stack([self._offset(it.user_id) for it in batch])
+            pol = response_token_logprobs(self.model.get_base_model(), seqs, self._pad, prefix=prefix, device=dev)
+            anyone = [ScoreItem("", it.prompt, it.response) for it in batch]
+            return [p - r for p, r in zip(pol, self.ref_memo.get(anyone, reference, self.batch_eval), strict=True)]
+
+        return self.memo.get(items, compute, self.batch_eval)
+
+    def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        return np.array([self.beta * float(v.sum()) for v in self._token_diff(items)], dtype=np.float64)
 
     def _per_token_table(self, user_id: str, ids: Sequence[int], n_resp: int) -> torch.Tensor:
         """(T, V) log π_θ(· | u, x, y_<t) − log π_ref(· | x, y_<t) at every response position."""
@@ -257,13 +275,7 @@ class PDPO(RewardModel):
 
     def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
         """β·Σ_{s≤t} (log π_θ − log π_ref)(y_s) for every response token t (the last one is ``score``)."""
-        seqs = self._encode([(it.prompt, it.response) for it in items])
-        out = []
-        for it, sq in zip(items, seqs, strict=True):
-            per = self._per_token_table(it.user_id, sq.ids, sq.n_resp)
-            tok, _ = token_factorised_prefix_rewards(per, sq.ids[len(sq.ids) - sq.n_resp :], None, self.beta)
-            out.append(tok.double().cpu().numpy())
-        return out
+        return [self.beta * np.cumsum(v) for v in self._token_diff(items)]
 
     def teacher_forced_candidate_rewards(
         self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
@@ -292,6 +304,8 @@ class PDPO(RewardModel):
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         self.base = backbone_from_state(state, self.base)
+        self.memo.clear()
+        self.ref_memo.clear()
         dev = self.base.policy.device
         self.e0 = torch.from_numpy(np.array(state["e0"])).to(dev)
         self.O = torch.from_numpy(np.array(state["O"])).to(dev)
