@@ -204,7 +204,7 @@ class GenARM(RewardModel):
             seqs = self._seqs([it.user_id for it in batch], [it.prompt for it in batch], [it.response for it in batch])
             return response_token_logprobs(lm.model, seqs, int(lm.tokenizer.pad_token_id), device=lm.policy.device)
 
-        return self.memo.get(items, compute, self.batch_eval)
+        return self.memo.get(items, compute, self.batch_eval, f"{self.name} scoring")
 
     def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
         return np.array([self.beta * float(v.sum()) for v in self._token_lp(items)], dtype=np.float64)

@@ -130,19 +130,24 @@ class TokenMemo:
         for k in [k for k in self._vals if k[0] == user_id]:
             del self._vals[k]
 
-    def get(self, items: Sequence[Any], compute: Any, batch: int) -> list[np.ndarray]:
+    def get(self, items: Sequence[Any], compute: Any, batch: int, desc: str = "scoring") -> list[np.ndarray]:
         """Each item's values; the missing ones come from ``compute(items) -> list of arrays``, called on the
         distinct missing items in length-sorted batches of ``batch`` (little padding)."""
+        from perbench.progress import progress
+
         keys = [self.key(it) for it in items]
         todo: dict[tuple[str, str, str], Any] = {}
         for k, it in zip(keys, items, strict=True):
             if k not in self._vals:
                 todo.setdefault(k, it)
         order = sorted(todo, key=lambda k: len(k[1]) + len(k[2]))
+        bar = progress(total=len(order), desc=desc, unit="seq")
         for s in range(0, len(order), batch):
             chunk = order[s : s + batch]
             for k, v in zip(chunk, compute([todo[k] for k in chunk]), strict=True):
                 self._vals[k] = np.asarray(v, np.float64)
+            bar.update(len(chunk))
+        bar.close()
         return [self._vals[k] for k in keys]
 
 

@@ -244,6 +244,9 @@ class PDPO(RewardModel):
             raise RuntimeError(f"{self.name} used before fit")
         dev = self.base.policy.device
 
+        def anyone(batch: Sequence[ScoreItem]) -> list[ScoreItem]:
+            return [ScoreItem("", it.prompt, it.response) for it in batch]
+
         def reference(batch: Sequence[ScoreItem]) -> list[np.ndarray]:
             assert self.base is not None
             seqs = self._encode([(it.prompt, it.response) for it in batch])
@@ -254,10 +257,11 @@ class PDPO(RewardModel):
             seqs = self._encode([(it.prompt, it.response) for it in batch])
             prefix = self.e0 + torch.stack([self._offset(it.user_id) for it in batch])
             pol = response_token_logprobs(self.model.get_base_model(), seqs, self._pad, prefix=prefix, device=dev)
-            anyone = [ScoreItem("", it.prompt, it.response) for it in batch]
-            return [p - r for p, r in zip(pol, self.ref_memo.get(anyone, reference, self.batch_eval), strict=True)]
+            ref = self.ref_memo.get(anyone(batch), reference, self.batch_eval)
+            return [p - r for p, r in zip(pol, ref, strict=True)]
 
-        return self.memo.get(items, compute, self.batch_eval)
+        self.ref_memo.get(anyone(items), reference, self.batch_eval, f"{self.name} reference")
+        return self.memo.get(items, compute, self.batch_eval, f"{self.name} scoring")
 
     def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
         return np.array([self.beta * float(v.sum()) for v in self._token_diff(items)], dtype=np.float64)
