@@ -134,22 +134,22 @@ class PDPO(RewardModel):
             self.model.get_base_model(), seqs, self._pad, prefix=prefix, device=self.base.policy.device
         )
 
-    def _ref_lp(self, seqs: Sequence[Seq]) -> torch.Tensor:
+    def _reference(self, pairs: Sequence[tuple[Any, str]]) -> list[np.ndarray]:
+        """(T,) log π_ref(y_t | x, y_<t) of each (prompt, response): it does not depend on the user, so it is
+        kept once per distinct (prompt, response) for the model's lifetime (batched, length-sorted)."""
         assert self.base is not None
-        out = []
-        with torch.no_grad():
-            for s in range(0, len(seqs), self.batch_eval):
-                out.append(
-                    response_logprobs(
-                        self.base.model,
-                        seqs[s : s + self.batch_eval],
-                        self._pad,
-                        device=self.base.policy.device,
-                    )
-                    .float()
-                    .cpu()
-                )
-        return torch.cat(out) if out else torch.zeros(0)
+        base = self.base
+
+        def reference(batch: Sequence[ScoreItem]) -> list[np.ndarray]:
+            seqs = self._encode([(it.prompt, it.response) for it in batch])
+            return response_token_logprobs(base.model, seqs, self._pad, device=base.policy.device)
+
+        items = [ScoreItem("", p, r) for p, r in pairs]
+        return self.ref_memo.get(items, reference, self.batch_eval, f"{self.name} reference")
+
+    def _ref_lp(self, pairs: Sequence[tuple[Any, str]]) -> torch.Tensor:
+        """(B,) Σ_t log π_ref(y_t | x, y_<t)."""
+        return torch.tensor([float(v.sum()) for v in self._reference(pairs)], dtype=torch.float32)
 
     def _dpo(self, lw: torch.Tensor, ll: torch.Tensor, rw: torch.Tensor, rl: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.softplus(-self.beta * ((lw - rw) - (ll - rl))).mean()
@@ -165,7 +165,13 @@ class PDPO(RewardModel):
         uidx = torch.tensor([index[p.user_id] for p in pairs])
         sw = self._encode([(p.prompt, p.chosen) for p in pairs])
         sl = self._encode([(p.prompt, p.rejected) for p in pairs])
-        ref_w, ref_l = self._ref_lp(sw), self._ref_lp(sl)
+        batches = minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed))
+        # the reference term of the pairs the steps visit (not of every train pair: 5 steps read 20 pairs)
+        used = sorted({i for b in batches for i in b})
+        ref_w, ref_l = torch.zeros(len(pairs)), torch.zeros(len(pairs))
+        if used:
+            ref_w[used] = self._ref_lp([(pairs[i].prompt, pairs[i].chosen) for i in used])
+            ref_l[used] = self._ref_lp([(pairs[i].prompt, pairs[i].rejected) for i in used])
         dev = base.policy.device
         with seeded(ctx.seed):
             self.model = add_lora(base, self.lora_r, self.lora_alpha, self.target_modules)
@@ -180,7 +186,6 @@ class PDPO(RewardModel):
                 ]
             )
             self.losses = []
-            batches = minibatches(len(pairs), self.batch_size, self.steps, torch.Generator().manual_seed(ctx.seed))
             for batch in track(batches, f"{self.name}: LoRA training"):
                 both = [sw[i] for i in batch] + [sl[i] for i in batch]
                 off = offsets[uidx[batch]]
@@ -214,7 +219,8 @@ class PDPO(RewardModel):
             return
         sw = self._encode([(p.prompt, p.chosen) for p in shots])
         sl = self._encode([(p.prompt, p.rejected) for p in shots])
-        rw, rl = self._ref_lp(sw), self._ref_lp(sl)
+        rw = self._ref_lp([(p.prompt, p.chosen) for p in shots])
+        rl = self._ref_lp([(p.prompt, p.rejected) for p in shots])
         with seeded(user_seed(self.seed, user_id)):
             o = torch.nn.Parameter(torch.zeros_like(self.e0))
             opt = torch.optim.Adam([o], lr=self.token_lr)
@@ -244,23 +250,15 @@ class PDPO(RewardModel):
             raise RuntimeError(f"{self.name} used before fit")
         dev = self.base.policy.device
 
-        def anyone(batch: Sequence[ScoreItem]) -> list[ScoreItem]:
-            return [ScoreItem("", it.prompt, it.response) for it in batch]
-
-        def reference(batch: Sequence[ScoreItem]) -> list[np.ndarray]:
-            assert self.base is not None
-            seqs = self._encode([(it.prompt, it.response) for it in batch])
-            return response_token_logprobs(self.base.model, seqs, self._pad, device=dev)
-
         def compute(batch: Sequence[ScoreItem]) -> list[np.ndarray]:
             assert self.e0 is not None
             seqs = self._encode([(it.prompt, it.response) for it in batch])
             prefix = self.e0 + torch.stack([self._offset(it.user_id) for it in batch])
             pol = response_token_logprobs(self.model.get_base_model(), seqs, self._pad, prefix=prefix, device=dev)
-            ref = self.ref_memo.get(anyone(batch), reference, self.batch_eval)
+            ref = self._reference([(it.prompt, it.response) for it in batch])
             return [p - r for p, r in zip(pol, ref, strict=True)]
 
-        self.ref_memo.get(anyone(items), reference, self.batch_eval, f"{self.name} reference")
+        self._reference([(it.prompt, it.response) for it in items])  # every reference term first, in one pass
         return self.memo.get(items, compute, self.batch_eval, f"{self.name} scoring")
 
     def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
