@@ -39,6 +39,7 @@ from perbench.data.user_context import oracle_user_text, user_text
 from perbench.models.chat import encode_prompt
 from perbench.models.generate import GenRequest, generate_plain
 from perbench.models.loader import LoadedLM, load_lm
+from perbench.progress import progress
 from perbench.rewards.base import PairwiseJudge, RMContext
 from perbench.rewards.lm_utils import resolve_backbone
 from perbench.rewards.personal import str_array, str_list
@@ -251,6 +252,7 @@ class ICLJudge(PairwiseJudge):
         for i, u in enumerate(users):
             by_user.setdefault(u, []).append(i)
         out: list[str | None] = [None] * len(ids)
+        bar = progress(total=len(ids), desc=f"{self.name} judging", unit="pair")
         with torch.inference_mode():
             for rows in by_user.values():
                 n_head = min(len(ids[i]) for i in rows) - 1  # every prompt keeps ≥ 1 token of its own
@@ -267,6 +269,8 @@ class ICLJudge(PairwiseJudge):
                     lp = torch.log_softmax(head(h).float(), -1)
                     la, lb = float(lp[a_id]), float(lp[b_id])
                     out[i] = "A" if la > lb else "B" if lb > la else "tie"
+                    bar.update(1)
+        bar.close()
         return out
 
     def state(self) -> dict[str, np.ndarray]:
