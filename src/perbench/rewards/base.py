@@ -61,15 +61,20 @@ class RMContext:
 NO_PREFIX_REWARD = "this method defines no reward for a partial response"
 
 
+def item_key(item: ScoreItem, *, per_user: bool) -> tuple[str, ...]:
+    """What makes two scored items the same: their (prompt, response), and with ``per_user`` their user."""
+    key = (prompt_key(item.prompt), item.response)
+    return (item.user_id, *key) if per_user else key
+
+
 def distinct_items(items: Sequence[ScoreItem], *, per_user: bool) -> tuple[list[int], np.ndarray]:
-    """(the index of each distinct item's first occurrence, each item's position among them). Items are the
-    same when their (prompt, response) are, and with ``per_user`` also their user."""
+    """(the index of each distinct item's first occurrence, each item's position among them), items being the
+    same by :func:`item_key`."""
     index: dict[tuple[str, ...], int] = {}
     reps: list[int] = []
     inverse = []
     for i, it in enumerate(items):
-        key: tuple[str, ...] = (prompt_key(it.prompt), it.response)
-        key = (it.user_id, *key) if per_user else key
+        key = item_key(it, per_user=per_user)
         if key not in index:
             index[key] = len(reps)
             reps.append(i)

@@ -214,14 +214,11 @@ class ICLJudge(PairwiseJudge):
         picks: list[str | None] = []
         if self.mode == "logprob":
             picks = self._logprob_picks(lm, [self.judge_prompt(p) for p in pairs], [p.user_id for p in pairs])
-        for s in range(0, len(pairs), self.batch_size) if self.mode == "generate" else ():
-            batch = pairs[s : s + self.batch_size]
-            gens = generate_plain(
-                lm,
-                [GenRequest(self.judge_prompt(p), p.user_id, 0) for p in batch],
-                self.max_new_tokens,
-            )
-            picks += [parse_choice(g.text) for g in gens]
+        else:
+            for s in range(0, len(pairs), self.batch_size):
+                batch = pairs[s : s + self.batch_size]
+                reqs = [GenRequest(self.judge_prompt(p), p.user_id, 0) for p in batch]
+                picks += [parse_choice(g.text) for g in generate_plain(lm, reqs, self.max_new_tokens)]
         out = np.empty(len(pairs), dtype=np.float64)
         for i, (p, pick) in enumerate(zip(pairs, picks, strict=True)):
             if pick is None:

@@ -21,7 +21,7 @@ import torch
 from perbench.data.records import Message, Prompt
 from perbench.models.chat import encode_pair
 from perbench.models.loader import LoadedLM, load_lm
-from perbench.rewards.base import RMContext
+from perbench.rewards.base import RMContext, ScoreItem, item_key
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,7 @@ class TokenMemo:
     model or a user's conditioning changes."""
 
     def __init__(self) -> None:
-        self._vals: dict[tuple[str, str, str], np.ndarray] = {}
-
-    @staticmethod
-    def key(item: Any) -> tuple[str, str, str]:
-        from perbench.data.records import prompt_key
-
-        return (item.user_id, prompt_key(item.prompt), item.response)
+        self._vals: dict[tuple[str, ...], np.ndarray] = {}  # item_key(per_user=True): (user, prompt, response)
 
     def clear(self) -> None:
         self._vals.clear()
@@ -130,17 +124,17 @@ class TokenMemo:
         for k in [k for k in self._vals if k[0] == user_id]:
             del self._vals[k]
 
-    def get(self, items: Sequence[Any], compute: Any, batch: int, desc: str = "scoring") -> list[np.ndarray]:
+    def get(self, items: Sequence[ScoreItem], compute: Any, batch: int, desc: str = "scoring") -> list[np.ndarray]:
         """Each item's values; the missing ones come from ``compute(items) -> list of arrays``, called on the
         distinct missing items in length-sorted batches of ``batch`` (little padding)."""
         from perbench.progress import progress
 
-        keys = [self.key(it) for it in items]
-        todo: dict[tuple[str, str, str], Any] = {}
+        keys = [item_key(it, per_user=True) for it in items]
+        todo: dict[tuple[str, ...], ScoreItem] = {}
         for k, it in zip(keys, items, strict=True):
             if k not in self._vals:
                 todo.setdefault(k, it)
-        order = sorted(todo, key=lambda k: len(k[1]) + len(k[2]))
+        order = sorted(todo, key=lambda k: len(k[-2]) + len(k[-1]))
         bar = progress(total=len(order), desc=desc, unit="seq")
         for s in range(0, len(order), batch):
             chunk = order[s : s + batch]
