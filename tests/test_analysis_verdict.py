@@ -94,7 +94,7 @@ def test_agrees_only_when_the_upstream_metric_puts_the_leader_alone_first() -> N
     assert v["upstream_metric"] == "rm_acc_seen" and v["agrees"] is False
     assert "disagrees: it puts pref first" in v["text"] and "rm_acc_seen agrees" not in v["text"]
     # a joint first place is neither agreement nor disagreement
-    tied = [c if not (c["metric"] == "rm_acc_seen" and c["method"] == "pref") else c for c in cells]
+    tied = [dict(c) for c in cells]
     for c in tied:
         if c["metric"] == "rm_acc_seen" and c["method"] in ("mpu", "pref"):
             c["value"] = 0.75

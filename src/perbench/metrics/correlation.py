@@ -255,8 +255,10 @@ def batched_ndcg(x: FloatArray, y: FloatArray) -> FloatArray:
     cum = np.concatenate([[0.0], np.cumsum(discount)])
     for s in _chunks(a.shape[0], n):
         first, size = _tie_spans(a[s])
-        # a tied system's expected discount: the mean over the positions its tie group occupies
-        expected = (cum[(first + size).astype(np.intp)] - cum[first.astype(np.intp)]) / size
+        # a tied system's expected discount: the mean over the positions its tie group occupies (a row with a
+        # NaN has a tie group of size 0 and is dropped below)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            expected = (cum[(first + size).astype(np.intp)] - cum[first.astype(np.intp)]) / size
         dcg = np.sum(gain[s] * expected, axis=1)
         ideal = np.sum(-np.sort(-gain[s], axis=1) * discount, axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -277,8 +279,9 @@ def batched_rbo(x: FloatArray, y: FloatArray, p: float = RBO_P) -> FloatArray:
         # orders are independent, so the expected overlap X_d is the sum of the products
         fa, na = _tie_spans(a[s])
         fb, nb = _tie_spans(b[s])
-        in_a = np.clip((depth[None, None, :] - fa[:, :, None]) / na[:, :, None], 0.0, 1.0)
-        in_b = np.clip((depth[None, None, :] - fb[:, :, None]) / nb[:, :, None], 0.0, 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):  # rows with a NaN (tie size 0) are dropped below
+            in_a = np.clip((depth[None, None, :] - fa[:, :, None]) / na[:, :, None], 0.0, 1.0)
+            in_b = np.clip((depth[None, None, :] - fb[:, :, None]) / nb[:, :, None], 0.0, 1.0)
         overlap = np.sum(in_a * in_b, axis=1)  # X_d, shape (rows, k)
         agreement = overlap / depth
         out[s] = agreement[:, -1] * p**k + (1 - p) / p * np.sum(agreement * p**depth, axis=1)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perbench.errors import ConfigError
-from perbench.report import details, sections
+from perbench.report import details, sections, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, num, table
 from perbench.report.rundir import RunData, load_run, run_roles
@@ -134,7 +134,7 @@ def render_comparison(
                 ("runs", "Runs"),
             ]
         ),
-        sections.verdict_box(analysis),
+        verdict.verdict_box(analysis),
     ]
     cells_present = any(r.cells for r in runs)
     body += _shared_sections(analysis, figures, {}, cells_present, boards)
