@@ -182,7 +182,10 @@ def _tau_from_weights(x: FloatArray, y: FloatArray, w: FloatArray | None) -> Flo
 
 
 def batched_kendall_tau_b(x: FloatArray, y: FloatArray) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _kendall_tau_b(*_rows(x, y))
+
+
+def _kendall_tau_b(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     out = np.full(a.shape[0], np.nan)
     for s in _chunks(a.shape[0], a.shape[1]):
         out[s] = _tau_from_weights(a[s], b[s], None)
@@ -197,7 +200,10 @@ def _hyperbolic_tau(primary: FloatArray, secondary: FloatArray, x: FloatArray, y
 
 
 def batched_weighted_tau(x: FloatArray, y: FloatArray) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _weighted_tau(*_rows(x, y))
+
+
+def _weighted_tau(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     out = np.full(a.shape[0], np.nan)
     for s in _chunks(a.shape[0], a.shape[1]):
         out[s] = (_hyperbolic_tau(a[s], b[s], a[s], b[s]) + _hyperbolic_tau(b[s], a[s], a[s], b[s])) / 2
@@ -214,16 +220,22 @@ def _pearson_rows(a: FloatArray, b: FloatArray) -> FloatArray:
 
 
 def batched_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _pearson(*_rows(x, y))
+
+
+def _pearson(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     out = _pearson_rows(a, b) if a.shape[1] else np.full(a.shape[0], np.nan)
     out[~ok] = np.nan
     return out
 
 
 def batched_spearman(x: FloatArray, y: FloatArray) -> FloatArray:
+    return _spearman(*_rows(x, y))
+
+
+def _spearman(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     from scipy import stats
 
-    a, b, ok = _rows(x, y)
     if not a.shape[1]:
         return np.full(a.shape[0], np.nan)
     ra = np.asarray(stats.rankdata(a, axis=1), dtype=np.float64)
@@ -242,7 +254,10 @@ def _tie_spans(v: FloatArray) -> tuple[FloatArray, FloatArray]:
 
 
 def batched_ndcg(x: FloatArray, y: FloatArray) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _ndcg(*_rows(x, y))
+
+
+def _ndcg(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     n = a.shape[1]
     out = np.full(a.shape[0], np.nan)
     if n == 0 or not ok.any():
@@ -268,7 +283,10 @@ def batched_ndcg(x: FloatArray, y: FloatArray) -> FloatArray:
 
 
 def batched_rbo(x: FloatArray, y: FloatArray, p: float = RBO_P) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _rbo(*_rows(x, y), p)
+
+
+def _rbo(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_], p: float = RBO_P) -> FloatArray:
     n_rows, k = a.shape
     out = np.full(n_rows, np.nan)
     if k == 0 or not ok.any():
@@ -306,6 +324,19 @@ def rbo_chance(k: int, p: float = RBO_P) -> float | None:
         return None
     depth = np.arange(1, k + 1, dtype=np.float64)
     return float(p**k + (1 - p) / p * np.sum(depth / k * p**depth))
+
+
+def batched_all(x: FloatArray, y: FloatArray) -> dict[str, FloatArray]:
+    """Every batched coefficient of the same (replicates × systems) arrays, tying near-equal values once."""
+    rows = _rows(x, y)
+    return {
+        "kendall_tau_b": _kendall_tau_b(*rows),
+        "weighted_tau": _weighted_tau(*rows),
+        "spearman": _spearman(*rows),
+        "pearson": _pearson(*rows),
+        "ndcg": _ndcg(*rows),
+        "rbo": _rbo(*rows),
+    }
 
 
 BATCHED: dict[str, BatchedCorrelation] = {

@@ -17,7 +17,7 @@ import numpy as np
 from perbench.metrics.analysis.base import FloatArray, ci_, f_
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.bootstrap import percentile_ci
-from perbench.metrics.correlation import BATCHED, CORRELATIONS, ndcg_chance, rbo_chance
+from perbench.metrics.correlation import CORRELATIONS, batched_all, ndcg_chance, rbo_chance
 
 
 def systems_note(est: Estimates) -> str:
@@ -61,10 +61,11 @@ def selection(est: Estimates) -> tuple[dict[str, Any], dict[str, FloatArray]]:
             entry: dict[str, Any] = {"upstream": u, "downstream": d, "n_systems": len(systems)}
             how = est.resampled(cols)
             unresampled = any(est.plans[c].unit is None for c in cols)
+            batched = batched_all(xr, yr) if len(systems) and est.n_boot else {}
             for name, fn in CORRELATIONS.items():
                 v = fn(x, y) if len(systems) else None
                 ci = None
-                reps = BATCHED[name](xr, yr) if len(systems) and est.n_boot else np.zeros(0)
+                reps = batched.get(name, np.zeros(0))
                 if name == "kendall_tau_b":
                     tau_reps[f"{u}\x00{d}"] = reps if v is not None else np.full(est.n_boot, np.nan)
                 enough = est.n_boot >= 2 and not unresampled
