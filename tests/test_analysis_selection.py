@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from perbench.metrics.analysis import analyze
-from perbench.metrics.correlation import ndcg, ndcg_chance, rbo, rbo_chance
+from perbench.metrics.correlation import batched_ndcg, batched_rbo, ndcg, ndcg_chance, rbo, rbo_chance
 
 ARGS = "args:rubric_satisfaction"
 
@@ -37,9 +37,10 @@ def _systems(group: str, spec: dict[str, tuple[float, float]]) -> list[dict[str,
 def test_chance_values_are_the_expectation_under_a_random_ranking() -> None:
     rng = np.random.default_rng(0)
     y = rng.normal(size=6)
-    draws = [rng.permutation(6).astype(float) for _ in range(4000)]
-    assert np.mean([ndcg(x, y) for x in draws]) == pytest.approx(ndcg_chance(y), abs=0.01)
-    assert np.mean([rbo(x, y) for x in draws]) == pytest.approx(rbo_chance(6), abs=0.01)
+    draws = np.array([rng.permutation(6) for _ in range(4000)], dtype=np.float64)
+    ys = np.tile(y, (len(draws), 1))
+    assert np.mean(batched_ndcg(draws, ys)) == pytest.approx(ndcg_chance(y), abs=0.01)
+    assert np.mean(batched_rbo(draws, ys)) == pytest.approx(rbo_chance(6), abs=0.01)
     assert rbo_chance(2) is None and ndcg_chance([1.0, 1.0, 1.0]) is None
 
 

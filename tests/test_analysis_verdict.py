@@ -4,6 +4,7 @@ import re
 from typing import Any
 
 import numpy as np
+import pytest
 
 from perbench.metrics.analysis import analyze
 from tests.crossed import crossed_cells
@@ -117,3 +118,19 @@ def test_a_proportion_at_1_never_prints_a_zero_width_ci() -> None:
     assert "[100.0, 100.0]" not in v["text"] and res["table"]["mpu"][ARGS]["ci"] == v["ci"]
     assert "+100.0 pts on every cell (no variation in the resamples)" in v["text"]
     assert res["table"]["pref"][ARGS]["ci"][0] == 0.0 and res["table"]["pref"][ARGS]["ci"][1] > 0
+
+
+def test_the_printed_verdict_names_the_decision_and_the_chance_values(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from perbench.runner.results import print_verdict
+
+    cells: list[dict[str, Any]] = []
+    for m, q in [("mpu", 0.8), ("pref", 0.6), ("lore", 0.4), ("vpl", 0.3), ("random", 0.5)]:
+        cells += _cells(m, range(12), q) + _cells(m, range(12), q, metric="rm_acc_seen")
+    monkeypatch.setenv("PERBENCH_QUIET", "0")
+    print_verdict(analyze(cells, n_boot=100))
+    out = capsys.readouterr().out
+    assert "Verdict: Deploy mpu" in out
+    assert f"Decision on {ARGS}: separable; deploy: mpu; reference lines: random" in out
+    assert re.search(r"rm_acc_seen → args:rubric_satisfaction: NDCG 1\.00 \(chance 0\.\d\d\), RBO 1\.00", out)

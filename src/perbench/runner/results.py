@@ -243,6 +243,15 @@ def print_verdict(analysis: dict[str, Any]) -> None:
         return
     verdict = analysis.get("verdict") or {}
     print("\nVerdict: " + str(verdict.get("text", "no verdict (no downstream metric)")))
+    if verdict.get("decision"):
+        facts = [f"Decision on {verdict.get('metric')}: {verdict['decision']}"]
+        for key, name in (("deploy", "deploy"), ("equivalent", "equivalent"), ("contenders", "contenders")):
+            got = verdict.get(key)
+            if got:
+                facts.append(f"{name}: {got if isinstance(got, str) else ', '.join(map(str, got))}")
+        if verdict.get("reference_lines"):
+            facts.append("reference lines: " + ", ".join(map(str, verdict["reference_lines"])))
+        print("; ".join(facts))
     pairs = (analysis.get("selection") or {}).get("pairs") or []
     if not pairs:
         return

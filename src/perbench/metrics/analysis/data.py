@@ -104,9 +104,6 @@ class Data:
             ],
             dtype=object,
         )
-        self.prompt_label = np.array(
-            [f"{benches[g]}/{p}" for g, p in zip(self.g.tolist(), self.prompt_of, strict=True)], dtype=object
-        )
 
         # row indices per (group, method, metric), plus the pooled fairness accuracy
         buckets: dict[tuple[int, str, str], list[int]] = {}
@@ -221,8 +218,9 @@ class Data:
             ids, first = np.unique(self.cells, return_index=True)
             self._row_of_cell = np.zeros(int(ids.max()) + 1 if ids.size else 0, dtype=np.intp)
             self._row_of_cell[ids] = first
-        rows = self._row_of_cell[cells]
-        return [str(u) for u in self.user_label[rows]], [str(p) for p in self.prompt_label[rows]]
+        rows = self._row_of_cell[cells].tolist()
+        prompts = [f"{self.keys[self.g[i]].benchmark}/{self.prompt_of[i]}" for i in rows]
+        return [str(self.user_label[i]) for i in rows], prompts
 
     def identical(self, a: str, b: str, metric: str) -> bool:
         """Whether two methods have the same cells with the same values in every group (mpu and mpu_avg on seen
