@@ -193,9 +193,11 @@ def plan_comparison(
     delta = observed if effect is None else effect
     c = crit if crit is not None else float(norm.ppf(1 - (1 - est.level) / 2))
     z = float(norm.ppf(est.level))
-    sep = None if delta == 0 else sizes(comp, lambda u, p: power_separate(comp, u, p, delta, c), power)
-    eq = None
-    if margin > 0 and abs(observed) < margin:
+    constant = float(np.ptp(diffs)) == 0.0  # the same difference on every cell: nothing to plan from
+    sep = eq = None
+    if not constant and delta != 0:
+        sep = sizes(comp, lambda u, p: power_separate(comp, u, p, delta, c), power)
+    if not constant and margin > 0 and abs(observed) < margin:
         eq = sizes(comp, lambda u, p: power_equivalent(comp, u, p, observed, margin, z), power)
     entry = {
         "a": a,
@@ -210,6 +212,7 @@ def plan_comparison(
         "components": asdict(comp),
         "separate": sep,
         "equivalence": eq,
+        "constant": constant,
     }
     entry["text"] = plan_text(est, entry)
     return entry
@@ -230,6 +233,9 @@ def plan_text(est: Estimates, e: Mapping[str, Any]) -> str:
     pct = f"{100 * e['power']:.0f}% power"
     which = "the observed" if e["effect_source"] == "observed" else "an effect of"
     sep = e["separate"]
+    if e["constant"]:
+        d = est.fmt(e["metric"], e["observed"], True)
+        return f"{e['a']} − {e['b']} is {d} on every cell both cover: no variation to plan from"
     if e["effect"] == 0:
         parts = [f"{e['a']} and {e['b']} differ by exactly 0 on the cells both cover: no size separates them"]
     elif sep is None:
