@@ -92,3 +92,12 @@ def test_perbench_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "cells.jsonl does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["plan", str(run), "--power", "1.5"])
+
+
+def test_identical_methods_have_nothing_to_plan_from() -> None:
+    rng = np.random.default_rng(4)
+    cells = crossed_cells({"mpu": 0.6}, rng, 8, 6)
+    cells += [{**c, "method": "mpu_avg"} for c in cells]
+    [p] = plan_sizes(cells)["plans"]
+    assert p["constant"] and p["separate"] is None and p["equivalence"] is None
+    assert p["text"] == "mpu − mpu_avg is +0.000 on every cell both cover: no variation to plan from"
