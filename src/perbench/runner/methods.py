@@ -30,7 +30,8 @@ class MethodHandle:
         self.cls: type[RewardModel] = registry.reward_models.get(spec.name)
         self._rm: RewardModel | None = None
         self._adapted: tuple[int, bool] | None = None
-        probe = self.cls(**spec.params)
+        #: an unfitted instance of the method (its parameters, e.g. GenARM's β for a decoder's weight)
+        self.probe = probe = self.cls(**spec.params)
         #: whether the method's unseen-user scores depend on the shots (an instance may switch its class's
         #: ``uses_shots`` off, e.g. P-DPO without adaptation steps falls back to the generic user)
         self.uses_shots = bool(self.cls.uses_shots and getattr(probe, "adapts_from_shots", True))

@@ -139,6 +139,12 @@ def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[st
         s.downstream_policies.append(s.policy)
         first_sample = len(s.samples)
         part = work.down.run(handles)
+        # each guided row is reported next to the policy accuracy at the weight its decoder applies
+        for sys in work.down.systems(handles)[0]:
+            if sys.method is not None and sys.label in part:
+                pa = work.up.decoder_policy_accuracy(sys.method, sys.spec.label())
+                if pa is not None:
+                    part[sys.label]["policy_accuracy"] = pa
         suffix = "" if len(specs) == 1 else f"@{spec}"
         for row in s.samples[first_sample:]:
             row["policy"] = spec
