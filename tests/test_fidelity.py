@@ -69,6 +69,15 @@ def ctx(tiny_lm, tmp_path_factory) -> RMContext:  # type: ignore[no-untyped-def]
     return RMContext(features=FeatureExtractor(tiny_lm, store), seed=0, extra={"policy": tiny_lm})
 
 
+@pytest.fixture(scope="module")
+def anchor(ctx: RMContext, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """lore_reg's reference RM on the tiny backbone's features: a head fit on none of these pairs."""
+    from tests.synthetic import anchor_state
+
+    assert ctx.features is not None
+    return anchor_state(tmp_path_factory.mktemp("anchor"), ctx.features.dim)
+
+
 def _fit(name: str, ctx: RMContext, **kw: Any) -> Any:
     rm = reward_models.get(name)(**kw)
     rm.fit(_pairs(), ctx)
@@ -101,8 +110,8 @@ def _check_prefix_consistency(rm: Any, item: ScoreItem, tokenizer: Any) -> None:
 
 
 @pytest.mark.parametrize("name", FEATURE_METHODS)
-def test_feature_rm_guides_with_the_reward_it_is_scored_with(name: str, ctx: RMContext) -> None:
-    rm = _fit(name, ctx)
+def test_feature_rm_guides_with_the_reward_it_is_scored_with(name: str, ctx: RMContext, anchor: str) -> None:
+    rm = _fit(name, ctx, **({"anchor_state": anchor} if name == "lore_reg" else {}))
     assert isinstance(rm, FeatureRM)
     for item in ITEMS:
         score = float(rm.score([item])[0])
@@ -191,21 +200,35 @@ def test_pal_a_is_an_ideal_point_model_whose_new_users_learn_only_their_weights(
 
 
 # ---- lore_reg: the reference defaults ------------------------------------------------------------------------
-def test_lore_reg_anchors_on_the_global_rm_with_the_reference_alpha() -> None:
+def test_lore_reg_anchors_on_a_reference_rm_with_the_reference_alpha(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The pull is toward a reference RM not fit on these pairs: a saved global_bt state fit elsewhere on the same
+    features, read in this fit's standardisation (r_ref = w·(φ − μ_ref)/σ_ref = Σ_i w_i σ_i/σ_ref,i · z_i + c)."""
+    from perbench.cache import pack_arrays, unpack_arrays
+    from perbench.rewards.lore import save_anchor
     from tests.synthetic import make_problem
 
     prob = make_problem("lowrank")
-    rm = reward_models.get("lore_reg")()
+    ref_pairs = make_problem("lowrank", seed=3, n_seen=4, n_unseen=2).train  # other texts, other users
+    ref = reward_models.get("global_bt")()
+    ref.fit(ref_pairs, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    path = save_anchor(ref, tmp_path / "ref.npz")
+    rm = reward_models.get("lore_reg")(anchor_state=str(path))
     assert rm.alpha == 1e4
     rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
-    glob = reward_models.get("global_bt")()
-    glob.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
-    np.testing.assert_allclose(rm.v_global, glob.w, rtol=1e-4, atol=1e-5)  # the deployed global RM's head
+    assert not np.allclose(ref.std.sd, rm.std.sd)  # the two standardisations differ: the conversion matters
+    np.testing.assert_allclose(rm.v_global, ref.w * rm.std.sd / ref.std.sd, rtol=1e-5, atol=1e-6)
     Vp = torch.randn(rm.V.shape[0], 3)
     assert rm._penalty(Vp, 19, 100) is None  # the ramp starts at 20 %
     mid = float(rm._penalty(Vp, 50, 100))
     full = float(rm._penalty(Vp, 80, 100))
     assert full == pytest.approx(2 * mid, rel=1e-5) and full == pytest.approx(float(rm._penalty(Vp, 99, 100)))
+    # an anchor fit on another backbone is refused
+    other = tmp_path / "other.npz"
+    state = unpack_arrays(path.read_bytes())
+    assert str(state["backbone"]) == prob.ext.fingerprint
+    other.write_bytes(pack_arrays(**{**state, "backbone": np.asarray("another-backbone")}))
+    with pytest.raises(ValueError, match="backbone"):
+        reward_models.get("lore_reg")(anchor_state=str(other)).fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
 
 
 # ---- PReF: active shot selection ----------------------------------------------------------------------------

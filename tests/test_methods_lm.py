@@ -330,13 +330,16 @@ FAST = {
 }
 
 
-def test_feature_methods_on_a_real_backbone(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]
+def test_feature_methods_on_a_real_backbone(tiny_lm, store, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Every frozen-feature method fits on real hidden states, scores per token (partial responses) and
     stays under its parameter budget (factorized ranker)."""
+    from tests.synthetic import anchor_state
+
     ctx = ctx_for(tiny_lm, store)
     items = probe()
+    anchor = {"anchor_state": anchor_state(tmp_path, tiny_lm.hidden_size)}
     for name, kw in FAST.items():
-        rm = new(name, **kw)
+        rm = new(name, **kw, **(anchor if name == "lore_reg" else {}))
         rm.fit(TRAIN, ctx)
         rm.adapt("u2", TRAIN[:3])
         s = rm.score(items)
@@ -423,3 +426,18 @@ def test_chunked_token_logprobs_match_log_softmax_with_gradients() -> None:
     assert torch.allclose(g_ref, g_got, atol=1e-6)
     with torch.no_grad():
         assert torch.allclose(token_logprobs(head, hs, tgt, chunk=7), ref, atol=1e-5)
+
+
+def test_lore_reg_anchored_on_a_hub_rm_follows_its_scores(tiny_lm, store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """anchor_rm: the reference hub RM's scores of the train responses, regressed on their standardised features
+    (labels unread), give the direction lore_reg is pulled toward: it reproduces those scores."""
+    folder = _save_tiny(tiny_lm, tmp_path / "rm", "cls", 3)
+    rm = new("lore_reg", anchor_rm=folder, steps=20, adapt_steps=5, anchor_ridge=1e-3)
+    ctx = ctx_for(tiny_lm, store)
+    rm.fit(TRAIN, ctx)
+    texts = sorted({(p.prompt, y) for p in TRAIN for y in (p.chosen, p.rejected)})
+    hub = new("hub_rm", model=folder)
+    ref = hub.score([ScoreItem("u0", x, y) for x, y in texts])
+    z = rm.std(torch.from_numpy(ctx.features.last(texts))).double().numpy()  # type: ignore[union-attr]
+    fit = z @ rm.v_global.astype(np.float64)
+    assert np.corrcoef(fit, ref)[0, 1] > 0.99  # few texts, many dims: the regression reproduces the reference
