@@ -187,16 +187,33 @@ def test_pal_a_is_an_ideal_point_model_whose_new_users_learn_only_their_weights(
     assert torch.equal(W_before, rm.W)  # the seen users' weights untouched
     w_u = rm.user_weights(new_user)
     assert w_u.shape == (rm.K,) and abs(float(w_u.sum()) - 1) < 1e-5 and not np.allclose(w_u, fallback)
-    # r = −‖f(z) − a_u‖ with a_u = Σ_k w_uk p_k: the user's ideal point is a mixture of the free prototypes
+    # r = −‖f(z) − a_u‖ with a_u = f(Σ_k w_uk p_k): the user's ideal point is the mapped mixture of the free
+    # prototypes, which live in the feature space (the reference's default f(Pw) user learner)
+    assert rm.net.P.shape == (rm.K, prob.ext.dim)
     feats = torch.from_numpy(prob.ext.last([(p.prompt, p.chosen) for p in prob.test_seen[:6]]))
     users = [p.user_id for p in prob.test_seen[:6]]
     r = rm.rewards(users, ["prompt A"] * 6, feats)
     with torch.no_grad():
         fz = rm.net.f(rm.std(feats))
-        points = torch.stack([torch.from_numpy(rm.user_weights(u)) @ rm.net.P for u in users])
+        points = torch.stack([rm.net.f(torch.from_numpy(rm.user_weights(u)) @ rm.net.P) for u in users])
     torch.testing.assert_close(r, -(fz - points).norm(dim=-1), rtol=1e-5, atol=1e-5)
     # the prompt reaches the reward only through φ(x, y): same features, other prompts, same rewards
     torch.testing.assert_close(rm.rewards(users, [f"prompt {i}" for i in range(6)], feats), r)
+
+
+def test_pal_a_trains_on_the_reference_hinge_and_bounds_the_ideal_points() -> None:
+    """The reference's PAL-A loss: hinge max(0, 1 − (d_l − d_w)) averaged over pairs, plus λ·Σ relu(‖a_u‖ − 4)
+    over a batch's user ideal points (4 pairs) — the bound is on a_u, not on the prototypes."""
+    rm = reward_models.get("pal_a")(bound_weight=1.0)
+    fw = torch.tensor([[0.0, 0.0], [0.0, 0.0]])
+    fl = torch.tensor([[3.0, 4.0], [0.0, 0.5]])  # distances to the ideal point (0, 0): d_w = 0, d_l = 5 / 0.5
+    inside = torch.zeros(2, 2)
+    # pair 1: margin 5 ≥ 1, no loss; pair 2: margin 0.5, hinge 0.5 -> mean 0.25; ideal points inside the bound
+    assert float(rm.loss(fw, fl, inside)) == pytest.approx(0.25, abs=1e-5)
+    outside = torch.tensor([[6.0, 8.0], [0.0, 0.0]])  # ‖a‖ = 10 for pair 1: relu(10 − 4) = 6, mean 3, × 4 pairs
+    d = torch.linalg.norm(fl - outside, dim=-1) - torch.linalg.norm(fw - outside, dim=-1)
+    hinge = float(torch.relu(1 - d).mean())
+    assert float(rm.loss(fw, fl, outside)) == pytest.approx(hinge + 4 * 3.0, abs=1e-5)
 
 
 # ---- lore_reg: the reference defaults ------------------------------------------------------------------------
@@ -233,11 +250,15 @@ def test_lore_reg_anchors_on_a_reference_rm_with_the_reference_alpha(tmp_path) -
 
 # ---- PReF: active shot selection ----------------------------------------------------------------------------
 def test_pref_select_shots_follows_the_reference_rule() -> None:
+    """First pick at random from the seed; then argmax σ'(uᵀv)²·vᵀΣ⁻¹v with Σ = λI + Σ_picked σ'(uᵀv) v vᵀ,
+    λ = 1e-3, u re-estimated from the answers revealed so far."""
+    from perbench.rewards.personal import fit_logistic, user_seed
     from tests.synthetic import make_problem
 
     prob = make_problem("lowrank")
     rm = reward_models.get("pref")()
-    rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    assert rm.select_lambda == 1e-3
+    rm.fit(prob.train, RMContext(features=prob.ext, seed=4))  # type: ignore[arg-type]
     user = prob.unseen[0]
     pool = prob.shots[user]
     picks = rm.select_shots(user, pool, 5)
@@ -245,21 +266,20 @@ def test_pref_select_shots_follows_the_reference_rule() -> None:
     assert rm.select_shots(user, pool, 5) == picks  # deterministic
     assert rm.select_shots(user, pool, 100)[:5] == picks and len(rm.select_shots(user, pool, 100)) == len(pool)
     assert rm.select_shots(user, [], 3) == [] and rm.select_shots(user, pool, 0) == []
-    # first shot: u = the mean seen user, Σ = λI -> the largest σ'(uᵀv)·‖v‖² (v = A(z_w − z_l))
+    # first shot: drawn at random from the pool with the fit's seed and the user
+    assert picks[0] is pool[int(np.random.default_rng(user_seed(4, user)).integers(len(pool)))]
+    firsts = {rm.select_shots(u, prob.shots[u], 1)[0].pair_id.split(":")[1].split("-shot")[1] for u in prob.unseen}
+    assert len(firsts) > 1  # not the same position for every user: a random draw, not a rule
+    # second shot: the user's answer to the first is revealed, u is re-estimated, Σ includes the first pick
     fw, fl = prob.ext.last([(p.prompt, p.chosen) for p in pool]), prob.ext.last([(p.prompt, p.rejected) for p in pool])
-    A, u = rm.A.double().numpy(), rm.U.mean(0).double().numpy()
+    A = rm.A.double().numpy()
     z = lambda f: (f - rm.std.mu) / rm.std.sd  # noqa: E731
     V = (z(fw) - z(fl)) @ A.T
-    s = 1 / (1 + np.exp(-(V @ u)))
-    assert picks[0] is pool[int(np.argmax(s * (1 - s) * (V**2).sum(1)))]
-    # second shot: the user's answer to the first is revealed, u is re-estimated, Σ includes the first pick
-    from perbench.rewards.personal import fit_logistic
-
     i0 = pool.index(picks[0])
     u1 = fit_logistic(torch.from_numpy(V[[i0]]).float(), l2=rm.adapt_l2, center=rm.U.mean(0)).double().numpy()
     s1 = 1 / (1 + np.exp(-(V @ u1)))
     c1 = s1 * (1 - s1)
-    sigma = rm.select_lambda * np.eye(rm.J) + c1[i0] * np.outer(V[i0], V[i0])
-    info = c1 * np.einsum("ij,jk,ik->i", V, np.linalg.inv(sigma), V)
+    sigma = 1e-3 * np.eye(rm.J) + c1[i0] * np.outer(V[i0], V[i0])
+    info = c1**2 * np.einsum("ij,jk,ik->i", V, np.linalg.inv(sigma), V)
     info[i0] = -np.inf
     assert picks[1] is pool[int(np.argmax(info))]
