@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from perbench.data.records import Message, PreferencePair, ProfileItem, User
+from perbench.data.user_context import UserView
 from perbench.decoding.args import ARGS
 from perbench.decoding.best_of_n import BestOfN, bon_curve, bon_ns, pick_best, sample_seed
 from perbench.decoding.genarm import GenARMDecoder
@@ -167,7 +168,7 @@ PROFILE = (
 
 
 def _icl_users() -> tuple[dict[str, User], list[PreferencePair]]:
-    users = {"u": User("u", profile=PROFILE), "v": User("v")}
+    users = {"u": UserView("u", profile=PROFILE), "v": UserView("v")}
     pairs = [
         PreferencePair(f"t{i}", "v", f"question {i} about {topic}", f"good answer {i}", f"bad answer {i}", "train")
         for i, topic in enumerate(["cats", "sourdough baking", "cars"])

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from perbench.data.records import PreferencePair, ProfileItem, User
+from perbench.data.user_context import UserView, user_views
 from perbench.models.chat import encode_pair, encode_prompt
 from perbench.registry import reward_models
 from perbench.rewards.base import RMContext, ScoreItem
@@ -51,7 +52,7 @@ USERS = {
 
 
 def ctx_for(lm: Any, store: Any, seed: int = 0) -> RMContext:
-    return RMContext(features=FeatureExtractor(lm, store), seed=seed, extra={"users": USERS, "policy": lm})
+    return RMContext(features=FeatureExtractor(lm, store), seed=seed, extra={"users": user_views(USERS), "policy": lm})
 
 
 def new(name: str, **kw: Any) -> Any:
@@ -228,7 +229,7 @@ def test_lm_rms_forward_each_distinct_item_once(tiny_lm, store, monkeypatch) -> 
     genarm = new("genarm", steps=2)
     genarm.fit(TRAIN, ctx_for(tiny_lm, store))
     before = genarm.score(probe()[:2])  # u0, conditioned on their profile
-    genarm.set_users({"u0": User("u0")})  # u0 now has no text: the plain prompt, like a stranger
+    genarm.set_users({"u0": UserView("u0")})  # u0 now has no text: the plain prompt, like a stranger
     after = genarm.score(probe()[:2])
     plain = genarm.score([ScoreItem("zz", it.prompt, it.response) for it in probe()[:2]])
     assert not np.allclose(before, after)
@@ -390,7 +391,9 @@ def test_lm_methods_personalize_only_through_the_user(tiny_lm, store, monkeypatc
     user-agnostic global_bt_v2 scores exactly 0.5 everywhere (ties ½)."""
     from tests.synthetic import pair_accuracy
 
-    ctx = RMContext(features=FeatureExtractor(tiny_lm, store), seed=0, extra={"users": M_USERS, "policy": tiny_lm})
+    ctx = RMContext(
+        features=FeatureExtractor(tiny_lm, store), seed=0, extra={"users": user_views(M_USERS), "policy": tiny_lm}
+    )
     rm = new(name, **kw)
     rm.fit(M_TRAIN, ctx)
     with monkeypatch.context() as m:

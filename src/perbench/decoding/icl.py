@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from perbench.data.records import Message, PreferencePair, Prompt, User, prompt_text
-from perbench.data.user_context import context_items
+from perbench.data.records import ContextView, Message, PreferencePair, Prompt, prompt_text
+from perbench.data.user_context import UserView, context_items, require_views
 from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
 from perbench.models.generate import Generation, GenRequest
@@ -112,16 +112,17 @@ class ICL(Decoder):
             encoder,
         )
         self.decoder = ZeroShot(sample=sample, temperature=temperature, top_p=top_p)
-        self.users: dict[str, User] | None = None
+        self.users: dict[str, UserView] | None = None
         self.pairs: dict[str, list[PreferencePair]] = {}
         self.shots: int | None = None  # the unseen users' shot count bound by bind_benchmark
         self._bm25: dict[str, Any] = {}
         self._emb: dict[str, np.ndarray] = {}
 
     # ---------------------------------------------------------------- data
-    def bind(self, users: Mapping[str, User], pairs: Sequence[PreferencePair]) -> None:
-        """The users and their pairs; only ``split == "train"`` pairs are ever used."""
-        self.users = dict(users)
+    def bind(self, users: Mapping[str, UserView], pairs: Sequence[PreferencePair]) -> None:
+        """The users' views and their pairs; only ``split == "train"`` pairs are ever used. A full user record
+        (which holds the answer key) is refused."""
+        self.users = require_views(users, self.name)
         self.shots = None
         self.pairs = {}
         for p in pairs:
@@ -129,19 +130,16 @@ class ICL(Decoder):
                 self.pairs.setdefault(p.user_id, []).append(p)
         self._bm25.clear()
 
+    def bind_context(self, view: ContextView) -> None:
+        """Bind what the runner hands a decoder (:meth:`~perbench.data.records.Benchmark.context_view`): the
+        users' views, seen users with all their train pairs, unseen users with their first ``shots`` train pairs
+        (what the reward models adapt from)."""
+        self.bind(view.users, [p for mine in view.pairs.values() for p in mine])
+        self.shots = view.shots
+
     def bind_benchmark(self, bench: Benchmark, shots: int | None = None) -> None:
-        """Bind ``bench``: seen users with all their train pairs, unseen users with their first ``shots``
-        train pairs (``bench.fewshot(user, shots)``, what the reward models adapt from; None: all)."""
-        if shots is not None and shots < 0:
-            raise ValueError(f"{self.name}: shots must be ≥ 0 or None, got {shots}")
-        train: dict[str, list[PreferencePair]] = {}
-        for p in bench.select(split="train"):
-            train.setdefault(p.user_id, []).append(p)
-        pairs: list[PreferencePair] = []
-        for uid, mine in train.items():
-            pairs += mine if bench.users[uid].seen or shots is None else mine[:shots]
-        self.bind(bench.users, pairs)
-        self.shots = shots
+        """:meth:`bind_context` of ``bench.context_view(shots)`` (None: unseen users with all their pairs)."""
+        self.bind_context(bench.context_view(shots))
 
     def config_key(self) -> str:
         """Parameters plus the bound shot count: generations from different few-shot sets are cached apart."""
@@ -153,7 +151,9 @@ class ICL(Decoder):
     def candidates(self, user_id: str) -> list[ContextItem]:
         """Every item this user could show, in the user's own order."""
         if self.users is None:
-            raise RuntimeError(f"{self.name}: call bind(users, pairs) or bind_benchmark(bench) first")
+            raise RuntimeError(
+                f"{self.name}: call bind_context(view), bind(users, pairs) or bind_benchmark(bench) first"
+            )
         profile = list(context_items(self.users.get(user_id)))
         pairs = self.pairs.get(user_id, [])
         n = self.max_item_chars

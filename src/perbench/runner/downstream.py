@@ -57,12 +57,12 @@ class Downstream:
         return out
 
     def _decoder(self, spec: Component) -> Any:
-        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark."""
+        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark's context view."""
         from perbench import registry
 
         decoder = registry.decoders.get(spec.name)(**spec.params)
-        if hasattr(decoder, "bind_benchmark"):
-            decoder.bind_benchmark(self.s.bench, shots=self.s.cfg.shots)
+        if hasattr(decoder, "bind_context"):  # user views and allowed train pairs: no answer key reachable
+            decoder.bind_context(self.s.bench.context_view(self.s.cfg.shots))
         return decoder
 
     def _requests(self, decoder: Any, targets: list[tuple[Prompt, str]]) -> list[Any]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from perbench.config import Component, RunConfig
 from perbench.data.records import Benchmark, PreferencePair
+from perbench.data.user_context import method_inputs
 from perbench.io import cache_dir
 from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
@@ -57,7 +58,8 @@ class RunState:
         self.judge_lm: Any = None
         from perbench.rewards.base import RMContext
 
-        self.ctx = RMContext(seed=cfg.seed, extra={"users": bench.users})
+        # methods are handed user views (profile, seen), never the records that hold the answer keys
+        self.ctx = RMContext(seed=cfg.seed, extra=method_inputs(bench.users))
 
     def batcher(self, kind: str) -> AdaptiveBatcher:
         """The run's adaptive batch size for ``kind`` (``generate``), shared by every call of the run."""
@@ -100,7 +102,7 @@ class RunState:
             features=self.extractor,
             seed=cfg.seed,
             device=self.policy.policy.device,
-            extra={"users": self.bench.users, "policy": self.policy},
+            extra={**method_inputs(self.bench.users), "policy": self.policy},
         )
         if cfg.judge:
             from perbench.metrics.judge import RubricJudge
