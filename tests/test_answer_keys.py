@@ -523,3 +523,54 @@ def test_tldr_pal_unseen_users_never_see_a_test_post_among_their_shots(tmp_path:
         assert len(set(posts)) < len(posts)  # several comparisons of one post: the test can fail
     assert shot_prompt_overlap(bench) == 0
     assert not [n for n in check_benchmark(bench, needs_train=True) if "share their prompt" in n]
+
+
+# ------------------------------------------------------------------------------------------ equal information
+@pytest.mark.parametrize("name", ["prism", "pref_lamp", "persona", "prb"])
+@pytest.mark.parametrize("cls", [ICL, ICLRAG])
+def test_default_icl_prompts_show_the_rms_shots_and_the_same_profile_items(
+    name: str, cls: type[ICL], benches: dict[str, tuple[Benchmark, list[str]]]
+) -> None:
+    """On benchmarks with user profiles, a default ICL / ICL-RAG prompt shows exactly the few-shot pairs the
+    reward models adapt from (both responses of each) plus the profile items GenARM and the ICL judge read, and
+    ``shown`` counts what it showed."""
+    bench, _ = benches[name]
+    dec = cls()
+    dec.bind_context(bench.context_view(SHOTS))
+    views = bench.user_views()
+    assert any(v.profile for v in views.values()), name
+    checked = 0
+    for u in bench.unseen_users:
+        shots = bench.fewshot(u, SHOTS)
+        profile = [it.item_id for it in views[u].profile[:5]]
+        items = dec.retrieve(GenRequest("What should I do next?", u, 3))
+        assert sorted(it.item_id for it in items if it.source == "pairs") == sorted(p.pair_id for p in shots), u
+        assert sorted(it.item_id for it in items if it.source == "profile") == sorted(profile), u
+        assert dec.shown(u) == {"pairs": len(shots), "profile_items": len(profile)}
+        text = _prompt_text(dec.build_prompt(GenRequest("What should I do next?", u, 3)))
+        for p in shots:
+            assert p.chosen[:100] in text and p.rejected[:100] in text
+        genarm_text = user_text(views[u]) or ""
+        assert all(it.text[:100] in genarm_text for it in views[u].profile[:5])  # the same items GenARM reads
+        checked += bool(shots or profile)
+    assert checked, name
+
+
+def test_the_judges_effective_shot_count_is_what_it_saw(
+    benches: dict[str, tuple[Benchmark, list[str]]], tmp_path: Path
+) -> None:
+    from perbench.config import RunConfig
+    from perbench.runner.methods import MethodHandle
+    from perbench.runner.state import RunState
+    from perbench.runner.units import Units
+    from perbench.runner.upstream import Upstream
+
+    bench, _ = benches["prism"]
+    cfg = RunConfig(methods=[{"name": "icl_judge", "max_examples": 1}], baselines=[], decoders=[])
+    state = RunState(cfg, tmp_path, bench, Units(tmp_path / "units.sqlite"))
+    h = MethodHandle(cfg.methods[0], bench, state.ctx, state.units)
+    users = bench.unseen_users
+    eff = Upstream(state)._effective_shots(h, users, SHOTS)
+    assert any(len(bench.fewshot(u, SHOTS)) > 1 for u in users)
+    assert eff["by_user"] == {u: min(len(bench.fewshot(u, SHOTS)), 1) for u in users}
+    assert eff["max"] == 1 and ICLJudge(max_examples=1).shots_seen(7) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -236,6 +237,12 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
         if not label.startswith(("zero_shot", "icl_rag")):
             assert 0.0 <= d["rm_win"]["mean"] <= 1.0 and d["rm_win"]["n"] == d["n"]
             assert "rubric_satisfaction" in d["vs"]["icl_rag(k=2)"]
+    # ICL-RAG's effective context: how many pairs and profile items its prompts held, per decoder and per row
+    ctx = down["icl_rag(k=2)"]["effective_context"]
+    assert 1 <= ctx["pairs"]["max"] <= 2 and ctx["profile_items"]["max"] == 0 and ctx["shots"] == cfg.shots
+    rows = [json.loads(x) for x in (cfg.run_dir() / "samples.jsonl").read_text().splitlines()]
+    icl_rows = [r for r in rows if r.get("decoder") == "icl_rag(k=2)"]
+    assert icl_rows and all(0 <= r["context_pairs"] <= 2 and r["context_profile_items"] == 0 for r in icl_rows)
     bons = ("best_of_n(n=4)[global_bt]", f"best_of_n(n=4)[{g}]")
     for label in bons:
         c = down[label]["bon_curve"]["rubric_satisfaction"]

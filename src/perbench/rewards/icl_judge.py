@@ -166,6 +166,10 @@ class ICLJudge(PairwiseJudge):
         self.answer_keys = dict(ctx.extra.get("answer_keys") or {}) if self.oracle else {}
         self.set_users(ctx.extra.get("users") or {})
 
+    def shots_seen(self, available: int) -> int:
+        """How many of ``available`` shots the judge's prompt shows (its ``max_examples``): its effective count."""
+        return min(available, self.max_examples)
+
     def adapt(self, user_id: str, shots: Sequence[PreferencePair]) -> None:
         """The user's examples are now (the first ``max_examples`` of) ``shots``; each call replaces the last."""
         chosen = list(shots)[: self.max_examples]

@@ -190,8 +190,13 @@ class Upstream:
 
     def _effective_shots(self, h: MethodHandle, users: list[str], n: int) -> dict[str, Any]:
         """How many shots each unseen user really adapted from at the nominal count ``n`` (a user with fewer
-        train pairs adapts from all they have; a method that ignores shots uses none)."""
-        eff = {u: len(self.s.bench.fewshot(u, n)) if h.uses_shots else 0 for u in users}
+        train pairs adapts from all they have; a method that ignores shots uses none; a method that reads only
+        some of them, like the ICL judge's ``max_examples``, says how many with ``shots_seen``)."""
+        seen = getattr(h.probe, "shots_seen", None)
+        eff = {}
+        for u in users:
+            got = len(self.s.bench.fewshot(u, n)) if h.uses_shots else 0
+            eff[u] = int(seen(got)) if callable(seen) else got
         vals = list(eff.values())
         return {
             "nominal": n,
