@@ -125,6 +125,14 @@ CASES = [
         "methods:\n  - global_bt\n  - {name: hub_rm, model: org/rm, trust_remote_code: true}\n",
         f"3: methods[1].trust_remote_code: {REMOTE}",
     ),
+    Case(
+        "lore_reg_without_a_reference",
+        "methods:\n  - global_bt\n  - lore_reg\n",
+        "3: methods[1]: lore_reg needs a reference reward model that was not fit on these pairs, given as exactly "
+        "one of anchor_state (a saved global_bt state, .npz, on this RM backbone's features) or anchor_rm (a hub "
+        "reward model id or folder); neither was given. Anchored on global_bt fit on the same pairs it becomes a "
+        "copy of global_bt.",
+    ),
     Case("unknown_key", "seed: 0\nmax_new_token: 3\n", "2: max_new_token: unknown key. Did you mean 'max_new_tokens'?"),
     Case(
         "literal",

@@ -636,12 +636,13 @@ class RunConfig:
     #: few-shot adaptation of unseen users: main number of shots and the curve
     shots: Annotated[int, NON_NEGATIVE] = 10
     shot_curve: list[Annotated[int, POSITIVE]] = field(default_factory=lambda: [1, 2, 5, 10, 20])
-    #: weight of the reward in policy accuracy's teacher-forced RGD score
+    #: the weight w on the reward in policy accuracy (log π(y|x) + w·r(x, y)) for a method that no weighted decoder
+    #: guides; a method that steers ARGS or GenARM is measured at that decoder's weight
     pa_weight: float = 1.0
-    #: policy accuracy also under the RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's k);
-    #: costs one tree forward of k candidates per response token and method
+    #: policy accuracy also under the top-k RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's
+    #: k), a labelled variant; costs one tree forward of k candidates per response token and method
     pa_rgd: bool = False
-    #: k of that top-k when no ``args`` decoder is configured (w is then ``pa_weight``)
+    #: k of that top-k for methods that do not guide an ``args`` decoder (default: the first ARGS's k, else 10)
     pa_rgd_k: Annotated[int, POSITIVE] | None = None
     tie_policy: Literal["strict", "half"] = "strict"
     #: bootstrap resamples of every CI (0: no CIs)

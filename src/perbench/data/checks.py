@@ -82,12 +82,34 @@ def check_benchmark(bench: Benchmark, *, needs_train: bool) -> list[str]:
             f"{len(no_shots)} unseen user(s) have no few-shot pairs: methods that adapt from shots report them "
             "as not applicable"
         )
+    shared = shot_prompt_overlap(bench)
+    if shared:
+        notes.append(
+            f"{shared} test pair(s) of unseen users share their prompt with one of the same user's few-shot pairs "
+            "(the split does not keep shot and test prompts apart)"
+        )
     dropped = bench.skipped.total()
     if dropped:
         notes.append(f"{dropped} pair(s) dropped while loading ({_dropped(bench)})")
     notes = list(dict.fromkeys(notes))
     bench.meta["notes"] = notes  # results.json carries the benchmark's meta
     return notes
+
+
+def shot_prompt_overlap(bench: Benchmark) -> int:
+    """How many unseen users' test pairs have a prompt that is also the prompt of one of that user's shots."""
+    from perbench.data.records import prompt_key
+
+    unseen = set(bench.unseen_users)
+    shots: dict[str, set[str]] = {}
+    tests: list[tuple[str, str]] = []
+    for p in bench.pairs:
+        if p.user_id in unseen:
+            if p.split == "train":
+                shots.setdefault(p.user_id, set()).add(prompt_key(p.prompt))
+            else:
+                tests.append((p.user_id, prompt_key(p.prompt)))
+    return sum(key in shots.get(u, ()) for u, key in tests)
 
 
 def _policy(bench: Benchmark, key: str) -> str:

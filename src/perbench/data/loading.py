@@ -49,7 +49,7 @@ from perbench.data.rows import (
     parse_split,
     resolve,
 )
-from perbench.data.user_context import describe_user_context, withhold_answer_key
+from perbench.data.user_context import describe_user_context, opaque_user_id, withhold_answer_key
 from perbench.errors import ConfigError
 
 
@@ -138,6 +138,12 @@ class _Parsed:
     user_raw: Any
 
 
+def ids_are_answer_keys(fmap: FieldMap) -> bool:
+    """The user id field is also the answer-key field (a persona sentence that names the user and decides the
+    labels): such ids are replaced by :func:`~perbench.data.user_context.opaque_user_id`."""
+    return not fmap.disabled("answer_key") and fmap.source("answer_key") == fmap.source("user_id")
+
+
 def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = None) -> _Parsed:
     def optional(canonical: str) -> Any:
         """Explicitly mapped -> required; otherwise used when present; empty string = absent."""
@@ -152,6 +158,7 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
         return value
 
     user_path = fmap.source("user_id")
+    id_is_key = ids_are_answer_keys(fmap)
     if default_user is not None:
         if resolve(row.data, user_path) is not MISSING:
             raise row.error(
@@ -163,6 +170,8 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
     else:
         user_raw = row.require(user_path)
         user = check_ident(row, user_path, user_raw)
+        if id_is_key:  # the id is the answer key (e.g. a persona sentence): methods get an opaque id
+            user = opaque_user_id(user)
     chosen_path, rejected_path = fmap.source("chosen"), fmap.source("rejected")
     chosen, chosen_ctx = parse_response(row, chosen_path, row.require(chosen_path))
     rejected, _ = parse_response(row, rejected_path, row.require(rejected_path))
@@ -307,10 +316,15 @@ def load_with_stats(
         unseen = {u for u, (s, _) in user_seen.items() if not s}
         seen_policy = f"from field '{fmap.source('seen')}' (users without a value are seen)"
     elif opts.unseen_users is not None:
-        unknown = sorted(set(opts.unseen_users) - set(profiles))
+        # with opaque ids, unseen users may be named by their label (the persona sentence) or their opaque id
+        named = {
+            opaque_user_id(u) if ids_are_answer_keys(fmap) and opaque_user_id(u) in profiles else u
+            for u in opts.unseen_users
+        }
+        unknown = sorted(named - set(profiles))
         if unknown:
             raise DataError(label, None, "unseen_users", f"unknown user(s) {unknown[:5]} (not in the file)")
-        unseen = set(opts.unseen_users)
+        unseen = named
         seen_policy = "unseen_users list"
     else:
         unseen = assign_unseen(user_ids, opts.unseen_fraction, opts.seed)
@@ -384,7 +398,12 @@ def load_with_stats(
             users,
             included=(["profile"] if any(u.profile for u in users.values()) else []) + ["own train pairs"],
             withheld=[f"answer_key (from '{fmap.source('answer_key')}')"] if keys else [],
-            note="user ids are labels for reports and never reach a prompt",
+            note=(
+                f"the user id field ('{fmap.source('user_id')}') is the answer key: user ids are opaque hashes "
+                "of it (the text is in User.answer_key)"
+                if ids_are_answer_keys(fmap)
+                else "user ids are labels for reports and never reach a prompt"
+            ),
         ),
     }
     if opts.test_fraction is not None:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from perbench.data.user_context import derived_user_context
+from perbench.data.user_context import UserView, derived_user_context, user_views
 
 Split = Literal["train", "test"]
 SPLITS: tuple[str, ...] = ("train", "test")
@@ -101,6 +101,17 @@ class User:
             meta = dict(self.meta)
             object.__setattr__(self, "answer_key", meta.pop("answer_key"))
             object.__setattr__(self, "meta", meta)
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """What a decoder that reads users' own data (ICL, ICL-RAG) is handed: each user's :class:`UserView` and the
+    train pairs it may show — a seen user's train pairs (those the RMs are fit on), an unseen user's first
+    ``shots`` (those every RM adapts from; all when ``shots`` is None). No answer key, no test pair."""
+
+    users: Mapping[str, UserView]
+    pairs: Mapping[str, tuple[PreferencePair, ...]]
+    shots: int | None = None
 
 
 @dataclass(frozen=True)
@@ -252,6 +263,21 @@ class Benchmark:
 
     def test_pairs(self, seen: bool | None = None) -> list[PreferencePair]:
         return self.select(split="test", seen=seen)
+
+    def user_views(self) -> dict[str, UserView]:
+        """What methods, judges and decoders are handed about each user (no answer key)."""
+        return user_views(self.users)
+
+    def context_view(self, shots: int | None = None) -> ContextView:
+        """The users' views and the train pairs a decoder may show: seen users all of theirs, unseen users their
+        first ``shots`` (:meth:`fewshot`; None: all)."""
+        if shots is not None and shots < 0:
+            raise ValueError(f"shots must be ≥ 0 or None, got {shots}")
+        pairs: dict[str, tuple[PreferencePair, ...]] = {}
+        for uid, u in self.users.items():
+            mine = self.fewshot(uid)
+            pairs[uid] = tuple(mine if u.seen or shots is None else mine[:shots])
+        return ContextView(self.user_views(), pairs, shots)
 
     def reference(self, user_id: str, prompt: Prompt) -> Reference | None:
         key = prompt_key(prompt)

@@ -14,7 +14,7 @@ from perbench.data.records import Prompt, prompt_key
 from perbench.progress import progress
 from perbench.runner.methods import MethodHandle
 from perbench.runner.scoring import QUALITY_METRICS, Scoring
-from perbench.runner.state import RunState, seed_for
+from perbench.runner.state import RunState, guide_problem, seed_for
 from perbench.runner.training import Training
 from perbench.runner.units import unit_key
 
@@ -57,12 +57,12 @@ class Downstream:
         return out
 
     def _decoder(self, spec: Component) -> Any:
-        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark."""
+        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark's context view."""
         from perbench import registry
 
         decoder = registry.decoders.get(spec.name)(**spec.params)
-        if hasattr(decoder, "bind_benchmark"):
-            decoder.bind_benchmark(self.s.bench, shots=self.s.cfg.shots)
+        if hasattr(decoder, "bind_context"):  # user views and allowed train pairs: no answer key reachable
+            decoder.bind_context(self.s.bench.context_view(self.s.cfg.shots))
         return decoder
 
     def _requests(self, decoder: Any, targets: list[tuple[Prompt, str]]) -> list[Any]:
@@ -138,7 +138,6 @@ class Downstream:
     def systems(self, handles: list[MethodHandle]) -> tuple[list[System], list[dict[str, str]]]:
         """Every (decoder, guiding RM) the config asks for, and the combinations that cannot run, with why."""
         from perbench import registry
-        from perbench.rewards.base import FeatureRM
 
         out: list[System] = []
         skipped: list[dict[str, str]] = []
@@ -156,12 +155,7 @@ class Downstream:
                 if self.s.unfittable(h):
                     skipped.append({"decoder": d.label(), "method": h.label, "reason": "no train pairs"})
                     continue
-                check = getattr(cls, "rm_problem", None)
-                problem = (
-                    check(h.cls)
-                    if check is not None
-                    else (None if issubclass(h.cls, FeatureRM) else "needs per-prefix rewards (a FeatureRM)")
-                )
+                problem = guide_problem(cls, h.cls)
                 if problem:
                     skipped.append({"decoder": d.label(), "method": h.label, "reason": problem})
                     continue

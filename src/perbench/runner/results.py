@@ -86,11 +86,14 @@ POLICIES = {
     "features": "φ(x,y) = final-norm hidden state at the last token of chat_template(x, generation prompt) ⊕ "
     "tokens(y), no end-of-turn token",
     "truncation": "inputs over max_length keep their last max_length tokens (the prompt head is cut)",
-    "policy_accuracy": "S(y) = Σ_t log π(y_t|x,y<t) + w·r(x,y≤t); 'sum' and length-normalised 'mean'",
+    "policy_accuracy": "headline 'tilt' (the sequence tilt): S(y) = log π(y|x) + w·r(x, y), r on the whole "
+    "response, w = the weight of the decoder the method guides (ARGS's w; GenARM's α on log π_r = α/β on r; "
+    "else pa_weight); labelled variants 'prefix_sum' = Σ_t [log π(y_t|x,y<t) + w·r(x,y≤t)] and 'prefix_mean' "
+    "= prefix_sum / T",
     "win_rate": "each guiding RM scores its own guided output vs the zero-shot output for the same "
     "(user, prompt); ties count ½",
     "unseen_users": "adapted from their first `shots` train pairs only",
-    "policy_accuracy_rgd": "optional (pa_rgd_k): log π_RGD(y_t) = log-softmax over the policy's top-k "
+    "policy_accuracy_rgd": "optional variant (pa_rgd): log π_RGD(y_t) = log-softmax over the policy's top-k "
     "of (log π + w·r); a token outside the top-k makes the response −inf (a miss, "
     "counted)",
     "best_of_n": "N samples per prompt (T=1.0, top_p=0.9 by default), seeded per prompt and shared by every "

@@ -139,6 +139,15 @@ def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[st
         s.downstream_policies.append(s.policy)
         first_sample = len(s.samples)
         part = work.down.run(handles)
+        for sys in work.down.systems(handles)[0]:
+            if sys.label not in part:
+                continue
+            if sys.method is not None:  # a guided row next to the policy accuracy at its decoder's own weight
+                pa = work.up.decoder_policy_accuracy(sys.method, sys.spec.label())
+                if pa is not None:
+                    part[sys.label]["policy_accuracy"] = pa
+            else:  # a decoder that shows users their own data: how much each prompt really held
+                _record_context(work, sys.spec, sys.label, part[sys.label], s.samples[first_sample:])
         suffix = "" if len(specs) == 1 else f"@{spec}"
         for row in s.samples[first_sample:]:
             row["policy"] = spec
@@ -148,3 +157,25 @@ def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[st
     s.policy = work.policy_model(s.cfg.policy)
     s.cells.group = main_group
     return out
+
+
+def _record_context(work: Work, spec: Any, label: str, result: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """The effective context of a decoder that shows users their own pairs and profile items (ICL, ICL-RAG):
+    per generation in samples.jsonl (``context_pairs``, ``context_profile_items``) and summarised in its
+    results (``effective_context``), beside the shot count the reward models adapt from."""
+    decoder = work.down._decoder(spec)
+    shown = getattr(decoder, "shown", None)
+    if shown is None:
+        return
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row.get("kind") == "generation" and row.get("decoder") == label:
+            got = counts.setdefault(row["user_id"], shown(row["user_id"]))
+            row["context_pairs"], row["context_profile_items"] = got["pairs"], got["profile_items"]
+    if not counts:
+        return
+    summary: dict[str, Any] = {"users": len(counts), "shots": work.s.cfg.shots}
+    for kind in ("pairs", "profile_items"):
+        vals = [c[kind] for c in counts.values()]
+        summary[kind] = {"mean": float(sum(vals) / len(vals)), "min": min(vals), "max": max(vals)}
+    result["effective_context"] = summary
