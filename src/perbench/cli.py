@@ -143,24 +143,38 @@ def _config_path(name: str) -> str:
     raise MissingConfigError(f"config {name!r} is neither a file nor an embedded config (embedded: {', '.join(known)})")
 
 
+def _accuracy_text(entry: dict[str, Any]) -> str:
+    acc = entry.get("accuracy")
+    if isinstance(acc, int | float) and math.isfinite(acc):
+        return f"{100 * acc:.1f}"
+    return "n/a" if entry.get("not_applicable") else "–"
+
+
 def _print_summary(results: dict[str, Any]) -> None:
-    print("\nRM accuracy (seen / unseen):")
-    for label, r in results["upstream"].items():
-        acc = r["rm_accuracy"]
-        s = " / ".join(f"{100 * acc[g]['accuracy']:.1f}" if g in acc else "–" for g in ("seen", "unseen"))
-        print(f"  {label:<28} {s}")
-    from perbench.report.extract import rl_summary
+    """The run's headline numbers on stdout. It runs after results.json is written, so it reads every field as
+    optional: a method that is not applicable (no train pairs, an evaluation-only benchmark) shows its reason."""
+    from perbench.report.extract import _d, rl_summary
     from perbench.report.fmt import ci_text, num
 
-    if results["downstream"]:
+    print("\nRM accuracy (seen / unseen):")
+    for label, r in _d(results.get("upstream")).items():
+        r = _d(r)
+        if "rm_accuracy" not in r:
+            print(f"  {label:<28} not applicable: {r.get('not_applicable') or 'no accuracy computed'}")
+            continue
+        acc = _d(r.get("rm_accuracy"))
+        print(f"  {label:<28} {' / '.join(_accuracy_text(_d(acc.get(g))) for g in ('seen', 'unseen'))}")
+    downstream = _d(results.get("downstream"))
+    if downstream:
         # rows may cover different cells (an rl row: its trained users only); a paired gain compares like with like
         print(
             "Downstream rubric satisfaction / ROUGE-L (generations; paired rubric gain vs zero_shot on the same cells):"
         )
-        for label, d in results["downstream"].items():
-            rs = d.get("rubric_satisfaction", {}).get("mean")
-            rl = d.get("rougeL", {}).get("mean")
-            gain = d.get("vs", {}).get("zero_shot", {}).get("rubric_satisfaction", {})
+        for label, d in downstream.items():
+            d = _d(d)
+            rs = _d(d.get("rubric_satisfaction")).get("mean")
+            rl = _d(d.get("rougeL")).get("mean")
+            gain = _d(_d(_d(d.get("vs")).get("zero_shot")).get("rubric_satisfaction"))
             line = f"  {label:<40} {num(rs)} / {num(rl)}  ({d.get('n', 0)})"
             if gain.get("delta") is not None:
                 line += f"  {num(gain['delta'], signed=True)} {ci_text(gain.get('ci'), signed=True)} on {gain.get('n')}"
