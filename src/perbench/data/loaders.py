@@ -70,6 +70,8 @@ def load_benchmark_file(
     test_fraction: float | None = None,
     default_user: str | None = None,
     max_chars: int | None = DEFAULT_MAX_CHARS,
+    max_pairs: int | None = None,
+    max_prompts: int | None = None,
 ) -> Benchmark:
     """Load any supported file/dataset with a field mapping into a :class:`Benchmark`.
 
@@ -92,6 +94,8 @@ def load_benchmark_file(
         test_fraction=test_fraction,
         default_user=default_user,
         max_chars=max_chars,
+        max_pairs=max_pairs,
+        max_prompts=max_prompts,
     )
     bench, _ = load_with_stats(source, opts)
     return bench
@@ -114,6 +118,8 @@ def validate_file(
     test_fraction: float | None = None,
     default_user: str | None = None,
     max_chars: int | None = DEFAULT_MAX_CHARS,
+    max_pairs: int | None = None,
+    max_prompts: int | None = None,
 ) -> dict[str, Any]:
     """Load ``source`` exactly as :func:`load_benchmark_file` would with the same options, run the benchmark
     checks every run makes (:func:`perbench.data.checks.check_benchmark`), and report (``perbench validate``).
@@ -166,6 +172,8 @@ def validate_file(
             test_fraction=test_fraction,
             default_user=default_user,
             max_chars=max_chars,
+            max_pairs=max_pairs,
+            max_prompts=max_prompts,
         )
     except PerbenchError as e:
         report["fatal"] = report["first_error"] = str(e)
