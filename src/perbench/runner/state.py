@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from perbench.config import Component, RunConfig
+from perbench.config import RunConfig
 from perbench.data.records import Benchmark, PreferencePair
 from perbench.io import cache_dir
 from perbench.models.batching import AdaptiveBatcher
@@ -118,7 +118,7 @@ class RunState:
         """One handle per method and baseline (the config has refused duplicates and unknown parameters)."""
         cfg = self.cfg
         out = [MethodHandle(m, self.bench, self.ctx, self.units) for m in cfg.methods]
-        out += [MethodHandle(Component(b), self.bench, self.ctx, self.units, baseline=True) for b in cfg.baselines]
+        out += [MethodHandle(b, self.bench, self.ctx, self.units, baseline=True) for b in cfg.baselines]
         return out
 
     # ------------------------------------------------------------------ rules every phase shares
