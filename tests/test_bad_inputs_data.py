@@ -619,7 +619,11 @@ def test_validate_reports_every_count_of_a_skipping_run(tmp_path: Path) -> None:
     }
     assert report["skipped_pairs"] == 4 == bench.skipped.total() and report["pairs_kept"] == 3 == len(bench.pairs)
     text = format_validation(report)
-    for line in ("rows read    : 7 (1 with errors)", "skipped      : 4 pair(s)", "duplicate_pair: 2 pair(s)"):
+    for line in (
+        "rows read    : 7 (1 with errors, 1 row(s) lost)",
+        "skipped      : 4 pair(s)",
+        "duplicate_pair: 2 pair(s)",
+    ):
         assert line in text
 
 

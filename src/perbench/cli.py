@@ -256,6 +256,8 @@ _VALIDATE_FLAGS = {
     "test_fraction": "test_fraction",
     "default_user": "default_user",
     "max_chars": "max_chars",
+    "max_pairs": "max_pairs",
+    "max_prompts": "max_prompts",
     "seed": "seed",
     "format": "fmt",
     "split": "split",
@@ -263,23 +265,27 @@ _VALIDATE_FLAGS = {
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """``perbench validate``: the file as a run would load it; with ``--config``, checked as that run checks it."""
     from perbench.data.loaders import format_validation, validate_file
+    from perbench.runner import preflight
 
-    source, options = _validate_options(args)
+    source, options, cfg = _validate_options(args)
     takes = inspect.signature(validate_file).parameters
     any_keyword = any(p.kind is p.VAR_KEYWORD for p in takes.values())
     unsupported = [] if any_keyword else sorted(k for k in options if k not in takes)
     if unsupported:
         raise ConfigError(f"validate: this version's loader has no option {unsupported[0]!r}")
-    report = validate_file(source, **options)
+    report = validate_file(source, **options) if cfg is None else preflight.validate_for_run(cfg, source, options)
     print(format_validation(report))
     return 0 if report.get("ok") else 1
 
 
-def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """-> (the file, the loader options): a run config's ``file`` benchmark params, then the flags given."""
+def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any], Any]:
+    """-> (the file, the loader options, the run config or None): a run config's ``file`` benchmark params, then
+    the flags given."""
     options: dict[str, Any] = {}
     source = args.file
+    cfg = None
     if args.config:
         from perbench.config import RunConfig
 
@@ -298,7 +304,7 @@ def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         value = getattr(args, flag)
         if value is not None:
             options[option] = value
-    return str(source), options
+    return str(source), options, cfg
 
 
 def _fraction(text: str) -> float:
@@ -331,6 +337,8 @@ def _add_validate(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--test-fraction", type=_fraction, help="seeded per-user test share (no split field)")
     p.add_argument("--default-user", help="the one user of a file without a user field")
     p.add_argument("--max-chars", type=int, help="texts longer than this are cut (and counted)")
+    p.add_argument("--max-pairs", type=int, help="keep a seeded choice of this many pairs (mirrors together)")
+    p.add_argument("--max-prompts", type=int, help="keep the pairs of a seeded choice of this many prompts")
     p.add_argument("--seed", type=int, help="seed of the unseen-user and test splits")
     p.add_argument("--format", help="json | jsonl | csv | parquet | hub (default: from the file name)")
     p.add_argument("--split", help="split of a hub dataset")

@@ -38,11 +38,11 @@ Policies (recorded in ``Benchmark.meta``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from perbench.data.checks import check_benchmark
+from perbench.data.checks import check_benchmark, data_warnings
 from perbench.data.fields import FieldMap
 from perbench.data.loading import LoadOptions, LoadStats, load_with_stats
 from perbench.data.policies import DEFAULT_MAX_CHARS, assign_unseen
@@ -128,13 +128,44 @@ def validate_file(
     the error a run would print, and -- when that error is a bad row under ``on_error="raise"`` -- the counts
     come from a second pass with ``on_error="skip"`` (``diagnosis``) so the report still shows every problem.
     """
+    options = dict(
+        mapping=mapping,
+        name=name,
+        unseen_users=unseen_users,
+        unseen_fraction=unseen_fraction,
+        seed=seed,
+        fmt=fmt,
+        split=split,
+        config=config,
+        on_error=on_error,
+        dedup=dedup,
+        test_fraction=test_fraction,
+        default_user=default_user,
+        max_chars=max_chars,
+        max_pairs=max_pairs,
+        max_prompts=max_prompts,
+    )
+    return validate_with(source, options)
+
+
+RunChecks = Callable[[Benchmark], None]
+"""What a run checks beyond :func:`check_benchmark` (a config's methods, token limits); raises to fail."""
+
+
+def validate_with(
+    source: Source, options: Mapping[str, Any], run_checks: RunChecks | None = None, methods: list[str] | None = None
+) -> dict[str, Any]:
+    """:func:`validate_file` with the loader ``options`` as a mapping, plus a run config's own checks
+    (``run_checks``) and the names of its methods (``methods``: what the warnings list; default every registered
+    method)."""
     report: dict[str, Any] = {
         "source": source_label(source),
-        "format": fmt,
+        "format": options.get("fmt"),
         "mapping": None,
-        "on_error": on_error,
+        "on_error": options.get("on_error", "raise"),
         "rows_read": 0,
         "rows_with_errors": 0,
+        "rows_skipped": 0,
         "pairs_kept": 0,
         "users": 0,
         "users_seen": 0,
@@ -144,37 +175,24 @@ def validate_file(
         "skipped": {},
         "skipped_pairs": 0,
         "truncated": None,
+        "cap": None,
+        "mirrored_pairs": 0,
         "user_id_merges": None,
         "seen_users_without_train": None,
         "notes": [],
+        "warnings": [],
         "first_error": None,
         "fatal": None,
         "diagnosis": None,
         "ok": False,
-        "weighting": "pair" if dedup is not False else "row",
+        "weighting": "pair" if options.get("dedup") is not False else "row",
         "split_policy": None,
         "seen_policy": None,
         "user_policy": None,
         "references": 0,
     }
     try:
-        opts = LoadOptions.build(
-            mapping=mapping,
-            name=name,
-            unseen_users=unseen_users,
-            unseen_fraction=unseen_fraction,
-            seed=seed,
-            fmt=fmt,
-            split=split,
-            config=config,
-            on_error=on_error,
-            dedup=dedup,
-            test_fraction=test_fraction,
-            default_user=default_user,
-            max_chars=max_chars,
-            max_pairs=max_pairs,
-            max_prompts=max_prompts,
-        )
+        opts = LoadOptions.build(**options)
     except PerbenchError as e:
         report["fatal"] = report["first_error"] = str(e)
         return report
@@ -182,6 +200,8 @@ def validate_file(
     try:
         bench, stats = load_with_stats(source, opts)
         notes = check_benchmark(bench, needs_train=False)
+        if run_checks is not None:
+            run_checks(bench)
     except (PerbenchError, OSError) as e:
         report["fatal"] = report["first_error"] = str(e)
         if opts.on_error == "raise" and isinstance(e, DataError) and e.message.endswith(SKIP_HINT):
@@ -189,19 +209,22 @@ def validate_file(
                 bench, stats = load_with_stats(source, replace(opts, on_error="skip"))
             except (PerbenchError, OSError):
                 return report
-            _fill(report, bench, stats, list(bench.meta.get("notes", [])))
+            _fill(report, bench, stats, list(bench.meta.get("notes", [])), methods)
             report["diagnosis"] = "counts from a second pass with on_error: skip (a run with on_error: raise stops)"
         return report
-    _fill(report, bench, stats, notes)
+    _fill(report, bench, stats, notes, methods)
     report["ok"] = True
     return report
 
 
-def _fill(report: dict[str, Any], bench: Benchmark, stats: LoadStats, notes: list[str]) -> None:
+def _fill(
+    report: dict[str, Any], bench: Benchmark, stats: LoadStats, notes: list[str], methods: list[str] | None
+) -> None:
     report.update(
         format=stats.fmt,
         rows_read=stats.rows_read,
         rows_with_errors=stats.rows_with_errors,
+        rows_skipped=stats.rows_skipped,
         pairs_kept=len(bench.pairs),
         users=len(bench.users),
         users_seen=len(bench.seen_users),
@@ -214,6 +237,9 @@ def _fill(report: dict[str, Any], bench: Benchmark, stats: LoadStats, notes: lis
         },
         skipped_pairs=bench.skipped.total(),
         truncated=bench.meta.get("truncated"),
+        cap=bench.meta.get("cap"),
+        mirrored_pairs=len(bench.subsets.get("personalization_only", ())),
+        warnings=data_warnings(bench, methods),
         user_id_merges=bench.meta.get("user_id_merges"),
         seen_users_without_train=bench.meta.get("seen_users_without_train"),
         notes=notes,
@@ -235,7 +261,8 @@ def format_validation(report: Mapping[str, Any]) -> str:
         return "\n".join(lines)
     splits = report.get("splits", {})
     lines += [
-        f"  rows read    : {report['rows_read']} ({report.get('rows_with_errors', 0)} with errors)",
+        f"  rows read    : {report['rows_read']} ({report.get('rows_with_errors', 0)} with errors, "
+        f"{report.get('rows_skipped', 0)} row(s) lost)",
         f"  pairs kept   : {report['pairs_kept']} ({report['weighting']}-weighted)",
         f"  users        : {report['users']} ({report['users_seen']} seen, {report['users_unseen']} unseen;"
         f" {report.get('seen_policy')})",
@@ -249,6 +276,11 @@ def format_validation(report: Mapping[str, Any]) -> str:
     merges = report.get("user_id_merges") or {}
     if merges.get("count"):
         lines.append(f"  id merges    : {merges['count']} user id(s) written in several forms")
+    if report.get("mirrored_pairs"):
+        lines.append(f"  mirrors      : {report['mirrored_pairs']} pair(s) whose mirror another user holds")
+    cap = report.get("cap") or {}
+    if cap:
+        lines.append(f"  cap          : {cap['pairs'][1]} of {cap['pairs'][0]} pairs kept (seed {cap['seed']})")
     cut = report.get("truncated") or {}
     if cut.get("pairs"):
         lines.append(f"  truncated    : {cut['pairs']} pair(s) over max_chars={cut['max_chars']} {cut['parts']}")
@@ -259,6 +291,8 @@ def format_validation(report: Mapping[str, Any]) -> str:
         lines.append(f"    {reason}: {info['count']} {info.get('unit', 'pair')}(s){example}")
     for note in report.get("notes") or []:
         lines.append(f"  note         : {note}")
+    for warning in report.get("warnings") or []:
+        lines.append(f"  warning      : {warning}")
     if report.get("first_error"):
         lines.append(f"  first error  : {report['first_error']}")
     if report.get("ok"):

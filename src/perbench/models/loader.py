@@ -37,6 +37,8 @@ ALIASES = {
     "smollm2-135m-instruct": "bundled:smollm2",
 }
 TINY_RANDOM = "tiny-random"
+#: the context length of the tiny random test models
+TINY_CONTEXT = 2048
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 MODEL_FORMS = (
     f"a bundled alias ({', '.join(ALIASES)}), {TINY_RANDOM}[:SEED], a local folder or .gguf file, "
@@ -271,7 +273,7 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=TINY_CONTEXT,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
@@ -284,6 +286,66 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
     model.generation_config.pad_token_id = tok.pad_token_id
     fp = f"tiny-random:seed={seed}:h{hidden}l{layers}:{policy.dtype}"
     return LoadedLM(model, tok, fp, f"tiny-random:{seed}", policy)
+
+
+def from_pretrained_error(name: str, e: Exception) -> ConfigError:
+    """What a failed ``from_pretrained`` of ``name`` means, as one line the user can act on."""
+    text = " ".join(str(e).split())
+    if "trust_remote_code" in text:
+        return ConfigError(
+            f"{name} ships its own Python code, which transformers would have to run; perbench runs a model's code "
+            "only for a hub_rm method with trust_remote_code: true and `perbench run --trust-remote-code`. "
+            "Use a model that transformers supports natively"
+        )
+    local = Path(name).expanduser()
+    if isinstance(e, OSError) and not local.exists():
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or "offline" in text.lower() or "connect" in text.lower()
+        why = "the hub cannot be reached (offline)" if offline else "the hub has no such model"
+        return ConfigError(
+            f"{name!r} is not a local folder and {why}, and it is not in the local hub cache; if you meant a local "
+            f"folder, give its path (./{name} or an absolute path); else download the model once with network"
+        )
+    return ConfigError(f"{name}: cannot load it ({text[:300]})")
+
+
+def _load_or_explain(name: str, load: Any, *args: Any, **kw: Any) -> Any:
+    try:
+        return load(*args, **kw)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as e:
+        raise from_pretrained_error(name, e) from e
+
+
+def load_tokenizer(spec: str | ModelSpec) -> Any:
+    """The tokenizer of ``spec`` alone (no weights): what a run checks its token limits with before any model
+    loads."""
+    mspec = ModelSpec.parse(spec)
+    kw: dict[str, Any] = {}
+    if mspec.name.startswith(TINY_RANDOM):
+        target = str(gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF))
+    else:
+        target, _, kw = resolve_spec(mspec)
+    from transformers import AutoTokenizer
+
+    return _load_or_explain(mspec.name, AutoTokenizer.from_pretrained, target, **kw)
+
+
+def model_context(spec: str | ModelSpec) -> int | None:
+    """The number of positions ``spec`` can attend to, from its config alone (None when the config says none)."""
+    mspec = ModelSpec.parse(spec)
+    if mspec.name.startswith(TINY_RANDOM):
+        return TINY_CONTEXT
+    target, _, kw = resolve_spec(mspec)
+    from transformers import AutoConfig
+
+    config = _load_or_explain(mspec.name, AutoConfig.from_pretrained, target, **kw)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 _LOADED: dict[tuple[str, str, str], LoadedLM] = {}
@@ -316,8 +378,12 @@ def load_lm(
             import sys
 
             print(f"[perbench] {describe_remote_code(ModelSpec(target, mspec.revision))}", file=sys.stderr)
-        tok = AutoTokenizer.from_pretrained(target, trust_remote_code=mspec.trust_remote_code, **kw)
-        model: Any = AutoModelForCausalLM.from_pretrained(
+        tok = _load_or_explain(
+            mspec.name, AutoTokenizer.from_pretrained, target, trust_remote_code=mspec.trust_remote_code, **kw
+        )
+        model: Any = _load_or_explain(
+            mspec.name,
+            AutoModelForCausalLM.from_pretrained,
             target,
             dtype=policy.torch_dtype(),
             use_safetensors=True,

@@ -18,8 +18,9 @@ from perbench.config import RunConfig
 from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
 from perbench.runner.methods import MethodHandle
+from perbench.runner.preflight import check_models, check_paths, check_setup
 from perbench.runner.results import analyze_cells, build_results, print_verdict
-from perbench.runner.state import RunState, load_benchmark, log
+from perbench.runner.state import RunState, load_benchmark, log, needs_models
 from perbench.runner.units import Units
 from perbench.runner.work import Work
 
@@ -66,7 +67,11 @@ class Runner:
 
         set_threads()
         t0 = time.perf_counter()
+        check_setup(self.cfg)
         bench = load_benchmark(self.cfg)
+        if needs_models(self.cfg):  # what would fail mid-run fails here, before any weights load
+            check_models(self.cfg, bench)
+        check_paths(self.run_dir)
         load_s = time.perf_counter() - t0
         self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config and the data are good
         # nothing is written through a link inside the run directory; a second run of this config waits
