@@ -347,6 +347,8 @@ def _quote_hint(value: Any, tp: Any) -> str:
     if not isinstance(value, str):
         return ""
     wanted = set(_leaf_types(tp))
+    if wanted & {int, float} and re.fullmatch(r"[-+]?[0-9][0-9_:]*(\.[0-9_]*)?", value) and {"_", ":"} & set(value):
+        return " (YAML 1.2 reads digits with _ or : as text: write the plain number, e.g. 1000 or 90)"
     if wanted & {int, float}:
         try:
             float(value)

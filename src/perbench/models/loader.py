@@ -66,6 +66,27 @@ def safetensors_problem(folder: Path) -> str | None:
     )
 
 
+def custom_code_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot load without running its own Python code (config.json names classes in ``auto_map``
+    for a model type transformers does not know); None when transformers can load it with its own code."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or not config.get("auto_map"):
+        return None
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if config.get("model_type") in CONFIG_MAPPING_NAMES:
+        return None
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.py"))
+    return (
+        f"{folder} ships its own Python code (config.json auto_map, model type {config.get('model_type')!r}; "
+        f"files: {', '.join(files) or 'none here'}), which transformers would have to run; perbench runs a model's "
+        "code only for a hub_rm method with trust_remote_code: true and `perbench run --trust-remote-code`"
+    )
+
+
 def model_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a model (None: it can), checked without loading or downloading anything.
 
@@ -85,7 +106,8 @@ def model_name_problem(name: str) -> str | None:
     if base.endswith(".gguf"):
         return None if _exists(base, "file") else f"GGUF file not found: {base}"
     if _exists(base, "dir"):
-        return safetensors_problem(Path(base).expanduser())
+        folder = Path(base).expanduser()
+        return safetensors_problem(folder) or custom_code_problem(folder)
     if _exists(base, "file"):
         return f"{base} is a file; a model is a .gguf file or a folder with config.json and safetensors weights"
     if _HUB_ID.fullmatch(base):
@@ -248,7 +270,7 @@ def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
         folder = gguf_to_safetensors(path)
         return str(folder), f"{path.name}:{folder.name.rsplit('-', 1)[-1]}", {}
     if path.is_dir():
-        problem = safetensors_problem(path)
+        problem = safetensors_problem(path) or (None if spec.trust_remote_code else custom_code_problem(path))
         if problem:
             raise ConfigError(problem)
         return str(path), f"{path.resolve()}:{_folder_digest(path)}", {}
@@ -328,7 +350,8 @@ def load_tokenizer(spec: str | ModelSpec) -> Any:
         target, _, kw = resolve_spec(mspec)
     from transformers import AutoTokenizer
 
-    return _load_or_explain(mspec.name, AutoTokenizer.from_pretrained, target, **kw)
+    # trust_remote_code=False, never None: None makes transformers ask on stdin whether to run a folder's code
+    return _load_or_explain(mspec.name, AutoTokenizer.from_pretrained, target, trust_remote_code=False, **kw)
 
 
 def model_context(spec: str | ModelSpec) -> int | None:
@@ -339,7 +362,7 @@ def model_context(spec: str | ModelSpec) -> int | None:
     target, _, kw = resolve_spec(mspec)
     from transformers import AutoConfig
 
-    config = _load_or_explain(mspec.name, AutoConfig.from_pretrained, target, **kw)
+    config = _load_or_explain(mspec.name, AutoConfig.from_pretrained, target, trust_remote_code=False, **kw)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)

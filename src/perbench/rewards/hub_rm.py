@@ -36,6 +36,7 @@ from perbench.errors import ConfigError
 from perbench.models.loader import (
     LoadedLM,
     ModelSpec,
+    custom_code_problem,
     describe_remote_code,
     from_pretrained_error,
     load_lm,
@@ -110,7 +111,10 @@ class HubRM(RewardModel):
 
         spec = ModelSpec.parse(self.spec)
         folder = Path(spec.name).expanduser()
-        problem = safetensors_problem(folder) if folder.is_dir() else None
+        problem = None
+        if folder.is_dir():
+            custom = None if self.trust_remote_code else custom_code_problem(folder)
+            problem = safetensors_problem(folder) or custom
         if problem:
             raise ConfigError(f"hub_rm: {problem}")
         if self.trust_remote_code:

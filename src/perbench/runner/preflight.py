@@ -50,17 +50,16 @@ def check_models(cfg: RunConfig, bench: Benchmark) -> None:
     """Token limits and context lengths, from tokenizers and configs only (see the module docstring)."""
     from perbench.models.loader import load_tokenizer, model_context
 
-    seen: set[str] = set()
+    checked: set[str] = set()
     for key, spec in model_specs(cfg).items():
-        if spec in seen:
-            continue
-        seen.add(spec)
         where = cfg.where("policies" if key.startswith("policies") else key)
-        try:
-            tokenizer = load_tokenizer(spec)
-        except ConfigError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        _check_responses(cfg, bench, tokenizer, spec)
+        if spec not in checked:
+            checked.add(spec)
+            try:
+                tokenizer = load_tokenizer(spec)
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from None
+            _check_responses(cfg, bench, tokenizer, spec)
         if key != "rm_backbone" and (cfg.decoders or cfg.rl):
             context = model_context(spec)
             if context is not None and cfg.max_new_tokens >= context:
