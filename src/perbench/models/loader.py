@@ -75,9 +75,9 @@ def custom_code_problem(folder: Path) -> str | None:
         return None
     if not isinstance(config, dict) or not config.get("auto_map"):
         return None
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers import CONFIG_MAPPING
 
-    if config.get("model_type") in CONFIG_MAPPING_NAMES:
+    if config.get("model_type") in CONFIG_MAPPING:
         return None
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.py"))
     return (
