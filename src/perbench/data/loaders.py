@@ -1,7 +1,8 @@
 """Load any preference file into a :class:`~perbench.data.records.Benchmark`, with loud, located errors.
 
-Formats: JSONL, JSON (a list of objects or ``{"data": [...]}``), CSV/TSV, Parquet, a Hugging Face dataset
-folder written by ``save_to_disk``, or (with network) a hub id ``org/name``. A :class:`FieldMap` says which
+Formats: JSONL, JSON (a list of objects or ``{"data": [...]}``; an object holding rows under other keys too is
+refused), CSV/TSV, Parquet, a Hugging Face dataset folder written by ``save_to_disk``, or (with network) a hub
+id ``org/name``. Named pipes and devices are refused before reading. A :class:`FieldMap` says which
 source column feeds each canonical field, e.g. ``"user_id=ground_truth_persona,prompt=question"``.
 
 Row numbers: JSONL and CSV report the 1-based line in the file; JSON arrays, Parquet and HF datasets report
@@ -22,18 +23,27 @@ Policies (recorded in ``Benchmark.meta``):
   ``unseen_fraction`` of the sorted user ids; default: every user is seen. When the benchmark has train
   pairs, a seen user without any is evaluated as unseen (never seen in training: few-shot adaptation only),
   listed in ``meta["seen_users_without_train"]`` and ``meta["notes"]``.
-* user ids: a string or an integer, surrounding whitespace stripped, so ``1``, ``"1"`` and ``" 1 "`` are one
-  user; when a file writes one id in several forms the merge is counted in ``meta["user_id_merges"]``.
+* user ids: a string or an integer in Unicode NFC, surrounding whitespace and zero-width characters stripped, so
+  ``1``, ``"1"`` and ``" 1 "`` are one user; when a file writes one id in several forms the merge is counted in
+  ``meta["user_id_merges"]``.
+* conversations: when chosen and rejected are conversations their turns before the response must agree, and a
+  prompt column must ask their last user turn's question; otherwise the row is an error.
   ``default_user`` puts every pair of a file without a user field under one user.
 * degenerate pairs: an empty (or whitespace-only) response, or chosen equal to rejected up to whitespace,
   is dropped and counted (``empty_response``, ``chosen_equals_rejected``) -- the pair holds no preference.
-* duplicates: pairs are deduplicated on (user, prompt, chosen, rejected), whitespace differences ignored, and
-  counted, so metrics are pair-weighted; ``dedup=False`` keeps duplicates (row-weighted).
+* duplicates: pairs are deduplicated on (user, prompt, chosen, rejected), whitespace and Unicode-form differences
+  ignored, and counted, so metrics are pair-weighted; ``dedup=False`` keeps duplicates (row-weighted).
+* mirrors: a pair and another user's pair the other way round (same prompt and split) are matched one to one;
+  dedup, ``test_fraction`` and the caps keep them together, and the matched pairs form the
+  ``personalization_only`` subset (any user-agnostic scorer gets exactly ½ on it, ties ½).
+* caps: ``max_prompts`` keeps a seeded choice of prompts, ``max_pairs`` a seeded choice of pairs (mirrors
+  together); recorded in ``meta["cap"]``.
 * long texts: a response over ``max_chars`` characters (default :data:`DEFAULT_MAX_CHARS`) keeps its first
   ``max_chars``; a prompt (each message of a chat prompt) keeps its last ``max_chars``. Truncated pairs are
   counted in ``meta["truncated"]``; ``max_chars=None`` keeps every text whole.
 * skip counts are pairs (``SkipReport``): in this loader one row holds one pair (plus its history pairs in
-  persona files).
+  persona files); a record that holds several rows (a JSON array on one JSONL line) counts every one, in
+  ``meta["rows_skipped"]`` too. A skip that would remove a user entirely is refused.
 """
 
 from __future__ import annotations
