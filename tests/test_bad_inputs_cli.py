@@ -149,7 +149,10 @@ def area(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Area]:
     def no_weights(*a: object, **k: object) -> None:
         raise AssertionError("a model's weights were loaded")
 
-    monkeypatch.setattr("perbench.models.loader.load_lm", no_weights)
+    # where weights load (patched where they are looked up at call time, so no module keeps the stand-in)
+    monkeypatch.setattr("perbench.models.loader.tiny_random_lm", no_weights)
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", no_weights)
+    monkeypatch.setattr("transformers.AutoModelForSequenceClassification.from_pretrained", no_weights)
     out = Area(tmp_path)
     for p in out.values():
         p.mkdir()

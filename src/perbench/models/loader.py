@@ -283,11 +283,11 @@ def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
 def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: int = 64, layers: int = 2) -> LoadedLM:
     """A random 2-layer Llama with the bundled SmolLM2 tokenizer: fast, offline, shares the real template."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     policy = policy or resolve_device()
     folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)
-    tok = AutoTokenizer.from_pretrained(folder)
+    tok = _tokenizer(TINY_RANDOM, str(folder), {})
     cfg = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
@@ -339,19 +339,28 @@ def _load_or_explain(name: str, load: Any, *args: Any, **kw: Any) -> Any:
         raise from_pretrained_error(name, e) from e
 
 
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def _tokenizer(name: str, target: str, kw: dict[str, Any]) -> Any:
+    """The tokenizer at ``target``, loaded once per process (a run's preflight and its models share it)."""
+    key = json.dumps([target, kw], sort_keys=True, default=str)
+    if key not in _TOKENIZERS:
+        from transformers import AutoTokenizer
+
+        # trust_remote_code=False, never None: None makes transformers ask on stdin whether to run a folder's code
+        _TOKENIZERS[key] = _load_or_explain(name, AutoTokenizer.from_pretrained, target, trust_remote_code=False, **kw)
+    return _TOKENIZERS[key]
+
+
 def load_tokenizer(spec: str | ModelSpec) -> Any:
     """The tokenizer of ``spec`` alone (no weights): what a run checks its token limits with before any model
     loads."""
     mspec = ModelSpec.parse(spec)
-    kw: dict[str, Any] = {}
     if mspec.name.startswith(TINY_RANDOM):
-        target = str(gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF))
-    else:
-        target, _, kw = resolve_spec(mspec)
-    from transformers import AutoTokenizer
-
-    # trust_remote_code=False, never None: None makes transformers ask on stdin whether to run a folder's code
-    return _load_or_explain(mspec.name, AutoTokenizer.from_pretrained, target, trust_remote_code=False, **kw)
+        return _tokenizer(mspec.name, str(gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)), {})
+    target, _, kw = resolve_spec(mspec)
+    return _tokenizer(mspec.name, target, kw)
 
 
 def model_context(spec: str | ModelSpec) -> int | None:
@@ -401,9 +410,10 @@ def load_lm(
             import sys
 
             print(f"[perbench] {describe_remote_code(ModelSpec(target, mspec.revision))}", file=sys.stderr)
-        tok = _load_or_explain(
-            mspec.name, AutoTokenizer.from_pretrained, target, trust_remote_code=mspec.trust_remote_code, **kw
-        )
+        if mspec.trust_remote_code:
+            tok = _load_or_explain(mspec.name, AutoTokenizer.from_pretrained, target, trust_remote_code=True, **kw)
+        else:
+            tok = _tokenizer(mspec.name, target, kw)
         model: Any = _load_or_explain(
             mspec.name,
             AutoModelForCausalLM.from_pretrained,
