@@ -341,6 +341,7 @@ def test_validate_passes_only_the_options_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import perbench.data.loaders as loaders
+    from perbench.runner import preflight
 
     seen: list[tuple[str, dict[str, object]]] = []
 
@@ -348,7 +349,11 @@ def test_validate_passes_only_the_options_given(
         seen.append((source, options))
         return {"ok": True, "source": source}
 
+    def fake_for_run(cfg: RunConfig, source: str, options: dict[str, object]) -> dict[str, object]:
+        return fake(source, **options)
+
     monkeypatch.setattr(loaders, "validate_file", fake)
+    monkeypatch.setattr(preflight, "validate_for_run", fake_for_run)
     monkeypatch.setattr(loaders, "format_validation", lambda report: "checked")
     data = tmp_path / "pairs.jsonl"
     assert main(["validate", str(data)]) == 0

@@ -275,6 +275,19 @@ def test_hub_rm_batched_scores_match_single_sequences(tiny_lm, tmp_path) -> None
     assert rm.model.config.pad_token_id == tiny_lm.tokenizer.pad_token_id  # restored
 
 
+def test_hub_rm_refuses_a_checkpoint_without_its_score_head(tiny_lm, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A language model folder read as a reward model gets a random score head from transformers: its scores are
+    noise, so it is refused unless the config says allow_untrained_head: true."""
+    from perbench.errors import ConfigError
+
+    folder = _save_tiny(tiny_lm, tmp_path / "lm", "lm", 0)
+    with pytest.raises(ConfigError, match=r"has no trained weights for score\.weight.*allow_untrained_head: true"):
+        new("hub_rm", model=folder).fit([], RMContext())
+    rm = new("hub_rm", model=folder, allow_untrained_head=True)
+    rm.fit([], RMContext())
+    assert rm.score(probe()).shape == (len(probe()),) and rm.params["allow_untrained_head"] is True
+
+
 def test_dpo_implicit_variants(tiny_lm, tmp_path) -> None:  # type: ignore[no-untyped-def]
     pol = _save_tiny(tiny_lm, tmp_path / "pol", "lm", 1)
     ref = _save_tiny(tiny_lm, tmp_path / "ref", "lm", 2)

@@ -59,7 +59,20 @@ def upstream_section(results: Mapping[str, Any]) -> str:
             cells.append(value_ci(e.get("accuracy"), e.get("ci"), na=e.get("not_applicable") or f"no {g} users"))
         cells.append(num(_d(acc.get("all")).get("ties"), pct=False))
         rows.append(cells)
-    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(["method", *groups, "ties"], rows)
+    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(["method", *groups, "ties"], rows) + tie_rule(results)
+
+
+def tie_rule(results: Mapping[str, Any]) -> str:
+    """The rule by which a tie (chosen and rejected scored equal) counts in the accuracies, as the run applied it."""
+    policy = _d(results.get("config")).get("tie_policy")
+    if policy not in ("strict", "half"):
+        return ""
+    rule = "as wrong (0)" if policy == "strict" else "as half right (½)"
+    return (
+        f'<p class="muted">Tie rule: a pair whose chosen and rejected responses score equal counts {rule} in these '
+        f"accuracies (tie_policy: {esc(policy)}); the ties column counts them. The personalization-only accuracy "
+        "always counts a tie ½, so that on mirrored pairs any user-agnostic scorer gets exactly 50 %.</p>"
+    )
 
 
 def fewshot_table(results: Mapping[str, Any]) -> str:

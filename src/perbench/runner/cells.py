@@ -14,6 +14,7 @@ A row is ``{"group", "method", "metric", "user", "prompt", "value"}``:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -43,8 +44,20 @@ class Cells:
     def _row(self, method: str, metric: str, user: str, prompt: str, value: float) -> dict[str, Any]:
         return {"group": self.group, "method": method, "metric": metric, "user": user, "prompt": prompt, "value": value}
 
+    def text(self) -> str:
+        """The rows as ``cells.jsonl`` holds them, one sorted-key JSON object per line."""
+        return "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows)
+
+    def record(self) -> dict[str, Any]:
+        """What results.json keeps of the cells file, so a reader notices a file that lost or changed rows."""
+        return cells_record(self.text().encode("utf-8"), len(self.rows))
+
     def write(self, path: Path) -> None:
-        atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows))
+        atomic_write_text(path, self.text())
+
+
+def cells_record(raw: bytes, count: int) -> dict[str, Any]:
+    return {"file": "cells.jsonl", "count": count, "sha256": hashlib.sha256(raw).hexdigest()}
 
 
 def read_cells(path: Path) -> list[dict[str, Any]]:

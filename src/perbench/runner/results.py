@@ -190,7 +190,7 @@ def analyze_cells(
         n_boot=cfg.bootstrap,
         seed=cfg.seed,
         equivalence_margin=cfg.equivalence_margin,
-        roles={b: "baseline" for b in cfg.baselines},
+        roles={b.label(): "baseline" for b in cfg.baselines},
         adaptive=adaptive,
     )
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from perbench.config import RunConfig
 from perbench.data.records import Benchmark
-from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock
+from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
 from perbench.runner.methods import MethodHandle
+from perbench.runner.preflight import check_models, check_paths, check_setup
 from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict
-from perbench.runner.state import RunState, load_benchmark, log
+from perbench.runner.state import RunState, load_benchmark, log, needs_models
 from perbench.runner.units import Units
 from perbench.runner.work import Work
 
@@ -66,10 +67,15 @@ class Runner:
 
         set_threads()
         t0 = time.perf_counter()
+        check_setup(self.cfg)
         bench = load_benchmark(self.cfg)
+        if needs_models(self.cfg):  # what would fail mid-run fails here, before any weights load
+            check_models(self.cfg, bench)
+        check_paths(self.run_dir)
         load_s = time.perf_counter() - t0
         self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config and the data are good
-        with run_lock(self.run_dir):  # a second run of this config waits instead of doing the work twice
+        # nothing is written through a link inside the run directory; a second run of this config waits
+        with writing_inside(self.run_dir), run_lock(self.run_dir):
             return self._run(bench, t0, load_s)
 
     def _run(self, bench: Benchmark, t0: float, load_s: float) -> RunResult:
@@ -107,6 +113,7 @@ class Runner:
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         attach_analysis(results, analysis)  # one CI per number: the analysis's
+        results["cells"] = state.cells.record()
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)

@@ -84,8 +84,7 @@ class RunState:
             self.timing[name] = self.timing.get(name, 0.0) + time.perf_counter() - t
 
     def needs_models(self) -> bool:
-        """Whether anything in the config reads a model: a learned or LM-based method, a decoder, a judge."""
-        return bool(self.cfg.methods or self.cfg.decoders or self.cfg.judge)
+        return needs_models(self.cfg)
 
     def load_models(self) -> None:
         from perbench.cache import Store
@@ -121,7 +120,7 @@ class RunState:
         """One handle per method and baseline (the config has refused duplicates and unknown parameters)."""
         cfg = self.cfg
         out = [MethodHandle(m, self.bench, self.ctx, self.units) for m in cfg.methods]
-        out += [MethodHandle(Component(b), self.bench, self.ctx, self.units, baseline=True) for b in cfg.baselines]
+        out += [MethodHandle(b, self.bench, self.ctx, self.units, baseline=True) for b in cfg.baselines]
         return out
 
     # ------------------------------------------------------------------ rules every phase shares
@@ -199,6 +198,11 @@ def guide_problem(decoder_cls: type, rm_cls: type) -> str | None:
     return None if issubclass(rm_cls, FeatureRM) else "needs per-prefix rewards (a FeatureRM)"
 
 
+def needs_models(cfg: RunConfig) -> bool:
+    """Whether anything in the config reads a model: a learned or LM-based method, a decoder, a judge."""
+    return bool(cfg.methods or cfg.decoders or cfg.judge)
+
+
 def has_prefix_reward(h: MethodHandle) -> bool:
     """The method defines r(x, y_≤t) for every prefix (policy accuracy, ARGS-style guidance)."""
     return h.cls.no_prefix_reward is None or callable(getattr(h.cls, "candidate_rewards", None))
@@ -221,9 +225,16 @@ def seed_for(base: int, key: str) -> int:
 def load_benchmark(cfg: RunConfig) -> Benchmark:
     from perbench import registry
     from perbench.data.checks import check_benchmark
+    from perbench.data.rows import DataError
+    from perbench.errors import ConfigError
 
     loader = registry.benchmarks.get(cfg.benchmark.name)
-    bench: Benchmark = loader(**cfg.benchmark.params)
+    try:
+        bench: Benchmark = loader(**cfg.benchmark.params)
+    except DataError:
+        raise  # located in the data
+    except (ConfigError, ValueError, TypeError) as e:  # a parameter the loader refuses: located in the config
+        raise ConfigError(f"{cfg.where('benchmark')}: {cfg.benchmark.name}: {e}") from None
     # before any model loads: no pairs, no test pairs, or nothing to train on are errors, not zeros
     needs_train = any(registry.reward_models.get(m.name).needs_train_pairs for m in cfg.methods)
     check_benchmark(bench, needs_train=needs_train)  # its notes land in bench.meta["notes"]

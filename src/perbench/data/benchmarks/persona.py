@@ -336,4 +336,8 @@ def load_domain_styles(
             note="the style name is the answer key: user ids are opaque hashes of it (style-…)",
         ),
     }
-    return Benchmark(name or "domain_styles", pairs, users, skipped=skipped, meta=meta, weighting="pair")
+    # every pair is kept with its mirror (dedup_units), so all of them are personalization-only
+    subsets = {"personalization_only": frozenset(p.pair_id for p in pairs)} if pairs else {}
+    return Benchmark(
+        name or "domain_styles", pairs, users, skipped=skipped, meta=meta, weighting="pair", subsets=subsets
+    )
