@@ -235,9 +235,11 @@ def _note_user(users: dict[str, str], row: Row, fmap: FieldMap, default_user: st
     if value is MISSING or value is None:
         return
     try:
-        users.setdefault(check_ident(row, path, value), row.where)
+        user = check_ident(row, path, value)
     except DataError:
         return
+    # the id pairs carry: an answer-key id (a persona sentence) becomes its opaque id, as in _parse_row
+    users.setdefault(opaque_user_id(user) if ids_are_answer_keys(fmap) else user, row.where)
 
 
 def _first_difference(a: tuple[Message, ...], b: tuple[Message, ...]) -> str:
