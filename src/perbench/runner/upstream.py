@@ -94,11 +94,11 @@ class Upstream:
                 if na_pairs[group]:
                     acc[group] = {"na": "not applicable: no user in this group has train pairs to adapt from"}
                 continue
-            scores = self._scores(h, pairs, cfg.shots, group)
+            scores = self._scores(h, pairs, h.shots, group)
             all_scores[group] = scores
             acc[group] = self._accuracy(scores, pairs, h)
             if group == "unseen" and not h.user_agnostic:
-                acc[group]["effective_shots"] = self._effective_shots(h, sorted({p.user_id for p in pairs}), cfg.shots)
+                acc[group]["effective_shots"] = self._effective_shots(h, sorted({p.user_id for p in pairs}), h.shots)
             oc = outcomes(scores, judge, cfg.tie_policy)
             self.s.cells.add_pairs(h.label, f"rm_acc_{group}", pairs, oc)
             for p, sw, sl in zip(pairs, scores["chosen"], scores["rejected"], strict=True):
@@ -187,7 +187,7 @@ class Upstream:
     def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair]) -> str:
         w, k = self.s.pa_params()
         rgd = [k] if self.s.cfg.pa_rgd else []
-        return h.key(self.s.cfg.shots, "pa3", w, *rgd, group, pair_ids(pairs), self.s.policy.fingerprint)
+        return h.key(h.shots, "pa3", w, *rgd, group, pair_ids(pairs), self.s.policy.fingerprint)
 
     def _policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
         """Policy accuracy under the reward-guided policy that ARGS would deploy with this RM (its w, k): the
@@ -207,12 +207,12 @@ class Upstream:
         w, k = self.s.pa_params()
         key = self._pa_key(h, group, pairs)
         if self.s.units.missing([key], phase="policy_accuracy"):
-            problem = policy_accuracy_problem(self.s.policy, h.adapted(self.s.cfg.shots))
+            problem = policy_accuracy_problem(self.s.policy, h.adapted(h.shots))
             if problem is not None:
                 return {"not_applicable": problem}
 
         def compute() -> dict[str, np.ndarray]:
-            rm = h.adapted(self.s.cfg.shots)
+            rm = h.adapted(h.shots)
             res: dict[str, np.ndarray] = {}
             for side in ("chosen", "rejected"):
                 items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in pairs]
