@@ -85,7 +85,8 @@ class Pooled:
         if key not in self._pools:
             # the sampling policy never sees the user: one request per prompt, seeded by the prompt
             reqs = [GenRequest(p, "*", seed=seed_for(cfg.seed, k)) for k, p in prompts.items()]
-            gens = decoder.pool(self.s.policy, reqs, max_new_tokens=cfg.max_new_tokens)
+            with self.s.timed("pool.sampling"):
+                gens = decoder.pool(self.s.policy, reqs, max_new_tokens=cfg.max_new_tokens)
             if decoder.sampled:
                 self.s.units.computed["bon_samples"] += int(decoder.sampled)
             if decoder.reused:
@@ -100,8 +101,10 @@ class Pooled:
         its quality per (cell, sample)."""
         pool = self.pool(decoder, targets)
         if any(h.is_feature_rm for h in handles) and self.s.extractor is not None:
-            self._features(self.s.extractor, pool, [])
-        self.quality(pool)
+            with self.s.timed("pool.features"):
+                self._features(self.s.extractor, pool, [])
+        with self.s.timed("pool.quality"):
+            self.quality(pool)
 
     def _features(
         self, extractor: Any, pool: Pool, extra: list[tuple[Prompt, str]]

@@ -225,12 +225,14 @@ class Scoring:
         """Mean, two-way CI and seen / unseen means of every metric of ``rows``; ``expected``: the rows hold
         expectations (pooled Best-of-N), so ``rm_win`` has no win / tie / loss counts."""
         summary: dict[str, Any] = {"n": len(rows)}
+        columns = {}
         for metric in (*QUALITY_METRICS, "rubric_all", "rm_win", "rm_gain", "words"):
             have = [r for r in rows if metric in r]
-            if not have:
-                continue
-            vals = np.array([r[metric] for r in have], dtype=np.float64)
-            entry: dict[str, Any] = {"mean": float(vals.mean()), **self._ci(have, vals), "n": len(vals)}
+            if have:
+                columns[metric] = (have, np.array([r[metric] for r in have], dtype=np.float64))
+        cis = self._cis(columns)
+        for metric, (have, vals) in columns.items():
+            entry: dict[str, Any] = {"mean": float(vals.mean()), **cis[metric], "n": len(vals)}
             for group, flag in (("seen", True), ("unseen", False)):
                 g = vals[[r["seen"] == flag for r in have]]
                 entry[group] = float(g.mean()) if len(g) else None
@@ -267,29 +269,44 @@ class Scoring:
     def _ci(self, rows: list[dict[str, Any]], values: np.ndarray) -> dict[str, Any]:
         """``ci``: the two-way (users × prompts) bootstrap CI of the mean of ``values`` (one per row), or its
         fallback with fewer than 5 users, which ``ci_note`` then names (None for the two-way bootstrap)."""
-        from perbench.metrics.bootstrap import bootstrap_ci
+        return self._cis({"": (rows, values)})[""]
 
-        got = bootstrap_ci(
-            values,
-            [r["user_id"] for r in rows],
-            [r["prompt_id"] for r in rows],
-            n_boot=self.s.cfg.bootstrap,
-            seed=self.s.cfg.seed,
-        )
-        ci = None if got.ci is None else [float(got.ci[0]), float(got.ci[1])]
-        return {"ci": ci, "ci_note": got.note}
+    def _cis(self, columns: Mapping[str, tuple[list[dict[str, Any]], np.ndarray]]) -> dict[str, dict[str, Any]]:
+        """:meth:`_ci` of several columns (name -> (rows, values)). Columns over the same (user, prompt) rows share
+        one bootstrap pass (the same draws a pass per column would make, so the same intervals, at the cost of
+        one)."""
+        from perbench.metrics.bootstrap import TwoWayBootstrap, percentile_ci
+
+        cfg = self.s.cfg
+        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+        for name, (rows, _) in columns.items():
+            groups.setdefault(tuple((r["user_id"], r["prompt_id"]) for r in rows), []).append(name)
+        out: dict[str, dict[str, Any]] = {}
+        for cells, names in groups.items():
+            T, k = len(cells), len(names)
+            users, prompts = [u for u, _ in cells], [p for _, p in cells]
+            boot = TwoWayBootstrap(users * k, prompts * k, n_boot=max(cfg.bootstrap, 0), seed=cfg.seed)
+            plan = boot.resampling(np.arange(T))
+            cis: list[Any] = [None] * k
+            if plan.unit is not None and cfg.bootstrap >= 2:
+                values = np.concatenate([np.asarray(columns[n][1], np.float64) for n in names])
+                _, reps = boot.means(values, [np.arange(i * T, (i + 1) * T) for i in range(k)])
+                cis = [percentile_ci(reps[:, i]) for i in range(k)]
+            for n, ci in zip(names, cis, strict=True):
+                out[n] = {"ci": None if ci is None else [float(ci[0]), float(ci[1])], "ci_note": plan.note}
+        return out
 
     def _paired_deltas(self, rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
         """Mean per-(prompt, user) difference ``mine − ref`` of each quality metric, two-way CI."""
         by_key = {(r["prompt_id"], r["user_id"]): r for r in ref}
-        out: dict[str, Any] = {}
+        shared = [(a, by_key[(a["prompt_id"], a["user_id"])]) for a in rows if (a["prompt_id"], a["user_id"]) in by_key]
+        columns = {}
         for metric in QUALITY_METRICS:
-            both = [
-                (a, by_key[(a["prompt_id"], a["user_id"])]) for a in rows if (a["prompt_id"], a["user_id"]) in by_key
-            ]
-            both = [(a, b) for a, b in both if metric in a and metric in b]
-            if not both:
-                continue
-            vals = np.array([a[metric] - b[metric] for a, b in both], np.float64)
-            out[metric] = {"delta": float(vals.mean()), **self._ci([a for a, _ in both], vals), "n": len(vals)}
-        return out
+            both = [(a, b) for a, b in shared if metric in a and metric in b]
+            if both:
+                columns[metric] = ([a for a, _ in both], np.array([a[metric] - b[metric] for a, b in both], np.float64))
+        cis = self._cis(columns)
+        return {
+            metric: {"delta": float(vals.mean()), **cis[metric], "n": len(vals)}
+            for metric, (_, vals) in columns.items()
+        }

@@ -101,20 +101,24 @@ class Work:
         cells, samples = self.s.cells, self.s.samples
         self.s.cells, self.s.samples = Cells(cells.group), []
         try:
-            if unit.kind == "features":
-                self.up.prefetch_features(self.handles)
-            elif unit.kind == "fit":
-                handles[unit.name].fitted()
-            elif unit.kind == "upstream":
-                self.up.run(handles[unit.name])
-            elif unit.kind == "rl":
-                jobs = self.down.training.jobs(self.handles, self.down.eval_targets())
-                self.down.training.train(next(j for j in jobs if f"{j.label}:{j.group}" == unit.name))
-            else:
-                self._downstream_unit(unit)
+            with self.s.timed(f"units.{unit.kind}"):
+                self._compute(unit, handles)
         finally:
             self.s.cells, self.s.samples = cells, samples
         self.s.units.put_json("plan", done, {"unit": unit.label, "policy": unit.policy})
+
+    def _compute(self, unit: Unit, handles: dict[str, MethodHandle]) -> None:
+        if unit.kind == "features":
+            self.up.prefetch_features(self.handles)
+        elif unit.kind == "fit":
+            handles[unit.name].fitted()
+        elif unit.kind == "upstream":
+            self.up.run(handles[unit.name])
+        elif unit.kind == "rl":
+            jobs = self.down.training.jobs(self.handles, self.down.eval_targets())
+            self.down.training.train(next(j for j in jobs if f"{j.label}:{j.group}" == unit.name))
+        else:
+            self._downstream_unit(unit)
 
     def _downstream_unit(self, unit: Unit) -> None:
         main = self.s.policy
