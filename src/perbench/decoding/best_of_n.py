@@ -128,8 +128,11 @@ class BestOfN(Decoder):
                 if k not in found and k not in todo:
                     todo[k] = GenRequest(r.prompt, r.user_id, sample_seed(r.seed, j))
         self.reused += len(flat) - len(todo)
+        from perbench.progress import progress
+
         sampler = ZeroShot(sample=True, temperature=self.temperature, top_p=self.top_p)
         items = list(todo.items())
+        bar = progress(total=len(items), desc="Best-of-N pool", unit="sample")
         for s in range(0, len(items), self.sample_batch):
             chunk = items[s : s + self.sample_batch]
             gens = sampler.generate(policy, [req for _, req in chunk], None, max_new_tokens=max_new_tokens)
@@ -140,6 +143,8 @@ class BestOfN(Decoder):
             store.put_many_bytes({k: json.dumps(v).encode() for k, v in new.items()})
             found.update(new)
             self.sampled += len(chunk)
+            bar.update(len(chunk))
+        bar.close()
         return [
             [Generation(found[k]["text"], list(found[k]["token_ids"]), bool(found[k]["finished"])) for k in row]
             for row in keys

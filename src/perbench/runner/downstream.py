@@ -290,6 +290,5 @@ class Downstream:
         self.scoring.add_vs(result)
         for label, rounds in adaptive.items():
             self.s.adaptive[label] = rounds.record()
-        return {sys.label: result[sys.label] for sys in systems if sys.label in result} | {
-            k: v for k, v in result.items() if k not in {sys.label for sys in systems}
-        }
+        order = [sys.label for sys in systems if sys.label in result] + list(result)  # systems first, then rl
+        return {label: result[label] for label in dict.fromkeys(order)}
