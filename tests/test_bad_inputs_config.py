@@ -125,6 +125,14 @@ CASES = [
         "methods:\n  - global_bt\n  - {name: hub_rm, model: org/rm, trust_remote_code: true}\n",
         f"3: methods[1].trust_remote_code: {REMOTE}",
     ),
+    Case(
+        "lore_reg_without_a_reference",
+        "methods:\n  - global_bt\n  - lore_reg\n",
+        "3: methods[1]: lore_reg needs a reference reward model that was not fit on these pairs, given as exactly "
+        "one of anchor_state (a saved global_bt state, .npz, on this RM backbone's features) or anchor_rm (a hub "
+        "reward model id or folder); neither was given. Anchored on global_bt fit on the same pairs it becomes a "
+        "copy of global_bt.",
+    ),
     Case("unknown_key", "seed: 0\nmax_new_token: 3\n", "2: max_new_token: unknown key. Did you mean 'max_new_tokens'?"),
     Case(
         "literal",
@@ -333,6 +341,7 @@ def test_validate_passes_only_the_options_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import perbench.data.loaders as loaders
+    from perbench.runner import preflight
 
     seen: list[tuple[str, dict[str, object]]] = []
 
@@ -340,7 +349,11 @@ def test_validate_passes_only_the_options_given(
         seen.append((source, options))
         return {"ok": True, "source": source}
 
+    def fake_for_run(cfg: RunConfig, source: str, options: dict[str, object]) -> dict[str, object]:
+        return fake(source, **options)
+
     monkeypatch.setattr(loaders, "validate_file", fake)
+    monkeypatch.setattr(preflight, "validate_for_run", fake_for_run)
     monkeypatch.setattr(loaders, "format_validation", lambda report: "checked")
     data = tmp_path / "pairs.jsonl"
     assert main(["validate", str(data)]) == 0

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from perbench.data.records import Message, PreferencePair, ProfileItem, User
+from perbench.data.user_context import UserView
 from perbench.decoding.args import ARGS
 from perbench.decoding.best_of_n import BestOfN, bon_curve, bon_expected, bon_ns, bon_weights, pick_best, sample_seed
 from perbench.decoding.genarm import GenARMDecoder
@@ -191,7 +192,7 @@ PROFILE = (
 
 
 def _icl_users() -> tuple[dict[str, User], list[PreferencePair]]:
-    users = {"u": User("u", profile=PROFILE), "v": User("v")}
+    users = {"u": UserView("u", profile=PROFILE), "v": UserView("v")}
     pairs = [
         PreferencePair(f"t{i}", "v", f"question {i} about {topic}", f"good answer {i}", f"bad answer {i}", "train")
         for i, topic in enumerate(["cats", "sourdough baking", "cars"])
@@ -203,14 +204,20 @@ def _icl_users() -> tuple[dict[str, User], list[PreferencePair]]:
 @pytest.mark.parametrize("retrieval", ["bm25", "dense"])
 def test_icl_rag_retrieves_the_planted_item(retrieval: str) -> None:
     users, pairs = _icl_users()
-    dec = ICLRAG(k=1, retrieval=retrieval)
+    # LaMP-style RAG over the whole profile (profile_pool="all"): the retrieval picks the relevant item
+    dec = ICLRAG(profile_k=1, profile_pool="all", retrieval=retrieval)
     dec.bind(users, pairs)
     q = "How long should I proof my sourdough bread, and how do I keep the starter lively?"
     assert [it.item_id for it in dec.retrieve(GenRequest(q, "u", 0))] == ["p1"]
     q2 = "What do qubits in a quantum computer do?"
     assert dec.retrieve(GenRequest(q2, "u", 0))[0].item_id == "p3"
-    # preference-pair format reads the user's train pairs (never the test pair)
-    dec_pairs = ICLRAG(k=1, retrieval=retrieval, format="pairs")
+    # by default every profile item every method reads is shown, the relevant one first
+    default = ICLRAG(retrieval=retrieval)
+    default.bind(users, pairs)
+    assert default.retrieve(GenRequest(q, "u", 0))[0].item_id == "p1"
+    assert default.shown("u") == {"pairs": 0, "profile_items": 4}
+    # preference pairs: the user's train pairs (never the test pair), the relevant one first
+    dec_pairs = ICLRAG(k=1, retrieval=retrieval)
     dec_pairs.bind(users, pairs)
     got = dec_pairs.retrieve(GenRequest("any tips for sourdough baking?", "v", 0))
     assert [it.item_id for it in got] == ["t1"] and "bad answer 1" in got[0].text
@@ -223,15 +230,21 @@ def test_icl_rag_retrieves_the_planted_item(retrieval: str) -> None:
 
 def test_icl_random_is_seeded_and_generates(tiny_lm) -> None:  # type: ignore[no-untyped-def]
     users, pairs = _icl_users()
-    dec = ICL(k=2)
-    assert dec.retrieval == "random" and ICLRAG().retrieval == "bm25"
+    dec = ICL(k=2, format="chosen")
+    assert dec.retrieval == "random" and ICLRAG().retrieval == "bm25" and ICL().format == "pairs"
     dec.bind(users, pairs)
-    a = [it.item_id for it in dec.retrieve(GenRequest("q", "u", 3))]
-    assert a == [it.item_id for it in dec.retrieve(GenRequest("q", "u", 3))] and len(set(a)) == 2
-    assert len({tuple(it.item_id for it in dec.retrieve(GenRequest("q", "u", s))) for s in range(8)}) > 1
+    a = [it.item_id for it in dec.retrieve(GenRequest("q", "v", 3))]
+    assert a == [it.item_id for it in dec.retrieve(GenRequest("q", "v", 3))] and len(set(a)) == 2
+    assert len({tuple(it.item_id for it in dec.retrieve(GenRequest("q", "v", s))) for s in range(8)}) > 1
     chosen_only = dec.build_prompt(GenRequest("a question", "v", 0))  # no profile: own pairs, chosen only
     assert isinstance(chosen_only, str) and "good answer" in chosen_only and "bad answer" not in chosen_only
     assert dec.build_prompt(GenRequest("q", "nobody", 0)) == "q"  # no items: the plain prompt
+    both = ICL()
+    both.bind({**users, "v": UserView("v", profile=PROFILE[:2])}, pairs)
+    prompt = both.build_prompt(GenRequest("q", "v", 0))  # profile items and all pairs, with both responses
+    assert isinstance(prompt, str) and prompt.index("profile") < prompt.index("Preferred response")
+    assert all(f"good answer {i}" in prompt and f"bad answer {i}" in prompt for i in range(3))
+    assert both.shown("v") == {"pairs": 3, "profile_items": 2}
     gens = dec.generate(tiny_lm, [GenRequest("q", "u", 0), GenRequest("q", "v", 0)], None, max_new_tokens=3)
     assert len(gens) == 2
     with pytest.raises(RuntimeError, match="bind"):

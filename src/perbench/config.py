@@ -12,8 +12,10 @@ naming the file, line (for YAML) and key, what is allowed, and a "Did you mean" 
 - model names (a bundled alias, ``tiny-random[:SEED]``, an existing folder or ``.gguf`` file, or a hub id
   ``org/name``), ``device``, ``dtype``, ``run_name`` (one plain path component), ``guide_with`` (methods of this
   config), ``verdict_metric`` (a configured decoder);
-- YAML: syntax errors with their line, duplicate keys, a directory or missing file as config. An empty file
-  means the embedded default run. ``1e-3`` reads as a number (plain YAML 1.1 reads it as text).
+- YAML: syntax errors with their line, duplicate keys, a directory, a missing or non-regular file as config, an
+  alias expansion too large to be a config. An empty file means the embedded default run. Numbers follow YAML 1.2
+  (``0100`` is 100, ``0o17`` octal, ``1:30`` text, ``1e-3`` a number); PyYAML's YAML 1.1 rules would read
+  ``0100`` as 64 and ``1:30`` as 90.
 
 Every value that shapes a result goes into the config hash that names the run directory, so the same config
 resumes the same run.
@@ -87,11 +89,43 @@ class Where:
 
 
 # ------------------------------------------------------------------------------------------------------- YAML
+#: nodes a config may expand to through aliases (a "billion laughs" file expands to 10⁹)
+MAX_NODES = 100_000
+
+
 class ConfigLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader that records each key's and item's line, refuses duplicate keys, and reads numbers in
-    exponent form without a dot (``1e-3``) as numbers."""
+    """PyYAML's SafeLoader that records each key's and item's line, refuses duplicate keys, reads integers and
+    floats by YAML 1.2's rules, and refuses a document whose aliases expand it beyond :data:`MAX_NODES` nodes."""
 
     source = "config"
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {}, self.source)
+        return node
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], source: str) -> int:
+    """Nodes in ``node`` with every alias expanded (memoised per node, so shared subtrees cost once to count)."""
+    known = memo.get(id(node))
+    if known is not None:
+        if known < 0:
+            raise ConfigError(f"{source}:{node.start_mark.line + 1}: an alias refers to itself (a recursive value)")
+        return known
+    memo[id(node)] = -1
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, memo, source) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo, source) + _expanded_size(v, memo, source) for k, v in node.value)
+    if size > MAX_NODES:
+        raise ConfigError(
+            f"{source}:{node.start_mark.line + 1}: its aliases expand to over {MAX_NODES} values; a run config "
+            "is small: write the values out"
+        )
+    memo[id(node)] = size
+    return size
 
 
 def _construct_map(loader: ConfigLoader, node: yaml.MappingNode) -> Iterator[LinedDict]:
@@ -125,11 +159,30 @@ def _construct_seq(loader: ConfigLoader, node: yaml.SequenceNode) -> Iterator[Li
     data.item_lines = [n.start_mark.line + 1 for n in node.value]
 
 
+def _construct_int(loader: ConfigLoader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 integer: decimal (leading zeros are decimal), ``0o`` octal or ``0x`` hexadecimal."""
+    text = str(loader.construct_scalar(node))
+    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text.lstrip("+"))
+    base = {"0o": 8, "0x": 16}.get(digits[:2], 10)
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+ConfigLoader.yaml_implicit_resolvers = {  # YAML 1.1's int and float rules out, YAML 1.2's (core schema) in
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ConfigLoader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+ConfigLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+ConfigLoader.add_constructor(_INT, _construct_int)  # type: ignore[arg-type]
 ConfigLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)  # type: ignore[arg-type]
 ConfigLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)  # type: ignore[arg-type]
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
 
 
 def load_yaml(text: str, source: str) -> Any:
@@ -164,9 +217,14 @@ def load_yaml(text: str, source: str) -> Any:
 
 def read_yaml(path: str | Path) -> Any:
     """The parsed content of a YAML file; a missing file, a directory or unreadable text is a ConfigError."""
+    from perbench.io import special_file
+
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{p}: is a directory; a run config is a YAML file")
+    what = special_file(p)
+    if what is not None:
+        raise ConfigError(f"{p}: is {what}, not a file; a run config is a YAML file")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -289,6 +347,8 @@ def _quote_hint(value: Any, tp: Any) -> str:
     if not isinstance(value, str):
         return ""
     wanted = set(_leaf_types(tp))
+    if wanted & {int, float} and re.fullmatch(r"[-+]?[0-9][0-9_:]*(\.[0-9_]*)?", value) and {"_", ":"} & set(value):
+        return " (YAML 1.2 reads digits with _ or : as text: write the plain number, e.g. 1000 or 90)"
     if wanted & {int, float}:
         try:
             float(value)
@@ -456,8 +516,15 @@ def _model_problem(v: str) -> str | None:
     return model_name_problem(v)
 
 
+#: the longest file name most file systems allow, in bytes
+NAME_MAX = 255
+
+
 def _run_name_problem(v: str) -> str | None:
     plain = v not in ("", ".", "..") and "/" not in v and "\\" not in v and "\0" not in v and ":" not in v[:2]
+    size = len(v.encode("utf-8", "surrogatepass"))
+    if plain and size > NAME_MAX:
+        return f"a folder name of {size} bytes; file systems allow at most {NAME_MAX}: choose a shorter run_name"
     if plain:
         return None
     return (
@@ -627,7 +694,8 @@ class RunConfig:
     policy: Annotated[str, MODEL] = "smollm2"
     rm_backbone: Annotated[str, MODEL] = "smollm2"
     methods: list[Component] = field(default_factory=lambda: [Component("global_bt")])
-    baselines: list[str] = field(default_factory=lambda: ["length", "random"])
+    #: reference lines scored like methods, never recommended: names, or ``{name: length, unit: chars}``
+    baselines: list[Component] = field(default_factory=lambda: [Component("length"), Component("random")])
     decoders: list[Component] = field(
         default_factory=lambda: [Component("zero_shot"), Component("args", {"k": 10, "w": 1.0})]
     )
@@ -638,12 +706,13 @@ class RunConfig:
     #: few-shot adaptation of unseen users: main number of shots and the curve
     shots: Annotated[int, NON_NEGATIVE] = 10
     shot_curve: list[Annotated[int, POSITIVE]] = field(default_factory=lambda: [1, 2, 5, 10, 20])
-    #: weight of the reward in policy accuracy's teacher-forced RGD score
+    #: the weight w on the reward in policy accuracy (log π(y|x) + w·r(x, y)) for a method that no weighted decoder
+    #: guides; a method that steers ARGS or GenARM is measured at that decoder's weight
     pa_weight: float = 1.0
-    #: policy accuracy also under the RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's k);
-    #: costs one tree forward of k candidates per response token and method
+    #: policy accuracy also under the top-k RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's
+    #: k), a labelled variant; costs one tree forward of k candidates per response token and method
     pa_rgd: bool = False
-    #: k of that top-k when no ``args`` decoder is configured (w is then ``pa_weight``)
+    #: k of that top-k for methods that do not guide an ``args`` decoder (default: the first ARGS's k, else 10)
     pa_rgd_k: Annotated[int, POSITIVE] | None = None
     tie_policy: Literal["strict", "half"] = "strict"
     #: bootstrap resamples of every CI (0: no CIs)
@@ -667,8 +736,13 @@ class RunConfig:
     #: the downstream metric the verdict ranks methods by (``DECODER:QUALITY``); None: the first present of
     #: args/best_of_n rubric satisfaction, judge score, ROUGE-L
     verdict_metric: str | None = None
-    #: the user-agnostic RM that per-user gains and "minority users" are measured against
+    #: the user-agnostic RM that per-user gains and "minority users" are measured against (a method or baseline
+    #: label of this config; the default may be absent, then the report says there is no reference)
     reference_method: str = "global_bt"
+    #: practical-equivalence margin ε of the verdict, in the metric's units (0.05 = 5 points of a proportion):
+    #: methods whose 90% CI of the difference to the leader lies inside ±ε are "practically equivalent"; None:
+    #: the default 0.05; 0: never claim equivalence
+    equivalence_margin: Annotated[float, NON_NEGATIVE] | None = None
     #: BERTScore-F1 of generations against the user's reference (bundled all-MiniLM-L6-v2)
     bertscore: bool = True
     #: the training-time downstream phase: GRPO (+ LoRA) of the policy against each RM, evaluated like a decoder
@@ -699,6 +773,12 @@ class RunConfig:
         values = _validate({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, Where("RunConfig"))
         for k, v in values.items():
             setattr(self, k, v)
+        #: where each key was given (``run.yaml:3: device``, ``command line: seed``), for checks made at run time
+        self._origins: dict[str, str] = {}
+
+    def where(self, key: str) -> str:
+        """Where ``key`` was given, as errors name it: ``FILE:LINE: key``, ``command line: key`` or ``key``."""
+        return self._origins.get(key, key)
 
     # ------------------------------------------------------------------ front doors
     @classmethod
@@ -707,7 +787,9 @@ class RunConfig:
         src = where if isinstance(where, Where) else Where(where)
         if not isinstance(data, Mapping):
             raise src.error(f"a run config is a mapping of keys (benchmark:, methods:, …), got {_show(data)}")
-        return cls(**_validate(data, src))
+        cfg = cls(**_validate(data, src))
+        cfg._origins = {k: str(src.at(k, data)) for k in data if isinstance(k, str)}
+        return cfg
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
@@ -731,14 +813,19 @@ class RunConfig:
         """A copy with ``changes`` applied (None values are ignored); ``where`` (positional) names them in error
         messages."""
         data = self.to_dict()
-        data.update({k: v for k, v in changes.items() if v is not None})
-        return RunConfig.from_dict(data, where=where)
+        given = {k: v for k, v in changes.items() if v is not None}
+        data.update(given)
+        cfg = RunConfig.from_dict(data, where=where)
+        cfg._origins = {**self._origins, **{k: str(Where(where).at(k)) for k in given}}
+        return cfg
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             out[f.name] = _plain(v)
+        # a baseline without parameters is written as its name, as configs always wrote it (and as hashes read it)
+        out["baselines"] = [b.name if not b.params else _plain(b) for b in self.baselines]
         return out
 
     def result_hash(self) -> str:
@@ -752,6 +839,7 @@ class RunConfig:
             "policies",
             "seeds",
             "verdict_metric",
+            "equivalence_margin",
             "rl",
             "systems",
             "adaptive",
@@ -797,10 +885,10 @@ def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
             where, value = src.at(key, data), data[key]
             if key == "benchmark":
                 values[key] = _component(value, where, "benchmark")
-            elif key in ("methods", "decoders"):
+            elif key in ("methods", "decoders", "baselines"):
                 if not isinstance(value, list | tuple):
                     raise where.error(f"expected a list of {key}, got {_show(value)}")
-                kind = "method" if key == "methods" else "decoder"
+                kind = "decoder" if key == "decoders" else "method"
                 values[key] = [_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
             else:
                 check_value(value, hints[key], where)
@@ -818,16 +906,11 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
     def at(key: str) -> Where:
         return src.at(key, data)
 
-    for i, b in enumerate(v["baselines"]):
-        try:
-            registry.reward_models.entry(b)
-        except registry.UnknownNameError as e:
-            raise at("baselines").at(i, data.get("baselines")).error(str(e)) from None
     try:
         registry.executors.entry(v["executor"])
     except registry.UnknownNameError as e:
         raise at("executor").error(str(e)) from None
-    labels = [m.label() for m in v["methods"]] + list(v["baselines"])
+    labels = [m.label() for m in v["methods"] + v["baselines"]]
     seen: set[str] = set()
     for i, label in enumerate(labels):
         if label in seen:
@@ -848,6 +931,14 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
                     f"Allowed: {', '.join(labels) or 'none'}"
                 )
             )
+    ref = v["reference_method"]
+    if ref not in labels and ref != _defaults()["reference_method"]:
+        close = difflib.get_close_matches(ref, labels, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise at("reference_method").error(
+            f"{ref!r} is not one of this config's methods or baselines, so per-user gains and minority users would "
+            f"be measured against nothing.{hint} Allowed: {', '.join(labels) or 'none'}"
+        )
     if v["rl"] is not None:
         from perbench.training.spec import RLPhase
 

@@ -175,7 +175,7 @@ def system_label(method: Component, axes: Mapping[str, Any], defaults: Mapping[s
 
 def expand(
     methods: Sequence[Component],
-    baselines: Iterable[str],
+    baselines: Iterable[Component | str],
     spec: SystemsSpec | None,
     *,
     seed: int,
@@ -202,7 +202,9 @@ def expand(
             ):
                 axes = {"train_fraction": float(f), "seed": s, "shots": k}
                 out.append(SystemDef(system_label(variant, axes, defaults), variant, float(f), s, k))
-    out += [SystemDef(b, Component(b), 1.0, seed, shots, baseline=True) for b in baselines]
+    for b in baselines:
+        comp = b if isinstance(b, Component) else Component(b)
+        out.append(SystemDef(comp.label(), comp, 1.0, seed, shots, baseline=True))
     seen: set[str] = set()
     for sd in out:
         if sd.label in seen:

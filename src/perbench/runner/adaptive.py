@@ -277,6 +277,8 @@ class Rounds:
             reference_method=cfg.reference_method,
             n_boot=cfg.bootstrap,
             seed=cfg.seed,
+            equivalence_margin=cfg.equivalence_margin,
+            roles={b.label(): "baseline" for b in cfg.baselines},
         )
         rk = res["ranking"][self.metric]
         decision = rk.get("decision") or ("separable" if rk.get("best") else "undecided")

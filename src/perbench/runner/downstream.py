@@ -26,7 +26,7 @@ from perbench.progress import progress
 from perbench.runner.methods import MethodHandle
 from perbench.runner.pooled import Pooled
 from perbench.runner.scoring import Scoring
-from perbench.runner.state import RunState, seed_for
+from perbench.runner.state import RunState, guide_problem, seed_for
 from perbench.runner.training import Training
 from perbench.runner.units import unit_key
 
@@ -112,19 +112,18 @@ class Downstream:
 
     # ------------------------------------------------------------------ systems
     def _decoder(self, spec: Component) -> Any:
-        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark."""
+        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark's context view."""
         from perbench import registry
 
         decoder = registry.decoders.get(spec.name)(**spec.params)
-        if hasattr(decoder, "bind_benchmark"):
-            decoder.bind_benchmark(self.s.bench, shots=self.s.cfg.shots)
+        if hasattr(decoder, "bind_context"):  # user views and allowed train pairs: no answer key reachable
+            decoder.bind_context(self.s.bench.context_view(self.s.cfg.shots))
         return decoder
 
     def systems(self, handles: list[MethodHandle]) -> tuple[list[System], list[dict[str, str]]]:
         """Every (decoder, guiding RM) the config asks for, and the combinations that cannot run, with why.
         Pooled Best-of-N re-ranks with every system; ``guide_with`` limits the per-cell decoders."""
         from perbench import registry
-        from perbench.rewards.base import FeatureRM
 
         out: list[System] = []
         skipped: list[dict[str, str]] = []
@@ -143,12 +142,7 @@ class Downstream:
                 if self.s.unfittable(h):
                     skipped.append({"decoder": d.label(), "method": h.label, "reason": "no train pairs"})
                     continue
-                check = getattr(cls, "rm_problem", None)
-                problem = (
-                    check(h.cls)
-                    if check is not None
-                    else (None if issubclass(h.cls, FeatureRM) else "needs per-prefix rewards (a FeatureRM)")
-                )
+                problem = guide_problem(cls, h.cls)
                 if problem:
                     skipped.append({"decoder": d.label(), "method": h.label, "reason": problem})
                     continue

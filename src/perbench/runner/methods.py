@@ -45,12 +45,17 @@ class MethodHandle:
         self.bench = bench
         if system.seed != ctx.seed:
             ctx = dataclasses.replace(ctx, seed=system.seed)
-        self.ctx = ctx
         self.units = units
         self.cls: type[RewardModel] = registry.reward_models.get(spec.name)
+        if getattr(self.cls, "oracle", False):  # a separately named upper bound: it alone gets the answer keys
+            from perbench.data.user_context import method_inputs
+
+            ctx = dataclasses.replace(ctx, extra={**ctx.extra, **method_inputs(bench.users, oracle=True)})
+        self.ctx = ctx
         self._rm: RewardModel | None = None
         self._adapted: tuple[int, bool] | None = None
-        probe = self.cls(**spec.params)
+        #: an unfitted instance of the method (its parameters, e.g. GenARM's β for a decoder's weight)
+        self.probe = probe = self.cls(**spec.params)
         #: whether the method's unseen-user scores depend on the shots (an instance may switch its class's
         #: ``uses_shots`` off, e.g. P-DPO without adaptation steps falls back to the generic user)
         self.uses_shots = bool(self.cls.uses_shots and getattr(probe, "adapts_from_shots", True))
