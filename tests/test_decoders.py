@@ -9,7 +9,7 @@ import torch
 from perbench.data.records import Message, PreferencePair, ProfileItem, User
 from perbench.data.user_context import UserView
 from perbench.decoding.args import ARGS
-from perbench.decoding.best_of_n import BestOfN, bon_curve, bon_ns, pick_best, sample_seed
+from perbench.decoding.best_of_n import BestOfN, bon_curve, bon_expected, bon_ns, bon_weights, pick_best, sample_seed
 from perbench.decoding.genarm import GenARMDecoder
 from perbench.decoding.greedy import ZeroShot
 from perbench.decoding.icl import ICL, ICLRAG
@@ -150,12 +150,36 @@ def test_bon_curve_hand_checked() -> None:
     quality = [np.array([0.0, 1.0, 0.2, 0.4]), np.array([0.5, 1.0, 0.0, 1.0])]
     c = bon_curve(rewards, quality)
     assert c["n"] == [1, 2, 4] == bon_ns(4)
-    # n=1: picks (0, 0) -> q 0.0, 0.5; n=2: picks (1, 0) (NaN never wins) -> 1.0, 0.5; n=4: (3, 2) -> 0.4, 0.0
-    assert c["quality"] == pytest.approx([0.25, 0.75, 0.2])
-    assert c["oracle"] == pytest.approx([0.25, 1.0, 1.0])
-    assert c["reward"] == pytest.approx([0.55, 0.95, 2.5])
-    assert pick_best(np.array([1.0, 1.0])) == 0  # ties: the earliest sample
+    # n = 2 from a pool of 4: the items ranked 1..4 by reward win with probability 3/6, 2/6, 1/6, 0 (NaN ranks last)
+    # row 1: .5·.4 + 1/3·1 + 1/6·.2 = .5667; row 2: .5·0 + 1/3·.5 + 1/6·1 = .3333. n = 1: the pool means .4, .625
+    assert c["quality"] == pytest.approx([0.5125, 0.45, 0.2])
+    # the oracle ranks by quality: row 2's two 1.0s tie at the top and share (3/6 + 2/6) / 2 each
+    assert c["oracle"] == pytest.approx([0.5125, (0.5 + 0.4 / 3 + 0.2 / 6 + 5 / 6 + 0.5 / 6) / 2, 1.0])
+    assert c["sample_mean"] == pytest.approx([0.5125] * 3)
+    assert pick_best(np.array([1.0, 1.0])) == 0  # a single decode: ties pick the earliest sample
     assert bon_ns(6) == [1, 2, 4, 6]
+    # tied rewards are ordered at random: each gets half of the winning chance
+    assert bon_expected(np.array([1.0, 1.0, 0.0]), np.array([0.0, 1.0, 1.0]), 3) == pytest.approx(0.5)
+
+
+def test_exact_best_of_n_equals_the_monte_carlo_mean_over_random_subsets() -> None:
+    """The exact expectation over random n-subsets of a pool equals the mean of simulated Best-of-n draws (ties
+    broken uniformly at random), for every n, with tied and NaN rewards in the pool."""
+    rng = np.random.default_rng(7)
+    N, draws = 12, 40_000
+    rewards = rng.integers(0, 5, size=(3, N)).astype(float)  # many ties
+    rewards[0, 3] = np.nan
+    quality = rng.random((3, N))
+    for n in (1, 2, 3, 5, 8, 12):
+        exact = bon_expected(rewards, quality, n)
+        assert bon_weights(rewards, n).sum(1) == pytest.approx(np.ones(3))
+        for row in range(3):
+            r = np.where(np.isnan(rewards[row]), -np.inf, rewards[row])
+            subsets = np.argsort(rng.random((draws, N)), axis=1)[:, :n]
+            sub_r = r[subsets] + rng.random((draws, n)) * 1e-9  # random order among ties
+            picks = subsets[np.arange(draws), np.argmax(sub_r, axis=1)]
+            mc = quality[row][picks]
+            assert abs(mc.mean() - exact[row]) < 4.5 * mc.std() / np.sqrt(draws) + 1e-12, (n, row)
 
 
 # ---------------------------------------------------------------------------------------------- ICL

@@ -214,6 +214,7 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
         max_new_tokens=6,
         max_test_prompts=2,
         max_gen_users=2,
+        max_pool_prompts=2,  # Best-of-N: every user on 2 test prompts (GenARM scores each user's pool anew)
         pa_rgd=True,
         shot_curve=[1],
     )
@@ -248,6 +249,8 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
         c = down[label]["bon_curve"]["rubric_satisfaction"]
         assert c["n"] == [1, 2, 4]
         assert all(o >= q - 1e-12 for o, q in zip(c["oracle"], c["quality"], strict=True))
+        # every user on each of the 2 pool prompts, from one pool per prompt
+        assert down[label]["n"] == 2 * 32 and down[label]["pool"] == {**down[label]["pool"], "prompts": 2, "pool": 4}
     # both RMs re-ranked the same pool: identical oracle curves, and N = 1 is the same sample for both
     a, b = (down[x]["bon_curve"]["rubric_satisfaction"] for x in bons)
     assert a["oracle"] == b["oracle"] and a["quality"][0] == b["quality"][0]

@@ -554,6 +554,7 @@ _DECODER_BOUNDS: dict[str, Bound] = {
     "temperature": Bound(0, lo_open=True),
     "top_p": Bound(0, 1, lo_open=True),
     "sample_batch": Bound(1),
+    "pool": Bound(1),
     "max_item_chars": Bound(1),
 }
 _DECODER_OVERRIDES: dict[str, dict[str, Bound]] = {"icl": {"k": Bound(0)}, "icl_rag": {"k": Bound(0)}}
@@ -698,8 +699,9 @@ class RunConfig:
     decoders: list[Component] = field(
         default_factory=lambda: [Component("zero_shot"), Component("args", {"k": 10, "w": 1.0})]
     )
-    #: which methods steer reward-guided decoders (default: every method the decoder can use); each entry is a
-    #: method's label (``name`` or ``name(param=value,…)``) or a baseline
+    #: which systems steer the decoders that generate per (user, prompt), e.g. ARGS and GenARM (default: every
+    #: system the decoder can use); each entry is a system's label (``name``, ``name(param=value,…)``) or a
+    #: baseline. Best-of-N re-ranks its shared pool with every system whatever this says (scoring is cheap).
     guide_with: list[str] | None = None
     #: few-shot adaptation of unseen users: main number of shots and the curve
     shots: Annotated[int, NON_NEGATIVE] = 10
@@ -746,6 +748,16 @@ class RunConfig:
     #: the training-time downstream phase: GRPO (+ LoRA) of the policy against each RM, evaluated like a decoder
     #: (``perbench.training.RLSpec`` fields plus ``methods: [...]``, default every method); None: off
     rl: dict[str, Any] | None = None
+    #: reward-model populations: each method crossed with train fractions, fit seeds, shots and its own
+    #: parameter grids (``perbench.systems``); None: one system per method
+    systems: dict[str, Any] | None = None
+    #: adaptive rounds for the decoders that generate per (user, prompt) (ARGS, GenARM, ICL): ``budget``
+    #: (generations per decoder, or minutes as "4min"), ``round`` (cells per round), ``metric`` (a quality;
+    #: default the verdict metric's); None: every eligible cell at once
+    adaptive: dict[str, Any] | None = None
+    #: test prompts that get a shared Best-of-N pool (and zero-shot output) for every user with ground truth
+    #: on them (None: every test prompt); ``max_test_prompts`` / ``max_gen_users`` limit per-user decoders only
+    max_pool_prompts: Annotated[int, POSITIVE] | None = None
     #: how the run's units are computed (``perbench list executors``)
     executor: str = "local"
     #: auto | cpu | cuda | cuda:N | mps
@@ -829,6 +841,9 @@ class RunConfig:
             "verdict_metric",
             "equivalence_margin",
             "rl",
+            "systems",
+            "adaptive",
+            "max_pool_prompts",
         ):  # optional extras: absent = the hash configs had before they existed
             if d.get(k) is None:
                 d.pop(k, None)
@@ -902,6 +917,8 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
             where = at("methods") if i < len(v["methods"]) else at("baselines")
             raise where.error(f"{label!r} is listed twice (as a method or baseline); list each once")
         seen.add(label)
+    labels = _system_labels(v, data, src)
+    seen = set(labels)
     for i, g in enumerate(v["guide_with"] or []):
         if g not in seen:
             close = difflib.get_close_matches(g, labels, n=1)
@@ -926,6 +943,10 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
         from perbench.training.spec import RLPhase
 
         RLPhase.from_dict(v["rl"], where=str(at("rl"))).check_methods(labels, where=str(at("rl")))
+    if v["adaptive"] is not None:
+        from perbench.runner.adaptive import AdaptiveSpec
+
+        AdaptiveSpec.from_dict(v["adaptive"], at("adaptive"))
     metric = v["verdict_metric"]
     if metric is not None:
         decoder, sep, quality = metric.partition(":")
@@ -940,6 +961,50 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
         dup = sorted({s for s in seeds if seeds.count(s) > 1})
         if dup:
             raise at("seeds").error(f"seed {dup[0]} is listed twice")
+
+
+def _system_labels(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> list[str]:
+    """The labels of every system the config expands to (``perbench.systems``), each variant's parameters checked
+    like a method's."""
+    from perbench.systems import SystemsSpec, expand
+
+    raw = v["systems"]
+    spec = None
+    if raw is not None:
+        where = src.at("systems", data)
+        spec = SystemsSpec.from_dict(raw, where)
+        names = {m.name for m in v["methods"]} | {m.label() for m in v["methods"]}
+        for i, m in enumerate(spec.methods or ()):
+            if m not in names:
+                close = difflib.get_close_matches(m, sorted(names), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise (
+                    where.at("methods", raw)
+                    .at(i, raw.get("methods"))
+                    .error(f"{m!r} is not one of this config's methods.{hint}")
+                )
+        for m in spec.params:
+            if m not in names:
+                close = difflib.get_close_matches(m, sorted(names), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise (
+                    where.at("params", raw)
+                    .at(m, raw.get("params"))
+                    .error(f"{m!r} is not one of this config's methods, so its grid would expand nothing.{hint}")
+                )
+    try:
+        systems = expand(v["methods"], v["baselines"], spec, seed=v["seed"], shots=v["shots"])
+    except ValueError as e:
+        raise src.at("systems" if raw is not None else "methods", data).error(str(e)) from None
+    if spec is not None and spec.params:
+        where = src.at("systems", data).at("params", raw)
+        checked: set[str] = set()
+        for sd in systems:
+            if sd.baseline or sd.method.label() in checked:
+                continue
+            checked.add(sd.method.label())
+            _component(sd.method, where.at(sd.method.name, raw.get("params")), "method")
+    return [sd.label for sd in systems]
 
 
 def parse_set(values: list[str]) -> dict[str, Any]:

@@ -172,7 +172,7 @@ def bon_table(down: Mapping[str, Any]) -> str:
             vals = dict(zip(_l(m.get("n")), _l(m.get(key)), strict=False))
             rows.append([f'<span class="muted">{name}</span>', esc(metric)] + [num(vals.get(n)) for n in ns])
     return (
-        "<details><summary>Best-of-N: ground-truth quality vs N (first N samples of one shared pool), "
+        "<details><summary>Best-of-N: ground-truth quality vs n (exact over random n-subsets of one shared pool), "
         "table</summary>" + table(["RM", "quality"] + [f"N={n}" for n in ns], rows) + "</details>"
     )
 

@@ -109,7 +109,8 @@ class Runner:
             upstream[label]["policy_accuracy_by_policy"] = by_policy
         state.timing["total"] = time.perf_counter() - t0
         with state.timed("analysis"):
-            analysis = analyze_cells(state.cells.rows, cfg)
+            adaptive = {rec["metric"]: rec["summary"] for rec in state.adaptive.values()}
+            analysis = analyze_cells(state.cells.rows, cfg, adaptive)
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         attach_analysis(results, analysis)  # one CI per number: the analysis's

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from perbench.config import Component, RunConfig
+from perbench.config import Component, RunConfig, Where
 from perbench.data.records import Benchmark, PreferencePair
 from perbench.data.user_context import method_inputs
 from perbench.io import cache_dir
@@ -22,6 +22,7 @@ from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle
 from perbench.runner.units import Units
+from perbench.systems import SystemDef
 
 
 def log(msg: str) -> None:
@@ -48,6 +49,8 @@ class RunState:
         self.batchers: dict[str, AdaptiveBatcher] = {}
         #: the rl phase's training record per label (see ``training.py``)
         self.rl_info: dict[str, Any] = {}
+        #: the adaptive rounds' record per per-cell decoder label (see ``adaptive.py``)
+        self.adaptive: dict[str, Any] = {}
         # models (see load_models); None in a run that needs no model (baselines only, no decoders)
         self.policy: Any = None
         self.rm_lm: Any = None
@@ -116,12 +119,20 @@ class RunState:
         cfg = self.cfg
         return FeatureExtractor(lm, self.feature_store, batch_size=cfg.feature_batch_size, max_length=cfg.max_length)
 
-    def method_handles(self) -> list[MethodHandle]:
-        """One handle per method and baseline (the config has refused duplicates and unknown parameters)."""
+    def systems(self) -> list[SystemDef]:
+        """Every system of the run: each method (crossed with the ``systems:`` grid), then the baselines."""
+        from perbench.systems import SystemsSpec, expand
+
         cfg = self.cfg
-        out = [MethodHandle(m, self.bench, self.ctx, self.units) for m in cfg.methods]
-        out += [MethodHandle(b, self.bench, self.ctx, self.units, baseline=True) for b in cfg.baselines]
-        return out
+        spec = None if cfg.systems is None else SystemsSpec.from_dict(cfg.systems, Where("systems"))
+        return expand(cfg.methods, cfg.baselines, spec, seed=cfg.seed, shots=cfg.shots)
+
+    def method_handles(self) -> list[MethodHandle]:
+        """One handle per system (the config has refused duplicates and unknown parameters)."""
+        return [
+            MethodHandle(sd.method, self.bench, self.ctx, self.units, baseline=sd.baseline, system=sd)
+            for sd in self.systems()
+        ]
 
     # ------------------------------------------------------------------ rules every phase shares
     def unfittable(self, h: MethodHandle) -> bool:

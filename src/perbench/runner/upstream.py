@@ -111,11 +111,11 @@ class Upstream:
                 if na_pairs[group]:
                     acc[group] = {"na": "not applicable: no user in this group has train pairs to adapt from"}
                 continue
-            scores = self._scores(h, pairs, cfg.shots, group)
+            scores = self._scores(h, pairs, h.shots, group)
             all_scores[group] = scores
             acc[group] = self._accuracy(scores, pairs, h)
             if group == "unseen" and not h.user_agnostic:
-                acc[group]["effective_shots"] = self._effective_shots(h, sorted({p.user_id for p in pairs}), cfg.shots)
+                acc[group]["effective_shots"] = self._effective_shots(h, sorted({p.user_id for p in pairs}), h.shots)
             oc = outcomes(scores, judge, cfg.tie_policy)
             self.s.cells.add_pairs(h.label, f"rm_acc_{group}", pairs, oc)
             for p, sw, sl in zip(pairs, scores["chosen"], scores["rejected"], strict=True):
@@ -166,10 +166,10 @@ class Upstream:
         bench, cfg = self.s.bench, self.s.cfg
         seen = {p.user_id for p in groups["seen"]}
         pairs = [p for p in bench.train_pairs() if p.user_id in seen]
-        pairs += [p for u in sorted({p.user_id for p in groups["unseen"]}) for p in bench.fewshot(u, cfg.shots)]
+        pairs += [p for u in sorted({p.user_id for p in groups["unseen"]}) for p in bench.fewshot(u, h.shots)]
         if not pairs:
             return
-        scores = self._scores(h, pairs, cfg.shots, "train")
+        scores = self._scores(h, pairs, h.shots, "train")
         judge = issubclass(h.cls, PairwiseJudge)
         self.s.cells.add_pairs(h.label, TRAIN_ACC, pairs, outcomes(scores, judge, cfg.tie_policy))
 
@@ -228,7 +228,7 @@ class Upstream:
 
     def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair], pw: PAWeight) -> str:
         rgd = [pw.k] if self.s.cfg.pa_rgd else []
-        return h.key(self.s.cfg.shots, "pa4", pw.w, *rgd, group, pair_ids(pairs), self.s.policy.fingerprint)
+        return h.key(h.shots, "pa4", pw.w, *rgd, group, pair_ids(pairs), self.s.policy.fingerprint)
 
     def pa_problem(self, h: MethodHandle) -> str | None:
         """Why ``h`` has no policy accuracy at all (None: it has the headline; the per-prefix variants may still
@@ -270,7 +270,7 @@ class Upstream:
         responses, those RM accuracy reads) and the policy alone."""
         from perbench.metrics.policy_accuracy import sequence_tilt
 
-        scores = self._scores(h, pairs, self.s.cfg.shots, group)
+        scores = self._scores(h, pairs, h.shots, group)
         lp = self._logprob_sums(pairs)
         return {
             side: {"tilt": sequence_tilt(lp[side], scores[side], w), "policy_sum": lp[side]}
@@ -308,10 +308,10 @@ class Upstream:
             problem = None if has_prefix_reward(h) else str(h.cls.no_prefix_reward)
             key = self._pa_key(h, group, pairs, pw)
             if problem is None and self.s.units.missing([key], phase="policy_accuracy"):
-                problem = policy_accuracy_problem(self.s.policy, h.adapted(self.s.cfg.shots))
+                problem = policy_accuracy_problem(self.s.policy, h.adapted(h.shots))
 
             def compute() -> dict[str, np.ndarray]:
-                rm = h.adapted(self.s.cfg.shots)
+                rm = h.adapted(h.shots)
                 res: dict[str, np.ndarray] = {}
                 for sd in ("chosen", "rejected"):
                     items = [ScoreItem(p.user_id, p.prompt, getattr(p, sd)) for p in pairs]
