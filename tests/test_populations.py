@@ -35,7 +35,11 @@ def cli_run(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
     return res
 
 
-def test_a_population_of_systems_gets_pooled_best_of_n_on_every_cell(tiny_pool: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_population_of_systems_gets_pooled_best_of_n_on_every_cell(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+    own_cache: Path,
+) -> None:
     cfg = tiny_config(tiny_pool, tmp_path / "runs").to_dict() | {
         "methods": ["global_bt", "mpu"],
         "baselines": ["length"],
@@ -89,7 +93,11 @@ def test_a_population_of_systems_gets_pooled_best_of_n_on_every_cell(tiny_pool: 
     assert again["work"]["computed"] == {} and again["downstream"] == down
 
 
-def test_adaptive_rounds_are_recorded_and_the_same_on_every_run(tiny_pool: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_adaptive_rounds_are_recorded_and_the_same_on_every_run(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+    own_cache: Path,
+) -> None:
     cfg = tiny_config(tiny_pool, tmp_path / "runs").to_dict() | {
         "methods": ["global_bt", "mpu"],
         "baselines": [],
