@@ -75,6 +75,14 @@ def leaderboard_table(analysis: Mapping[str, Any], title: str = "Leaderboard") -
     return lines
 
 
+def _tau_md(entry: Any) -> str:
+    t = _d(entry)
+    val, ci = t.get("value"), _l(t.get("ci"))
+    shown = "n/a" if not isinstance(val, int | float) or is_missing(val) else f"{float(val):+.2f}"
+    c = f" [{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]" if len(ci) == 2 and not any(map(is_missing, ci)) else ""
+    return shown + c
+
+
 def render_markdown(
     analysis: Mapping[str, Any] | None, title: str, per_benchmark: Mapping[str, Mapping[str, Any]] | None = None
 ) -> str:
@@ -98,16 +106,22 @@ def render_markdown(
     downs = set(main_downstream(a, 3))
     pairs = [p for p in pairs if p.get("downstream") in downs]
     if pairs:
-        lines += ["## Upstream → downstream (Kendall τ-b, 95% CI)", "", "| upstream | downstream | systems | τ-b |"]
-        lines.append("|---|---|---|---|")
+        fams = any(p.get("across_methods") for p in pairs)
+        extra = " τ-b across methods (families) |" if fams else ""
+        lines += [
+            "## Upstream → downstream (Kendall τ-b, 95% CI)",
+            "",
+            "| upstream | downstream | systems | τ-b |" + extra,
+        ]
+        lines.append("|---|---|---|---|" + "---|" * fams)
         for p in pairs:
-            t = _d(p.get("kendall_tau_b"))
-            val, ci = t.get("value"), _l(t.get("ci"))
-            shown = "n/a" if not isinstance(val, int | float) or is_missing(val) else f"{float(val):+.2f}"
-            c = f"[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]" if len(ci) == 2 and not any(map(is_missing, ci)) else ""
+            fam = _d(p.get("across_methods"))
+            tail = (
+                f" {_tau_md(fam.get('kendall_tau_b'))} ({num(fam.get('n_families'), pct=False)}) |" if fam else " n/a |"
+            )
             lines.append(
                 f"| {_md(metric_label(str(p.get('upstream'))))} | {_md(metric_label(str(p.get('downstream'))))} | "
-                f"{num(p.get('n_systems'), pct=False)} | {shown} {c} |"
+                f"{num(p.get('n_systems'), pct=False)} | {_tau_md(p.get('kendall_tau_b'))} |" + (tail if fams else "")
             )
         lines.append("")
     lines.append("Values in %, 95% CIs from a two-way (users × prompts) bootstrap; n/a = not applicable.")

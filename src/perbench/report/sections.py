@@ -188,13 +188,24 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
             '<ul class="predictors">' + "".join(f"<li>{esc(t)}</li>" for t in others) + "</ul></details>"
         )
     head = ["upstream", "downstream", "systems", *(esc(n) for _, n in CORRELATIONS)]
+    families = any(p.get("across_methods") for p in pairs)
+    if families:
+        head.append('<span title="one point per method family: its variants averaged">τ-b across methods</span>')
 
     def row(p: Mapping[str, Any]) -> list[str]:
-        return [
+        cells = [
             _mhead(str(p.get("upstream"))),
             _mhead(str(p.get("downstream"))),
             num(p.get("n_systems"), pct=False),
         ] + [_corr(p.get(k)) for k, _ in CORRELATIONS]
+        if families:
+            fam = _d(p.get("across_methods"))
+            cells.append(
+                _corr(fam.get("kendall_tau_b")) + f' <span class="ci">({num(fam.get("n_families"), pct=False)})</span>'
+                if fam
+                else na_span("each method is one system")
+            )
+        return cells
 
     main_up = set(main_upstream(a, 3))
     shown = [p for p in pairs if p.get("downstream") in main and p.get("upstream") in main_up] or pairs[:12]
@@ -210,7 +221,15 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
     parts.append(
         f'<p class="muted">{esc(systems)} 95% CIs re-draw users and prompts jointly, every method on the same draw. '
         "NDCG and RBO compare the two rankings' heads; their chance value is the expectation under a random "
-        "ranking of the same systems (far above 0 for a few systems).</p>"
+        "ranking of the same systems (far above 0 for a few systems)."
+        + (
+            " Variants of one method (one family: the label up to its first parenthesis) are not independent "
+            "systems; the last column counts each family once, its variants averaged (number of families in "
+            "parentheses)."
+            if families
+            else ""
+        )
+        + "</p>"
     )
     parts.append(scatter_html)
     return "".join(parts)

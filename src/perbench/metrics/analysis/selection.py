@@ -94,6 +94,7 @@ def selection(est: Estimates) -> tuple[dict[str, Any], dict[str, FloatArray]]:
                 elif name == "rbo":
                     e["chance"] = f_(rbo_chance(len(systems))) if v is not None else None
                 entry[name] = e
+            entry["across_methods"] = _across_methods(est, systems, x, y, xr, yr, unresampled)
             entry["points"] = [
                 [m if single else f"{m} [{s}]", f_(float(xv)), f_(float(yv))]
                 for (s, m), xv, yv in zip(systems, x, y, strict=True)
@@ -101,6 +102,46 @@ def selection(est: Estimates) -> tuple[dict[str, Any], dict[str, FloatArray]]:
             pairs.append(entry)
     best = {d: _best_predictor(est, pairs, tau_reps, d) for d in est.downstream}
     return {"pairs": pairs, "best_predictor": best, "systems": systems_note(est)}, tau_reps
+
+
+def family(label: str) -> str:
+    """A system's method family: its label up to the first ``(`` (``mpu(train_fraction=0.5)`` -> ``mpu``)."""
+    return label.split("(", 1)[0]
+
+
+def _across_methods(
+    est: Estimates,
+    systems: list[tuple[str, str]],
+    x: FloatArray,
+    y: FloatArray,
+    xr: FloatArray,
+    yr: FloatArray,
+    unresampled: bool,
+) -> dict[str, Any] | None:
+    """The across-method version: variants of one method (one family) are not independent systems, so each
+    family enters once, with its members' mean on both metrics (and in every bootstrap replicate). None when
+    every family has one system (it would repeat the coefficients above)."""
+    keys = list(dict.fromkeys((s, family(m)) for s, m in systems))
+    if len(keys) == len(systems):
+        return None
+    members = [[i for i, (s, m) in enumerate(systems) if (s, family(m)) == k] for k in keys]
+    fx = np.array([x[ix].mean() for ix in members])
+    fy = np.array([y[ix].mean() for ix in members])
+    fxr = np.stack([xr[:, ix].mean(axis=1) for ix in members], axis=1)
+    fyr = np.stack([yr[:, ix].mean(axis=1) for ix in members], axis=1)
+    batched = batched_all(fxr, fyr) if est.n_boot else {}
+    out: dict[str, Any] = {"n_families": len(keys), "families": [f for _, f in keys]}
+    for name in ("kendall_tau_b", "spearman"):
+        v = CORRELATIONS[name](fx, fy)
+        reps = batched.get(name, np.zeros(0))
+        ci = None
+        if v is not None and est.n_boot >= 2 and not unresampled and np.isfinite(reps).sum() * 2 >= est.n_boot:
+            ci = percentile_ci(reps, est.level)
+        na = None
+        if v is None:
+            na = f"{len(keys)} method families (need 3)" if len(keys) < 3 else "a constant input: undefined"
+        out[name] = {"value": f_(v), "ci": ci_(ci), "na": na}
+    return out
 
 
 def _best_predictor(
