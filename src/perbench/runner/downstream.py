@@ -192,11 +192,12 @@ class Downstream:
         outputs = {sys.label: self.generate(sys, targets) for sys in systems}
         guides = {sys.label: sys.method for sys in systems if sys.method is not None}
         self.s.families = {sys.label: (sys.family, sys.method.label if sys.method else sys.family) for sys in systems}
-        if self.s.cfg.rl is not None:  # policies fine-tuned against each RM, evaluated like decoders
-            rl_outputs, rl_guides, self.s.rl_info = self.training.run(handles, targets)
-            outputs.update(rl_outputs)
-            guides.update(rl_guides)
         result = self.scoring.score_outputs(outputs, guides, targets)
+        if self.s.cfg.rl is not None:  # policies fine-tuned against each RM, evaluated like decoders
+            zero = next((label for label in outputs if label.startswith("zero_shot")), None)
+            rows = {(r["prompt_id"], r["user_id"]): r for r in self.s.samples if r.get("decoder") == zero}
+            rl_rows, self.s.rl_info = self.training.run(handles, targets, (zero, rows) if zero else None)
+            result.update(rl_rows)
         bon = {sys.label: (sys.spec, sys.method) for sys in systems if sys.pooled and sys.method is not None}
         if bon:
             for label, curves in self._bon_curves(bon, targets).items():
