@@ -25,6 +25,7 @@ import numpy as np
 
 from perbench.data.records import Prompt, prompt_key, prompt_text
 from perbench.errors import PerbenchError
+from perbench.progress import progress
 from perbench.runner.methods import MethodHandle
 from perbench.runner.state import RunState, seed_for
 from perbench.runner.units import unit_key
@@ -365,6 +366,7 @@ class Training:
         texts: dict[str, Texts] = {}
         arms: dict[str, dict[str, Any]] = {}
         by_label = {j.label: j.arm for j in jobs}
+        bar = progress(total=len(jobs), desc="rl evaluate (greedy, sampled, KL, KL-matched)", unit="run")
         for job in jobs:
             run = self.train(job, targets)
             mine = [(p, u) for p, u in targets if u in job.users]
@@ -386,6 +388,8 @@ class Training:
                 arms[rlabel].setdefault("runs", {})[f"{job.group}|seed{job.seed}"] = {"of": job.label, **match}
             arms.setdefault(job.label, {"kind": job.arm.kind, "method": job.method.label if job.method else None})
             arms[job.label].setdefault("runs", {})[f"{job.group}|seed{job.seed}"] = info
+            bar.update(1)
+        bar.close()
         order = {"rm": 0, "placebo": 1, "kl_matched": 2}
         arms = dict(sorted(arms.items(), key=lambda kv: order.get(str(kv[1]["kind"]), 3)))
         cells = [(p, u) for p, u in targets if any(u in j.users for j in jobs)]
@@ -408,6 +412,11 @@ class Training:
             out.append("placebo: none — no row shows what the same training does with an uninformative reward")
         if phase.eval_samples == 0:
             out.append("eval_samples: 0 — the trained policies are evaluated greedily only")
+        if len(phase.training_seeds) > 1:
+            out.append(
+                "the selection analysis sees one value per (user, prompt) for rl:* (the mean over training seeds), "
+                "so its CIs leave the seed variance out; the CIs here and in the downstream rl rows include it"
+            )
         return out
 
 
