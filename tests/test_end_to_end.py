@@ -75,7 +75,11 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path) -> None:
             acc = up[label]["rm_accuracy"][group]
             assert 0.0 <= acc["accuracy"] <= 1.0 and acc["n_pairs"] > 0 and "ties" in acc
     assert set(up["global_bt"]["policy_accuracy"]) == {"seen", "unseen"}
-    assert {"sum", "mean"} <= set(up["global_bt"]["policy_accuracy"]["seen"])
+    assert {"tilt", "prefix_sum", "prefix_mean"} <= set(up["global_bt"]["policy_accuracy"]["seen"])
+    assert up["global_bt"]["policy_accuracy"]["seen"]["headline"] == "tilt"
+    # the sequence tilt needs only the whole response's reward: baselines have it, not the per-prefix variants
+    length_pa = up["length"]["policy_accuracy"]["seen"]
+    assert "tilt" in length_pa and "prefix_sum" not in length_pa and length_pa["variants_not_applicable"]
     down = res["downstream"]
     assert set(down) == {"zero_shot", "args(k=10,w=1.0)[global_bt]"}
     for d in down.values():
@@ -89,6 +93,24 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path) -> None:
     kinds = {json.loads(line)["kind"] for line in (run_dir / "samples.jsonl").read_text().splitlines()}
     assert kinds == {"pair_score", "generation"}
     assert "RM accuracy" in (run_dir / "report.html").read_text()
+    # the analysis: roles, minority users selected on the reference's train-pair cells, one CI per number
+    a = res["analysis"]
+    assert a["roles"] == {"global_bt": "deployable", "length": "baseline", "random": "baseline", "zero_shot": "decoder"}
+    cells = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
+    assert {c["method"] for c in cells if c["metric"] == "rm_acc_train"} == {"global_bt"}
+    assert (
+        a["minority"]["na"] is None
+        and a["minority"]["selected_from"] == res["benchmark"]["users_seen"] + res["benchmark"]["users_unseen"]
+    )
+    v = a["verdict"]
+    assert v["metric"] == "args:rubric_satisfaction" and v["deploy"] == "global_bt" and v["decision"] == "separable"
+    seen = up["global_bt"]["rm_accuracy"]["seen"]
+    assert seen["ci_source"] == "analysis" and seen["ci"] == a["table"]["global_bt"]["rm_acc_seen"]["ci"]
+    guided = down["args(k=10,w=1.0)[global_bt]"]
+    assert guided["rubric_satisfaction"]["ci"] == a["table"]["global_bt"]["args:rubric_satisfaction"]["ci"] == v["ci"]
+    gain = guided["vs"]["zero_shot"]["rubric_satisfaction"]
+    [paired] = [p for p in a["paired"]["args:rubric_satisfaction"] if p["b"] == "zero_shot"]
+    assert gain["ci_source"] == "analysis" and gain["ci"] == paired["ci"]
 
     second = run(cfg)  # same config: same directory, nothing recomputed, identical numbers
     assert second.run_dir == run_dir
@@ -174,7 +196,7 @@ def test_decoders_by_reward_models_by_policies(tiny_pool: Path, tmp_path: Path) 
     assert all(r["decoder"].endswith("@" + r["policy"]) for r in gens)
     # policy accuracy depends on the policy: computed under each one, and each (policy, method) system has its own
     other = res["upstream"]["global_bt"]["policy_accuracy_by_policy"]["tiny-random:1"]
-    assert set(other) == {"seen", "unseen"} and other["seen"]["headline"] == "mean"
+    assert set(other) == {"seen", "unseen"} and other["seen"]["headline"] == "tilt"
     cells = [json.loads(x) for x in (cfg.run_dir() / "cells.jsonl").read_text().splitlines()]
     pa = {}
     for c in cells:

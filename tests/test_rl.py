@@ -377,12 +377,12 @@ def test_rloo_trains_toward_its_rm(lm: LoadedLM, rms: dict[str, TokenPreferenceR
     assert all(h["kl"] is not None and h["kl"] >= 0 for h in run.history) and run.history[-1]["kl"] > 0
 
 
-def _context_bench() -> Any:
+def _context_bench(unseen: bool = False) -> Any:
     from perbench.data.records import AspectPole, Benchmark, PreferencePair, ProfileItem, User
 
     users = {
         "u1": User("u1", rubric=(AspectPole("format", "bullets"),), answer_key={"rubric_text": "wants bullet lists"}),
-        "u2": User("u2", answer_key={"rubric_text": "wants one line answers"}),
+        "u2": User("u2", seen=not unseen, answer_key={"rubric_text": "wants one line answers"}),
         "u3": User("u3", profile=(ProfileItem("i1", "I write short poems about my garden."),)),
     }
     pairs = [
@@ -395,17 +395,18 @@ def _context_bench() -> Any:
 
 
 def test_user_context_in_the_prompt_never_the_answer_key():
-    """The shared-policy mode's prompt: each user's own first k context items (their pairs, or their profile) in
-    front of the request; never the answer key; different users get different prompts."""
+    """The shared-policy mode's prompt: each user's own first k profile items and first k train pairs (an unseen
+    user's among the shots the RMs adapt from) in front of the request; never the answer key; different users get
+    different prompts; the decoder is bound with user views only."""
     from perbench.data.records import prompt_key
     from perbench.data.user_context import answer_key_texts
     from perbench.runner.training import user_context
 
     bench = _context_bench()
-    ctx = user_context(bench, 2)
+    ctx = user_context(bench, 2, shots=10)
     q = "How do I plan a trip?"
     shown = {u: ctx.view(q, u) for u in bench.users}
-    for u in ("u1", "u2"):
+    for u in ("u1", "u2", "u3"):
         view = shown[u]
         assert isinstance(view, str) and view.endswith(q)
         mine = bench.select(split="train", user=u)
@@ -414,9 +415,16 @@ def test_user_context_in_the_prompt_never_the_answer_key():
         assert "bullet" not in view and "one line" not in view
         assert ctx.shown[u] == {prompt_key(p.prompt) for p in mine[:2]}
     assert "u2" not in shown["u1"] and "u1" not in shown["u2"] and shown["u1"] != shown["u2"]
-    assert "short poems" in str(shown["u3"]) and "u3" not in ctx.shown  # a profile user is shown the profile
+    assert "short poems" in str(shown["u3"]) and "short poems" not in str(shown["u1"])  # the profile, its own
     assert ctx.view(q, "u1") is shown["u1"]  # one rendering per (prompt, user)
     assert ctx.record["items"] == 2 and ctx.record["declared_policy"] == "profile"
+    # an unseen user is shown no more than the shots every RM adapts from
+    unseen = _context_bench(unseen=True)
+    one = user_context(unseen, 2, shots=1)
+    first = unseen.fewshot("u2", 1)
+    assert one.shown["u2"] == {prompt_key(first[0].prompt)}
+    assert unseen.fewshot("u2")[1].chosen not in str(one.view(q, "u2"))
+    assert len(one.shown["u1"]) == 2  # a seen user: their first k train pairs
 
 
 def test_the_policy_sees_the_context_and_the_reward_the_request(
@@ -480,7 +488,8 @@ def _rl_run(tmp_path: Any, rl: dict[str, Any], methods: list[str]) -> Any:
     from tests.test_end_to_end import tiny_config, tiny_pool
 
     pool = tiny_pool.__wrapped__(_Factory(tmp_path / "pool"))  # type: ignore[attr-defined]
-    base = tiny_config(pool, tmp_path / "out").to_dict()
+    # every user with a test pair on a chosen prompt is evaluated there, so a trained user has several cells
+    base = tiny_config(pool, tmp_path / "out").to_dict() | {"max_gen_users": None}
     rl = {"max_train_prompts": 2, "steps": 1, "batch_size": 4, "num_generations": 2, "max_new_tokens": 6} | rl
     rl |= {"norm_samples": 2, "learning_rate": 1e-2}
     cfg = RunConfig.from_dict(base | {"methods": methods, "baselines": [], "decoders": ["zero_shot"], "rl": rl})
@@ -491,9 +500,11 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
     """The ``rl:`` key through the whole runner on tiny models: every (arm, user, seed) trains once; the RM arms,
     the placebo, the KL-matched random updates and the base policy are decoded greedily and sampled on the same
     cells; the CIs resample the training seeds; the RM arms and the placebo become downstream rows, the RM arms
-    cells of the selection analysis; the report and the CLI summary show the placebo; a rerun recomputes
-    nothing."""
-    from perbench.cli import _print_summary
+    cells of the selection analysis; the report shows the placebo; a rerun through the CLI recomputes nothing
+    and its summary shows the placebo."""
+    import yaml
+
+    from perbench.cli import main
 
     rl = {"methods": ["mpu"], "max_users": 1, "seeds": [0, 1], "eval_samples": 1}
     cfg, first = _rl_run(tmp_path, rl, ["global_bt", "mpu"])
@@ -526,7 +537,7 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
             label: {(r["user_id"], r["prompt_id"]) for r in rows if r.get("decoder") == label + suffix}
             for label in ("rl_placebo", "rl_base")
         }
-        assert len({frozenset(c) for c in cells.values()}) == 1 and cells["rl_placebo"]
+        assert len({frozenset(c) for c in cells.values()}) == 1 and len(cells["rl_placebo"]) >= 2
         for label in arms:
             entry = table[label]["rubric_satisfaction"]
             assert entry["seeds"] == 2 and len(entry["per_seed"]) == 2 and "2 training seeds" in entry["ci_note"]
@@ -548,15 +559,17 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
     assert res["work"]["computed"]["rl"] == 4
     html = (first.run_dir / "report.html").read_text()
     assert 'id="rl"' in html and "rl_placebo" in html and "KL-matched" in html
-    _print_summary(res)
+    # the same config through the CLI: the summary shows the placebo; nothing is trained or decoded again
+    before = json.loads((first.run_dir / "results.json").read_text())
+    cfg_path = tmp_path / "rl.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
+    capsys.readouterr()
+    assert main(["run", str(cfg_path)]) == 0
     out = capsys.readouterr().out
-    assert "rl_placebo " in out and "vs placebo" in out
-
-    from perbench.runner.run import run
-
-    second = run(cfg)
-    assert second.results["work"]["computed"] == {}
-    assert second.results["downstream"] == down and second.results["rl"] == info
+    assert "rl_placebo " in out and "vs placebo" in out and "rl[mpu] " in out
+    after = json.loads((first.run_dir / "results.json").read_text())
+    assert after["work"]["computed"] == {}
+    assert after["downstream"] == before["downstream"] and after["rl"] == before["rl"]
 
 
 def test_runner_shared_policy_with_user_context(tmp_path: Any) -> None:

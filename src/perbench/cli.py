@@ -1,4 +1,4 @@
-"""``perbench`` command line: run, list, validate, build, report, compare.
+"""``perbench`` command line: run, list, validate, build, report, compare, plan.
 
 Every error a user can act on (a :class:`~perbench.errors.PerbenchError`, or an OS error naming a file) is one
 line on stderr, ``perbench: error: …``, and exit code 2; ``--debug`` (before or after the command) shows the
@@ -143,24 +143,38 @@ def _config_path(name: str) -> str:
     raise MissingConfigError(f"config {name!r} is neither a file nor an embedded config (embedded: {', '.join(known)})")
 
 
+def _accuracy_text(entry: dict[str, Any]) -> str:
+    acc = entry.get("accuracy")
+    if isinstance(acc, int | float) and math.isfinite(acc):
+        return f"{100 * acc:.1f}"
+    return "n/a" if entry.get("not_applicable") else "–"
+
+
 def _print_summary(results: dict[str, Any]) -> None:
-    print("\nRM accuracy (seen / unseen):")
-    for label, r in results["upstream"].items():
-        acc = r["rm_accuracy"]
-        s = " / ".join(f"{100 * acc[g]['accuracy']:.1f}" if g in acc else "–" for g in ("seen", "unseen"))
-        print(f"  {label:<28} {s}")
-    from perbench.report.extract import rl_summary
+    """The run's headline numbers on stdout. It runs after results.json is written, so it reads every field as
+    optional: a method that is not applicable (no train pairs, an evaluation-only benchmark) shows its reason."""
+    from perbench.report.extract import _d, rl_summary
     from perbench.report.fmt import ci_text, num
 
-    if results["downstream"]:
+    print("\nRM accuracy (seen / unseen):")
+    for label, r in _d(results.get("upstream")).items():
+        r = _d(r)
+        if "rm_accuracy" not in r:
+            print(f"  {label:<28} not applicable: {r.get('not_applicable') or 'no accuracy computed'}")
+            continue
+        acc = _d(r.get("rm_accuracy"))
+        print(f"  {label:<28} {' / '.join(_accuracy_text(_d(acc.get(g))) for g in ('seen', 'unseen'))}")
+    downstream = _d(results.get("downstream"))
+    if downstream:
         # rows may cover different cells (an rl row: its trained users only); a paired gain compares like with like
         print(
             "Downstream rubric satisfaction / ROUGE-L (generations; paired rubric gain vs zero_shot on the same cells):"
         )
-        for label, d in results["downstream"].items():
-            rs = d.get("rubric_satisfaction", {}).get("mean")
-            rl = d.get("rougeL", {}).get("mean")
-            gain = d.get("vs", {}).get("zero_shot", {}).get("rubric_satisfaction", {})
+        for label, d in downstream.items():
+            d = _d(d)
+            rs = _d(d.get("rubric_satisfaction")).get("mean")
+            rl = _d(d.get("rougeL")).get("mean")
+            gain = _d(_d(_d(d.get("vs")).get("zero_shot")).get("rubric_satisfaction"))
             line = f"  {label:<40} {num(rs)} / {num(rl)}  ({d.get('n', 0)})"
             if gain.get("delta") is not None:
                 line += f"  {num(gain['delta'], signed=True)} {ci_text(gain.get('ci'), signed=True)} on {gain.get('n')}"
@@ -249,6 +263,8 @@ _VALIDATE_FLAGS = {
     "test_fraction": "test_fraction",
     "default_user": "default_user",
     "max_chars": "max_chars",
+    "max_pairs": "max_pairs",
+    "max_prompts": "max_prompts",
     "seed": "seed",
     "format": "fmt",
     "split": "split",
@@ -256,23 +272,27 @@ _VALIDATE_FLAGS = {
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """``perbench validate``: the file as a run would load it; with ``--config``, checked as that run checks it."""
     from perbench.data.loaders import format_validation, validate_file
+    from perbench.runner import preflight
 
-    source, options = _validate_options(args)
+    source, options, cfg = _validate_options(args)
     takes = inspect.signature(validate_file).parameters
     any_keyword = any(p.kind is p.VAR_KEYWORD for p in takes.values())
     unsupported = [] if any_keyword else sorted(k for k in options if k not in takes)
     if unsupported:
         raise ConfigError(f"validate: this version's loader has no option {unsupported[0]!r}")
-    report = validate_file(source, **options)
+    report = validate_file(source, **options) if cfg is None else preflight.validate_for_run(cfg, source, options)
     print(format_validation(report))
     return 0 if report.get("ok") else 1
 
 
-def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """-> (the file, the loader options): a run config's ``file`` benchmark params, then the flags given."""
+def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any], Any]:
+    """-> (the file, the loader options, the run config or None): a run config's ``file`` benchmark params, then
+    the flags given."""
     options: dict[str, Any] = {}
     source = args.file
+    cfg = None
     if args.config:
         from perbench.config import RunConfig
 
@@ -291,7 +311,7 @@ def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         value = getattr(args, flag)
         if value is not None:
             options[option] = value
-    return str(source), options
+    return str(source), options, cfg
 
 
 def _fraction(text: str) -> float:
@@ -301,6 +321,30 @@ def _fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
     if not (math.isfinite(v) and 0.0 <= v <= 1.0):
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return v
+
+
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    v = _finite(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
+    return v
+
+
+def _probability(text: str) -> float:
+    v = _finite(text)
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
     return v
 
 
@@ -324,6 +368,8 @@ def _add_validate(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--test-fraction", type=_fraction, help="seeded per-user test share (no split field)")
     p.add_argument("--default-user", help="the one user of a file without a user field")
     p.add_argument("--max-chars", type=int, help="texts longer than this are cut (and counted)")
+    p.add_argument("--max-pairs", type=int, help="keep a seeded choice of this many pairs (mirrors together)")
+    p.add_argument("--max-prompts", type=int, help="keep the pairs of a seeded choice of this many prompts")
     p.add_argument("--seed", type=int, help="seed of the unseen-user and test splits")
     p.add_argument("--format", help="json | jsonl | csv | parquet | hub (default: from the file name)")
     p.add_argument("--split", help="split of a hub dataset")
@@ -404,6 +450,71 @@ def _add_compare_options(p: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 
+def _plan(args: argparse.Namespace) -> int:
+    """``perbench plan RUN_DIR``: the users × prompts that would separate the leader from each other deployable
+    method (at ``--effect``, or the observed differences) or establish equivalence, from the run's cells."""
+    import json
+
+    from perbench.metrics.analysis import plan_sizes
+    from perbench.report.rundir import run_roles
+    from perbench.runner.cells import read_cells
+
+    run_dir = Path(args.run_dir)
+    cells_path = run_dir / "cells.jsonl"
+    if not cells_path.is_file():
+        raise ConfigError(f"{cells_path} does not exist (is {run_dir} a run directory of this version?)")
+    try:
+        cells = read_cells(cells_path)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    results: dict[str, Any] = {}
+    if (run_dir / "results.json").is_file():
+        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    analysis = results.get("analysis") or {}
+    config = results.get("config") or {}
+    metric = args.metric or (analysis.get("verdict") or {}).get("metric") or config.get("verdict_metric")
+    if args.metric and not any(c["metric"] == args.metric for c in cells):
+        known = sorted({str(c["metric"]) for c in cells})
+        raise ConfigError(f"plan: {cells_path} has no {args.metric} cells; its metrics: {', '.join(known)}")
+    crit = ((analysis.get("ranking") or {}).get(metric) or {}).get("critical_value") if metric else None
+    try:
+        got = plan_sizes(
+            cells,
+            metric=metric,
+            effect=args.effect,
+            equivalence_margin=args.margin,
+            roles=run_roles(results),
+            critical_value=crit,
+            power=args.power,
+            points=True,
+            run_margin=config.get("equivalence_margin"),
+        )
+    except ValueError as e:
+        raise ConfigError(f"plan: {e}") from None
+    print(_plan_text(got, run_dir))
+    return 0
+
+
+def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
+    metric, plans = got["metric"], got["plans"]
+    if got["leader"] is None:
+        return f"{run_dir}: no deployable method has {metric} cells: nothing to plan."
+    lines = [*got["notes"], f"{run_dir}: {metric}, leader {got['leader']} ({len(got['order'])} deployable methods)"]
+    if not plans:
+        lines.append("  no other deployable method shares 2 or more cells with the leader: nothing to compare.")
+    unit = 100 if got["proportion"] else 1
+    for p in plans:
+        c = p["components"]
+        design = "crossed users × prompts" if c["crossed"] else "prompts nested in users"
+        lines.append(
+            f"  {p['a']} − {p['b']}: observed {unit * p['observed']:+.2f}{' pts' * (unit == 100)} on {c['cells']} "
+            f"cells ({c['users']} users, {c['prompts']} prompts, {design}); variance components "
+            f"user {c['user']:.4g}, prompt {c['prompt']:.4g}, residual {c['residual']:.4g}"
+        )
+        lines.append(f"    {p['text']}.")
+    return "\n".join(lines)
+
+
 def _user_error(e: BaseException) -> bool:
     """An error the user can act on: printed as one line. Anything else is a bug: its traceback is shown."""
     if isinstance(e, PerbenchError):
@@ -452,6 +563,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     _add_compare_options(p)
+    p = sub.add_parser(
+        "plan",
+        parents=[common],
+        help="users × prompts needed to separate the leader from each method, or establish equivalence",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--metric", help="the metric to plan for (default: the run's verdict metric)")
+    p.add_argument(
+        "--effect", type=_finite, help="the difference to detect: points for a proportion (5 = 5 pts), else units"
+    )
+    p.add_argument(
+        "--margin", type=_non_negative, help="equivalence margin, in the same units as --effect (default: the run's)"
+    )
+    p.add_argument("--power", type=_probability, default=0.8, help="target power (default 0.8)")
     return parser
 
 
@@ -464,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         "build": _build,
         "report": _report,
         "compare": _compare,
+        "plan": _plan,
     }
     try:
         return handlers[args.cmd](args)

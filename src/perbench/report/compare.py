@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from perbench.errors import ConfigError
-from perbench.report import details, sections
+from perbench.report import details, sections, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, num, table
-from perbench.report.rundir import RunData, load_run
+from perbench.report.rundir import RunData, load_run, run_roles
 
 
 def benchmark_of(group: str) -> str:
@@ -55,14 +55,30 @@ def analyze_runs(
         "reference_method": _setting(runs, "reference_method", "global_bt"),
         "n_boot": boot,
         "seed": seed,
+        "equivalence_margin": _setting(runs, "equivalence_margin", None),
+        "roles": pooled_roles(runs),
     }
-    pooled = analyze(cells, **kw)
+    try:
+        pooled = analyze(cells, **kw)
+    except ValueError as e:  # a hand-edited role or margin in a results.json
+        raise ConfigError(f"compare: {e}") from None
     benches = sorted({benchmark_of(str(c.get("group", ""))) for c in cells})
     per: dict[str, dict[str, Any]] = {}
     if len(benches) > 1:
         for b in benches:
             per[b] = analyze([c for c in cells if benchmark_of(str(c.get("group", ""))) == b], **kw)
     return pooled, per
+
+
+def pooled_roles(runs: Sequence[RunData]) -> dict[str, str]:
+    """Each method's role as the runs recorded it; where runs disagree, a reference line (baseline, oracle,
+    decoder) wins over deployable, so nothing one run calls a reference line is ever recommended."""
+    out: dict[str, str] = {}
+    for r in runs:
+        for m, role in run_roles(r.results).items():
+            if out.get(m, "deployable") == "deployable":
+                out[m] = role
+    return out
 
 
 def runs_table(runs: Sequence[RunData], out_dir: Path) -> str:
@@ -118,7 +134,7 @@ def render_comparison(
                 ("runs", "Runs"),
             ]
         ),
-        sections.verdict_box(analysis),
+        verdict.verdict_box(analysis),
     ]
     cells_present = any(r.cells for r in runs)
     body += _shared_sections(analysis, figures, {}, cells_present, boards)
@@ -137,22 +153,26 @@ def compare_runs(
     seed: int = 0,
 ) -> Path:
     """Analyse the pooled cells of ``run_dirs``; write report.html, leaderboard.md, analysis.json and plots/."""
-    from perbench.io import atomic_write_text
+    from perbench.io import atomic_write_text, writing_inside
     from perbench.report.html import build_plots, write_outputs
     from perbench.report.leaderboard import render_markdown
 
     if not run_dirs:
         raise ConfigError("compare needs at least one run directory")
+    out_dir = Path(out)
+    blocked = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise ConfigError(f"--out {out}: {blocked} is a file, not a folder; name a folder for the comparison")
     runs = [load_run(d) for d in run_dirs]
     analysis, per = analyze_runs(runs, metric, n_boot, seed)
-    out_dir = Path(out)
     cells = [c for r in runs for c in r.cells or []]
     figs = build_plots(analysis, None, cells)
     html = render_comparison(runs, analysis, per, figs, out_dir)
     md = render_markdown(analysis, f"perbench compare — {len(runs)} runs", per)
     path = write_outputs(html, md, figs, out_dir)
-    atomic_write_text(
-        out_dir / "analysis.json",
-        json.dumps({"runs": [str(r.path) for r in runs], "analysis": analysis, "per_benchmark": per}, indent=1),
-    )
+    with writing_inside(out_dir):
+        atomic_write_text(
+            out_dir / "analysis.json",
+            json.dumps({"runs": [str(r.path) for r in runs], "analysis": analysis, "per_benchmark": per}, indent=1),
+        )
     return path

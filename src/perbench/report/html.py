@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from perbench.io import atomic_write_text
-from perbench.report import details, extract, plots, sections
+from perbench.io import atomic_write_text, refuse_links, writing_inside
+from perbench.report import details, extract, plots, sections, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 from perbench.report.generations import generations_section
@@ -118,7 +118,7 @@ def _shared_sections(
     cells_present: bool,
     leaderboards: str,
 ) -> list[str]:
-    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}</section>']
+    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a)}</section>']
     parts.append(f'<section id="methods">{sections.method_table(a)}{sections.paired_section(a)}</section>')
     parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
     few, bon = figure(figs.get("fewshot")), figure(figs.get("bon"))
@@ -165,7 +165,7 @@ def render(
             ]
         )
     )
-    body.append(sections.verdict_box(a))
+    body.append(verdict.verdict_box(a))
     body += _shared_sections(a, figs, results, bool(cells), sections.leaderboard(a, f"Leaderboard — {bench}"))
     body.append(f'<section id="generations">{generations_section(samples)}</section>')
     run_detail = "".join(
@@ -186,11 +186,15 @@ def render(
 
 
 def write_outputs(html: str, markdown: str, figs: Mapping[str, Plot], out_dir: Path, name: str = "report.html") -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plots.save_plots(list(figs.values()), out_dir / PLOTS_DIR)
-    atomic_write_text(out_dir / "leaderboard.md", markdown)
-    path = out_dir / name
-    atomic_write_text(path, html)
+    """report.html (or ``name``), leaderboard.md and plots/ in ``out_dir``; a link among them is refused."""
+    with writing_inside(out_dir):
+        for target in (out_dir / PLOTS_DIR, out_dir / "leaderboard.md", out_dir / name):
+            refuse_links(target)  # before the first write: a refused link leaves the folder as it was
+        out_dir.mkdir(parents=True, exist_ok=True)
+        plots.save_plots(list(figs.values()), out_dir / PLOTS_DIR)
+        atomic_write_text(out_dir / "leaderboard.md", markdown)
+        path = out_dir / name
+        atomic_write_text(path, html)
     return path
 
 

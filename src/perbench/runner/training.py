@@ -14,6 +14,7 @@ analysis. Each trained run, generation, KL measurement and KL match is a content
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Callable
@@ -93,24 +94,27 @@ class RLJob:
 
 @dataclass(frozen=True)
 class UserContext:
-    """The prompt view of ``context_items``: each user's first k context items in every policy prompt, the
-    prompts of the pairs shown (never trained on), and what the benchmark declares as user context."""
+    """The prompt view of ``context_items``: each user's first k profile items and train pairs in every policy
+    prompt, the prompts of the pairs shown (never trained on), and what the benchmark declares as user context."""
 
     view: PromptView
     shown: dict[str, frozenset[str]]
     record: dict[str, Any]
 
 
-def user_context(bench: Benchmark, k: int) -> UserContext:
-    """The ICL decoders' rendering of each user's first ``k`` context items (their profile items, else their first
-    k train pairs: :func:`perbench.data.user_context.context_items` and the user's own train pairs, never the
-    answer key) in front of the request, the same items in the same order for every prompt of the user."""
+def user_context(bench: Benchmark, k: int, shots: int) -> UserContext:
+    """The ICL decoder's prompt with ``k`` items of each kind, the same for every prompt of a user: their first ``k``
+    profile items and their first ``k`` train pairs (request + preferred response) in front of the request. The
+    decoder is bound like every decoder that reads users' own data (:meth:`Benchmark.context_view` at the run's
+    ``shots``): it holds user views, never the answer key, and an unseen user's pairs are among the shots every
+    RM adapts from."""
     from perbench.decoding.icl import ICL
     from perbench.models.generate import GenRequest
 
-    first = {u: bench.select(split="train", user=u)[:k] for u in bench.users}
-    icl = ICL(k=k, retrieval="random", format="chosen")
-    icl.bind(bench.users, [p for pairs in first.values() for p in pairs])
+    allowed = bench.context_view(shots)
+    first = {u: pairs[:k] for u, pairs in allowed.pairs.items()}
+    icl = ICL(k=k, retrieval="random", format="chosen", profile_k=k)
+    icl.bind(allowed.users, [p for pairs in first.values() for p in pairs])
     memo: dict[tuple[str, str], Prompt] = {}
 
     def view(prompt: Prompt, user: str) -> Prompt:
@@ -119,13 +123,12 @@ def user_context(bench: Benchmark, k: int) -> UserContext:
             memo[key] = icl.build_prompt(GenRequest(prompt, user, seed=0))
         return memo[key]
 
-    # a user with a profile is shown profile items; otherwise their first k pairs, whose prompts are not trained on
+    # the prompts of the pairs shown are not trained on
     shown = {u: frozenset(prompt_key(p.prompt) for p in pairs) for u, pairs in first.items() if pairs}
-    shown = {u: v for u, v in shown.items() if not bench.users[u].profile}
     declared = dict(bench.meta.get("user_context") or {})
     record = {
         "items": k,
-        "shows": "each user's first k profile items, or (without a profile) their first k train pairs",
+        "shows": "each user's first k profile items and first k train pairs (an unseen user's among their shots)",
         "declared_policy": declared.get("policy"),
         "declared": declared.get("description"),
     }
@@ -155,7 +158,7 @@ class Training:
         phase = self.phase
         if phase is None or phase.context_items == 0:
             return None
-        return user_context(self.s.bench, phase.context_items)
+        return user_context(self.s.bench, phase.context_items, self.s.cfg.shots)
 
     def _shown(self, prompt: Prompt, user: str) -> Prompt:
         ctx = self.context
@@ -219,9 +222,9 @@ class Training:
     def _identity(self, job: RLJob, targets: list[tuple[Prompt, str]]) -> str:
         from perbench.training.reward import RandomReward, shuffled_identity
 
-        shots = self.s.cfg.shots
         if job.method is None:
             return RandomReward(job.seed).identity
+        shots = job.method.shots
         if job.arm.kind == "rm":
             return job.method.key(shots)
         stand_in = self._stand_ins(targets)
@@ -232,7 +235,7 @@ class Training:
 
         if job.method is None:
             return RandomReward(job.seed)
-        rm = rm_reward(job.method.adapted(self.s.cfg.shots), identity=job.method.key(self.s.cfg.shots))
+        rm = rm_reward(job.method.adapted(job.method.shots), identity=job.method.key(job.method.shots))
         if job.arm.kind == "rm":
             return rm
         stand_in = self._stand_ins(targets)
@@ -492,7 +495,7 @@ class _Assemble:
 
         h = self.arms[label].method
         assert h is not None
-        shots = self.s.cfg.shots
+        shots = h.shots
         mine = self.texts[label]
         cells = {c for seeds in mine.values() for per in seeds.values() for c in per}
         items = {
@@ -619,7 +622,7 @@ class _Assemble:
         arm = self.arms[label]
         out: dict[str, Any] = {
             "n": len(v.cells),
-            **entry,
+            **copy.deepcopy(entry),  # its own dicts: a later pass over the downstream rows leaves ``rl`` as it is
             "users": len({u for u, _ in v.cells}),
             "prompts": len({p for _, p in v.cells}),
             "guide": arm.method.label if arm.kind == "rm" and arm.method is not None else None,

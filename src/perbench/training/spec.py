@@ -216,9 +216,9 @@ class RLPhase:
     trained RM run, a random LoRA update of the same shape, rescaled to the run's KL from the base policy on the
     evaluated prompts. ``eval_samples``: sampled completions per (prompt, user) and seed, next to the greedy
     one (0: greedy only). ``kl_samples``: completions per (prompt, user) of a KL measurement.
-    ``context_items``: the first k items of each user's declared context (profile items, or their first k train
-    pairs, never the answer key) are shown in every prompt of training and evaluation, so one shared policy
-    (``group: all``) can personalise; prompts of the shown pairs are not trained on.
+    ``context_items``: each user's first k profile items and first k train pairs (an unseen user's among the
+    shots the RMs adapt from; never the answer key) are shown in every prompt of training and evaluation, so one
+    shared policy (``group: all``) can personalise; prompts of the shown pairs are not trained on.
     """
 
     spec: RLSpec = field(default_factory=RLSpec)
