@@ -482,14 +482,13 @@ def test_group_user_rejects_several_users(lm: LoadedLM, tmp_path: Any):
         train_policy(lm, rm_reward(ConstantRM()), TRAIN, RLSpec(group="user"), tmp_path)
 
 
-def _rl_run(tmp_path: Any, rl: dict[str, Any], methods: list[str]) -> Any:
+def _rl_run(tmp_path: Any, rl: dict[str, Any], methods: list[str], **overrides: Any) -> Any:
     from perbench.config import RunConfig
     from perbench.runner.run import run
     from tests.test_end_to_end import tiny_config, tiny_pool
 
     pool = tiny_pool.__wrapped__(_Factory(tmp_path / "pool"))  # type: ignore[attr-defined]
-    # every user with a test pair on a chosen prompt is evaluated there, so a trained user has several cells
-    base = tiny_config(pool, tmp_path / "out").to_dict() | {"max_gen_users": None}
+    base = tiny_config(pool, tmp_path / "out").to_dict() | overrides
     rl = {"max_train_prompts": 2, "steps": 1, "batch_size": 4, "num_generations": 2, "max_new_tokens": 6} | rl
     rl |= {"norm_samples": 2, "learning_rate": 1e-2}
     cfg = RunConfig.from_dict(base | {"methods": methods, "baselines": [], "decoders": ["zero_shot"], "rl": rl})
@@ -507,7 +506,8 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
     from perbench.cli import main
 
     rl = {"methods": ["mpu"], "max_users": 1, "seeds": [0, 1], "eval_samples": 1}
-    cfg, first = _rl_run(tmp_path, rl, ["global_bt", "mpu"])
+    # every user with a test pair on a chosen prompt is evaluated there, so the trained user has several cells
+    cfg, first = _rl_run(tmp_path, rl, ["global_bt", "mpu"], max_gen_users=None)
     res = first.results
     info = res["rl"]
     arms = info["arms"]
@@ -552,6 +552,9 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
     assert {"rl[mpu]", "rl_placebo", "rl_sampled[mpu]", "rl_placebo_sampled"} <= set(down)
     assert "rl_base" not in down and "rl_random[mpu]" not in down
     assert down["rl[mpu]"]["seeds"] == 2 and "rubric_satisfaction" in down["rl[mpu]"]["vs"]["zero_shot"]
+    # the rows keep their seed-covering CIs (the analysis's, one mean over seeds per cell, would leave them out)
+    for e in (down["rl[mpu]"]["rubric_satisfaction"], down["rl[mpu]"]["vs"]["zero_shot"]["rubric_satisfaction"]):
+        assert "2 training seeds" in e["ci_note"] and "ci_source" not in e
     assert down["rl[mpu]"]["guide"] == "mpu" and down["rl_placebo"]["guide"] is None
     metrics = set(res["analysis"]["metrics"]["downstream"])
     assert {"rl:rubric_satisfaction", "rl_sampled:rubric_satisfaction", "rl:rm_win"} <= metrics
