@@ -1,9 +1,11 @@
-"""Training-time downstream (GRPO + LoRA via TRL) on tiny random LMs: each policy moves toward its own RM, a
-uniform RM leaves the policy where it was, per-user normalisation is recorded, runs are deterministic, and
-the recipe is validated."""
+"""Training-time downstream (GRPO / RLOO + LoRA via TRL) on tiny random LMs: each policy moves toward its own RM,
+a uniform RM leaves the policy where it was, per-user normalisation is recorded, runs are deterministic, the
+recipe is validated; the references (placebo rewards, the KL-matched random update), the seed-covering CIs, the
+user context in the prompt and the whole phase through the runner."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -16,16 +18,22 @@ from perbench.models.generate import GenRequest, generate_plain
 from perbench.models.loader import LoadedLM, tiny_random_lm
 from perbench.rewards.base import PreferencePair, RewardModel, RMContext, ScoreItem
 from perbench.training import (
+    RandomReward,
     RLPhase,
     RLRun,
     RLSpec,
+    ShuffledUsers,
     base_samples,
+    derangement,
     generate_with,
+    kl_matched,
     measure_kl,
     plan_groups,
+    random_update,
     rm_reward,
     train_policy,
     trained_lm,
+    update_norms,
 )
 
 USERS = ("u1", "u2")
@@ -152,7 +160,9 @@ def test_each_policy_moves_toward_its_own_rm(lm: LoadedLM, rms: dict[str, TokenP
         assert run.summary()["reward_norm_end"] > 0
         assert all(h["kl"] is not None for h in run.history) and run.history[-1]["kl"] > 0
     kl = measure_kl(runs["A"], lm, HELD_OUT[:8], SPEC.max_new_tokens)
-    assert kl.shape == (8,) and kl.mean() > 0
+    assert kl.shape == (8,) and (kl >= 0).all() and kl.mean() > 0
+    # the per-step KL summed over the vocabulary: exactly 0 for the base policy against itself
+    assert np.allclose(measure_kl(lm, lm, HELD_OUT[:4], SPEC.max_new_tokens), 0.0, atol=1e-5)
 
 
 def test_uniform_rm_leaves_the_policy_unchanged(lm: LoadedLM, tmp_path: Any):
@@ -228,7 +238,8 @@ def test_plan_groups():
     ("data", "match"),
     [
         ({"algorithm": "ppo"}, r"rl\.algorithm: 'ppo' is not available.*TRL"),
-        ({"algorithm": "dpo"}, r"rl\.algorithm: must be one of grpo, ppo"),
+        ({"algorithm": "dpo"}, r"rl\.algorithm: must be one of grpo, rloo, ppo"),
+        ({"algorithm": "rloo", "scale_rewards": "group"}, r"rl\.scale_rewards: RLOO's advantage"),
         ({"batch_size": 6, "num_generations": 4}, r"rl\.batch_size: must be a multiple of num_generations"),
         ({"num_generations": 1, "batch_size": 4}, r"rl\.num_generations"),
         ({"steps": 0}, r"rl\.steps: must be an integer ≥ 1"),
@@ -250,6 +261,209 @@ def test_spec_validation(data: dict[str, Any], match: str):
         RLSpec.from_dict(data)
 
 
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"seeds": []}, r"rl\.seeds: must be a non-empty list of integers"),
+        ({"seeds": [0, "1"]}, r"rl\.seeds: must be a non-empty list of integers"),
+        ({"seeds": [0, 0]}, r"rl\.seeds: every seed must differ"),
+        ({"seeds": [0, 1], "seed": 3}, r"rl\.seeds: give seed .* or seeds .*, not both"),
+        ({"placebo": "noise"}, r"rl\.placebo: must be one of random, shuffled, none"),
+        ({"kl_matched": "yes"}, r"rl\.kl_matched: must be true or false"),
+        ({"eval_samples": -1}, r"rl\.eval_samples: must be an integer ≥ 0"),
+        ({"kl_samples": 0}, r"rl\.kl_samples: must be an integer ≥ 1"),
+        ({"context_items": "2"}, r"rl\.context_items: must be an integer ≥ 0"),
+        ({"placebos": "random"}, r"rl: unknown key 'placebos'\. Did you mean 'placebo'"),
+    ],
+)
+def test_phase_validation(data: dict[str, Any], match: str):
+    with pytest.raises(ConfigError, match=match):
+        RLPhase.from_dict(data)
+
+
+def test_phase_defaults_and_round_trip():
+    phase = RLPhase.from_dict({"seeds": [3, 1], "algorithm": "rloo", "placebo": None, "context_items": 2})
+    assert phase.training_seeds == (3, 1) and phase.plan_seed == 3 and phase.placebo == "none"
+    assert phase.spec.advantage_scaling == "none" and RLSpec().advantage_scaling == "group"
+    assert RLPhase.from_dict(phase.to_dict()) == phase
+    default = RLPhase.from_dict({"seed": 4})
+    assert default.training_seeds == (4,) and default.placebo == "random" and default.kl_matched
+    assert default.eval_samples == 1 and default.context_items == 0
+
+
+def test_random_reward_is_a_fixed_uninformative_function():
+    r = RandomReward(0)
+    users, prompts, texts = ["u1", "u1", "u2"], ["p", "p", "p"], ["a", "a", "a"]
+    v = r(users, prompts, texts)
+    assert v[0] == v[1] != v[2]  # one function per user: the same text, the same reward
+    assert np.array_equal(r(users, prompts, texts), v)
+    assert not np.array_equal(RandomReward(1)(users, prompts, texts), v)  # one function per training seed
+    many = r(["u1"] * 4000, [f"p{i}" for i in range(4000)], ["x"] * 4000)
+    assert abs(many.mean()) < 0.05 and abs(many.std() - 1) < 0.05  # the z-scored RMs' scale
+    assert r.identity != RandomReward(1).identity
+
+
+def test_shuffled_users_scores_each_user_with_another_users_reward(rms: dict[str, TokenPreferenceRM]):
+    assert derangement(["u2", "u1", "u3"]) == {"u1": "u2", "u2": "u3", "u3": "u1"}
+    with pytest.raises(ValueError, match="at least 2 users"):
+        derangement(["u1"])
+    rm = rm_reward(rms["A"])
+    shuffled = ShuffledUsers(rm, derangement(USERS))
+    texts = ["Hello there", "Hello there"]
+    got = shuffled(["u1", "u2"], ["p", "p"], texts)
+    assert np.array_equal(got, rm(["u2", "u1"], ["p", "p"], texts))
+    assert not np.allclose(got, rm(["u1", "u2"], ["p", "p"], texts))  # u2's scale and offset differ from u1's
+    assert shuffled.identity != rm.identity
+    with pytest.raises(ValueError, match="no stand-in user"):
+        ShuffledUsers(rm, {"u1": "u2"})(["u3"], ["p"], ["x"])
+
+
+def test_training_seeds_enter_the_ci():
+    """A value whose training seeds disagree gets a CI as wide as that disagreement; the same cells without it
+    get the cells-only width. A comparison carries both arms' seed variance."""
+    from perbench.metrics.bootstrap import bootstrap_ci
+    from perbench.training.evaluation import ArmValues, compare, summarise
+
+    rng = np.random.default_rng(0)
+    cells = tuple((f"u{i % 6}", f"p{i // 6}") for i in range(36))
+    within = rng.normal(0.5, 0.05, 36)
+    offsets = np.array([0.3, -0.3, 0.2, -0.2])[:, None]
+    seeds = (0, 1, 2, 3)
+    noisy = ArmValues("rl[a]", seeds, cells, {"q": within + offsets})
+    calm = ArmValues("rl[b]", seeds, cells, {"q": within + 0 * offsets})
+
+    def width(ci: Any) -> float:
+        return float(ci[1] - ci[0])
+
+    cells_only = bootstrap_ci(within, [u for u, _ in cells], [p for _, p in cells], n_boot=400).ci
+    wide = summarise(noisy, {"u0": True}, n_boot=400, seed=0)["q"]
+    narrow = summarise(calm, {"u0": True}, n_boot=400, seed=0)["q"]
+    assert wide["mean"] == pytest.approx(narrow["mean"]) and wide["seeds"] == 4
+    assert wide["per_seed"] == pytest.approx((within.mean() + offsets[:, 0]).tolist())
+    assert width(wide["ci"]) > 4 * width(cells_only)
+    assert width(narrow["ci"]) < 1.5 * width(cells_only)
+    assert "4 training seeds" in wide["ci_note"]
+    diff = compare(noisy, calm, n_boot=400, seed=0)["q"]
+    assert diff["delta"] == pytest.approx(0.0, abs=1e-12) and width(diff["ci"]) > 4 * width(cells_only)
+    assert diff["n"] == 36 and diff["excludes_zero"] is False
+
+
+def test_random_update_has_the_runs_size_and_is_matched_to_its_kl(lm: LoadedLM, runs: dict[str, RLRun]):
+    run = runs["A"]
+    same = random_update(run, 1.0, seed=0)
+    a, b = update_norms(run.lora_state), update_norms(same.lora_state)
+    assert a.keys() == b.keys() and all(b[k] == pytest.approx(a[k], rel=1e-4) for k in a)
+    key = next(k for k in run.lora_state if "lora_B" in k)
+    assert not np.allclose(same.lora_state[key], run.lora_state[key])  # a random direction
+    assert random_update(run, 1.0, seed=0).fingerprint == same.fingerprint != random_update(run, 1.0, 1).fingerprint
+    reqs = HELD_OUT[:8]
+    matched, rec = kl_matched(run, lm, reqs, 8, seed=0)
+    assert rec.target_kl > 0 and rec.scale != 1.0
+    assert abs(rec.kl / rec.target_kl - 1) < abs(rec.kl_at_equal_norm / rec.target_kl - 1)
+    assert rec.kl == pytest.approx(float(measure_kl(matched, lm, reqs, 8, temperature=run.spec.temperature).mean()))
+
+
+def test_rloo_trains_toward_its_rm(lm: LoadedLM, rms: dict[str, TokenPreferenceRM], samples: list[Any], tmp_path):
+    """RLOO through TRL's RLOOTrainer moves each user's policy toward the RM. (β 0: TRL's RLOO charges the KL in
+    the reward, and the tiny model's per-token KL after a few steps at this step size outweighs its reward.)"""
+    spec = RLSpec.from_dict({**SPEC.to_dict(), "algorithm": "rloo", "beta": 0.0})
+    assert spec.advantage_scaling == "none"
+    run = train_policy(lm, rm_reward(rms["A"]), TRAIN, spec, tmp_path, samples=samples)
+    before, after = held_out_rewards(rms, lm), held_out_rewards(rms, trained_lm(run, lm))
+    for u in USERS:
+        assert after["A"][u] > before["A"][u] and after["B"][u] < before["B"][u], u
+    assert run.summary()["reward_norm_end"] > 0
+    # the history's kl is the probe's exp(q) − q − 1, the estimator GRPO logs
+    assert all(h["kl"] is not None and h["kl"] >= 0 for h in run.history) and run.history[-1]["kl"] > 0
+
+
+def _context_bench(unseen: bool = False) -> Any:
+    from perbench.data.records import AspectPole, Benchmark, PreferencePair, ProfileItem, User
+
+    users = {
+        "u1": User("u1", rubric=(AspectPole("format", "bullets"),), answer_key={"rubric_text": "wants bullet lists"}),
+        "u2": User("u2", seen=not unseen, answer_key={"rubric_text": "wants one line answers"}),
+        "u3": User("u3", profile=(ProfileItem("i1", "I write short poems about my garden."),)),
+    }
+    pairs = [
+        PreferencePair(f"{u}-{i}", u, f"Question {i} from {u}?", f"{u} liked answer {i}", f"{u} disliked {i}", "train")
+        for u in users
+        for i in range(3)
+    ]
+    pairs += [PreferencePair(f"{u}-t", u, "How do I plan a trip?", "a", "b", "test") for u in users]
+    return Benchmark("ctx", pairs, users)
+
+
+def test_user_context_in_the_prompt_never_the_answer_key():
+    """The shared-policy mode's prompt: each user's own first k profile items and first k train pairs (an unseen
+    user's among the shots the RMs adapt from) in front of the request; never the answer key; different users get
+    different prompts; the decoder is bound with user views only."""
+    from perbench.data.records import prompt_key
+    from perbench.data.user_context import answer_key_texts
+    from perbench.runner.training import user_context
+
+    bench = _context_bench()
+    ctx = user_context(bench, 2, shots=10)
+    q = "How do I plan a trip?"
+    shown = {u: ctx.view(q, u) for u in bench.users}
+    for u in ("u1", "u2", "u3"):
+        view = shown[u]
+        assert isinstance(view, str) and view.endswith(q)
+        mine = bench.select(split="train", user=u)
+        assert all(p.chosen in view and str(p.prompt) in view for p in mine[:2]) and mine[2].chosen not in view
+        assert not any(t in view for t in answer_key_texts(bench.users[u]))
+        assert "bullet" not in view and "one line" not in view
+        assert ctx.shown[u] == {prompt_key(p.prompt) for p in mine[:2]}
+    assert "u2" not in shown["u1"] and "u1" not in shown["u2"] and shown["u1"] != shown["u2"]
+    assert "short poems" in str(shown["u3"]) and "short poems" not in str(shown["u1"])  # the profile, its own
+    assert ctx.view(q, "u1") is shown["u1"]  # one rendering per (prompt, user)
+    assert ctx.record["items"] == 2 and ctx.record["declared_policy"] == "profile"
+    # an unseen user is shown no more than the shots every RM adapts from
+    unseen = _context_bench(unseen=True)
+    one = user_context(unseen, 2, shots=1)
+    first = unseen.fewshot("u2", 1)
+    assert one.shown["u2"] == {prompt_key(first[0].prompt)}
+    assert unseen.fewshot("u2")[1].chosen not in str(one.view(q, "u2"))
+    assert len(one.shown["u1"]) == 2  # a seen user: their first k train pairs
+
+
+def test_the_policy_sees_the_context_and_the_reward_the_request(
+    lm: LoadedLM, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """With a view, TRL's prompts (checked token for token against perbench's rendering) carry the user's
+    context, the normalisation samples are drawn from those prompts, and the reward scores the original request."""
+    from perbench.training import rl, run_fingerprint
+
+    scored: list[str] = []
+
+    class Recorder(ConstantRM):
+        def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+            scored.extend(str(it.prompt) for it in items)
+            return super().score(items)
+
+    checked: list[str] = []
+    original = rl._check_prompt_rendering
+
+    def check(trainer: Any, policy: LoadedLM, prompt: Any) -> None:
+        checked.append(str(prompt))
+        original(trainer, policy, prompt)
+
+    monkeypatch.setattr(rl, "_check_prompt_rendering", check)
+
+    def view(p: Any, u: str) -> Any:
+        return f"Context about {u}: likes cats.\n\n{p}"
+
+    spec = RLSpec.from_dict({**SPEC.to_dict(), "steps": 1})
+    run = train_policy(lm, rm_reward(Recorder()), TRAIN, spec, tmp_path, view=view)
+    assert checked and checked[0].startswith("Context about")
+    assert scored and set(scored) <= {p for p, _ in TRAIN}  # the reward never sees the context
+    assert run.fingerprint != run_fingerprint(lm, run.reward_identity, TRAIN, spec)
+    assert run.fingerprint == run_fingerprint(lm, run.reward_identity, TRAIN, spec, view)
+    plain, shown = base_samples(lm, TRAIN[:2], spec), base_samples(lm, TRAIN[:2], spec, view)
+    assert [s.prompt for s in shown] == [s.prompt for s in plain]  # samples keep the request the reward scores
+    assert [s.text for s in shown] != [s.text for s in plain]  # drawn from the prompts with context
+
+
 def test_spec_from_yaml_values_and_phase():
     spec = RLSpec.from_dict({"learning_rate": "1e-4", "lora_target_modules": ["q_proj", "v_proj"], "steps": 3})
     assert spec.learning_rate == 1e-4 and spec.lora_target_modules == ("q_proj", "v_proj") and spec.steps == 3
@@ -268,43 +482,125 @@ def test_group_user_rejects_several_users(lm: LoadedLM, tmp_path: Any):
         train_policy(lm, rm_reward(ConstantRM()), TRAIN, RLSpec(group="user"), tmp_path)
 
 
-def test_runner_rl_phase_end_to_end(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ``rl:`` key through the whole runner on tiny models: every (RM, user) trains once, the trained
-    policies become ``rl[METHOD]`` rows of the downstream table and the selection analysis, results.json holds
-    the training record, the report draws it, and a rerun recomputes nothing."""
+def _rl_run(tmp_path: Any, rl: dict[str, Any], methods: list[str], **overrides: Any) -> Any:
     from perbench.config import RunConfig
     from perbench.runner.run import run
     from tests.test_end_to_end import tiny_config, tiny_pool
 
-    monkeypatch.setenv("PERBENCH_CACHE", str(tmp_path / "cache"))
     pool = tiny_pool.__wrapped__(_Factory(tmp_path / "pool"))  # type: ignore[attr-defined]
-    base = tiny_config(pool, tmp_path / "out").to_dict()
-    rl = {"methods": ["global_bt", "mpu"], "max_users": 2, "max_train_prompts": 2, "steps": 2}
-    rl |= {"batch_size": 4, "num_generations": 2, "max_new_tokens": 6, "norm_samples": 2, "learning_rate": 1e-2}
-    cfg = RunConfig.from_dict(
-        base | {"methods": ["global_bt", "mpu"], "baselines": [], "decoders": ["zero_shot"], "rl": rl}
-    )
-    first = run(cfg)
+    base = tiny_config(pool, tmp_path / "out").to_dict() | overrides
+    rl = {"max_train_prompts": 2, "steps": 1, "batch_size": 4, "num_generations": 2, "max_new_tokens": 6} | rl
+    rl |= {"norm_samples": 2, "learning_rate": 1e-2}
+    cfg = RunConfig.from_dict(base | {"methods": methods, "baselines": [], "decoders": ["zero_shot"], "rl": rl})
+    return cfg, run(cfg)
+
+
+def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
+    """The ``rl:`` key through the whole runner on tiny models: every (arm, user, seed) trains once; the RM arms,
+    the placebo, the KL-matched random updates and the base policy are decoded greedily and sampled on the same
+    cells; the CIs resample the training seeds; the RM arms and the placebo become downstream rows, the RM arms
+    cells of the selection analysis; the report shows the placebo; a rerun through the CLI recomputes nothing
+    and its summary shows the placebo."""
+    import yaml
+
+    from perbench.cli import main
+
+    rl = {"methods": ["mpu"], "max_users": 1, "seeds": [0, 1], "eval_samples": 1}
+    # every user with a test pair on a chosen prompt is evaluated there, so the trained user has several cells
+    cfg, first = _rl_run(tmp_path, rl, ["global_bt", "mpu"], max_gen_users=None)
     res = first.results
     info = res["rl"]
-    assert set(info) == {"rl[global_bt]", "rl[mpu]"}
-    for label, entry in info.items():
-        assert entry["method"] == label[3:-1]
-        assert len(entry["runs"]) == 2  # group "user": one run per user
-        for run_info in entry["runs"].values():
-            assert len(run_info["history"]) == 2 and {"reward_norm", "kl"} <= set(run_info["history"][-1])
-            assert set(run_info["normalisation"]) == set(run_info["users"])
+    arms = info["arms"]
+    assert list(arms) == ["rl[mpu]", "rl_placebo", "rl_random[mpu]"]
+    assert info["design"]["seeds"] == [0, 1] and info["design"]["placebo"] == "random"
+    for label in ("rl[mpu]", "rl_placebo"):
+        runs = arms[label]["runs"]
+        assert len(runs) == 2 and {r["seed"] for r in runs.values()} == {0, 1}  # 1 user × 2 seeds
+        for r in runs.values():
+            assert len(r["history"]) == 1 and {"reward_norm", "kl"} <= set(r["history"][-1])
+            assert set(r["normalisation"]) == set(r["users"]) and r["kl_eval"] >= 0
+            assert (r.get("kl_match") is not None) == (label != "rl_placebo")
+    for r in arms["rl_random[mpu]"]["runs"].values():
+        assert r["of"] == "rl[mpu]" and r["scale"] > 0 and r["target_kl"] >= 0
+    # every arm on the same cells, in both modes; the CIs carry the seeds
+    samples = first.run_dir / "samples.jsonl"
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    for mode, suffix in (("greedy", ""), ("sampled", "_sampled")):
+        table = info["evaluation"][mode]
+        assert set(table) == {*arms, "rl_base"}
+        cells = {
+            label: {
+                (r["user_id"], r["prompt_id"]) for r in rows if r.get("decoder") == label.replace("[", f"{suffix}[")
+            }
+            for label in ("rl[mpu]", "rl_random[mpu]")
+        } | {
+            label: {(r["user_id"], r["prompt_id"]) for r in rows if r.get("decoder") == label + suffix}
+            for label in ("rl_placebo", "rl_base")
+        }
+        assert len({frozenset(c) for c in cells.values()}) == 1 and len(cells["rl_placebo"]) >= 2
+        for label in arms:
+            entry = table[label]["rubric_satisfaction"]
+            assert entry["seeds"] == 2 and len(entry["per_seed"]) == 2 and "2 training seeds" in entry["ci_note"]
+        assert table["rl_base"]["rubric_satisfaction"]["seeds"] == 1
+        vs = table["rl[mpu]"]["vs"]
+        assert {v["against"] for v in vs.values()} == {"rl_base", "rl_placebo", "rl_random[mpu]"}
+        assert vs["placebo"]["rubric_satisfaction"]["n"] == len(cells["rl_placebo"])
+    sampled = [r for r in rows if r.get("decoder") == "rl_sampled[mpu]"]
+    assert sampled and {r["rl_seed"] for r in sampled} == {0, 1} and {r["sample"] for r in sampled} == {0}
+    # downstream rows and cells
     down = res["downstream"]
-    assert {"zero_shot", "rl[global_bt]", "rl[mpu]"} <= set(down)
-    for label in ("rl[global_bt]", "rl[mpu]"):
-        assert 0.0 <= down[label]["rubric_satisfaction"]["mean"] <= 1.0
-        assert "rm_gain" in down[label]
+    assert {"rl[mpu]", "rl_placebo", "rl_sampled[mpu]", "rl_placebo_sampled"} <= set(down)
+    assert "rl_base" not in down and "rl_random[mpu]" not in down
+    assert down["rl[mpu]"]["seeds"] == 2 and "rubric_satisfaction" in down["rl[mpu]"]["vs"]["zero_shot"]
+    # the rows keep their seed-covering CIs (the analysis's, one mean over seeds per cell, would leave them out)
+    for e in (down["rl[mpu]"]["rubric_satisfaction"], down["rl[mpu]"]["vs"]["zero_shot"]["rubric_satisfaction"]):
+        assert "2 training seeds" in e["ci_note"] and "ci_source" not in e
+    assert down["rl[mpu]"]["guide"] == "mpu" and down["rl_placebo"]["guide"] is None
+    metrics = set(res["analysis"]["metrics"]["downstream"])
+    assert {"rl:rubric_satisfaction", "rl_sampled:rubric_satisfaction", "rl:rm_win"} <= metrics
+    assert not any(m.startswith(("rl_placebo", "rl_random", "rl_base")) for m in metrics)
     assert res["work"]["computed"]["rl"] == 4
-    assert 'id="rl"' in (first.run_dir / "report.html").read_text()
+    html = (first.run_dir / "report.html").read_text()
+    assert 'id="rl"' in html and "rl_placebo" in html and "KL-matched" in html
+    # the same config through the CLI: the summary shows the placebo; nothing is trained or decoded again
+    before = json.loads((first.run_dir / "results.json").read_text())
+    cfg_path = tmp_path / "rl.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
+    capsys.readouterr()
+    assert main(["run", str(cfg_path)]) == 0
+    out = capsys.readouterr().out
+    assert "rl_placebo " in out and "vs placebo" in out and "rl[mpu] " in out
+    after = json.loads((first.run_dir / "results.json").read_text())
+    assert after["work"]["computed"] == {}
+    assert after["downstream"] == before["downstream"] and after["rl"] == before["rl"]
 
-    second = run(cfg)
-    assert second.results["work"]["computed"] == {}
-    assert second.results["downstream"] == down and second.results["rl"] == info
+
+def test_runner_shared_policy_with_user_context(tmp_path: Any) -> None:
+    """``group: all`` with ``context_items``: one policy per (arm, seed) for every user, trained and evaluated
+    with each user's own context (never the answer key) in the prompt; RLOO; the shuffled-user placebo."""
+    from perbench.data.user_context import answer_key_texts
+    from perbench.runner.state import load_benchmark
+
+    rl = {"group": "all", "context_items": 1, "algorithm": "rloo", "placebo": "shuffled", "kl_matched": False}
+    rl |= {"eval_samples": 0}
+    cfg, first = _rl_run(tmp_path, rl, ["global_bt"])
+    info = first.results["rl"]
+    assert list(info["arms"]) == ["rl[global_bt]", "rl_shuffled[global_bt]"]
+    assert info["design"]["user_context"]["items"] == 1 and info["design"]["algorithm"] == "rloo"
+    for arm in info["arms"].values():
+        (run_info,) = arm["runs"].values()
+        assert run_info["group"] == "all" and len(run_info["users"]) > 1
+    assert set(info["evaluation"]) == {"greedy"}
+    assert info["evaluation"]["greedy"]["rl[global_bt]"]["vs"]["placebo"]["against"] == "rl_shuffled[global_bt]"
+    bench = load_benchmark(cfg)
+    rows = [json.loads(x) for x in (first.run_dir / "samples.jsonl").read_text().splitlines()]
+    rl_rows = [r for r in rows if r.get("decoder") in ("rl[global_bt]", "rl_shuffled[global_bt]", "rl_base")]
+    assert {r["user_id"] for r in rl_rows} == set(run_info["users"])
+    for r in rl_rows:
+        user = bench.users[r["user_id"]]
+        first_pair = bench.select(split="train", user=r["user_id"])[0]
+        assert first_pair.chosen.strip()[:40] in r["policy_prompt"] and r["policy_prompt"].endswith(r["prompt"])
+        assert not any(len(t.split()) > 1 and t in r["policy_prompt"] for t in answer_key_texts(user))
 
 
 class _Factory:

@@ -181,13 +181,20 @@ def _print_summary(results: dict[str, Any]) -> None:
             print(line)
     rows = rl_summary(results)
     if rows:
-        print("RL fine-tuning: reward gain (base-sd units) / rubric gain vs zero_shot (pts, 95% CI) / KL at the end:")
+        design = results.get("rl", {}).get("design", {})
+        print(
+            f"RL fine-tuning ({str(design.get('algorithm', '')).upper()}, {len(design.get('seeds') or [])} seed(s)): "
+            "reward gain (sd) / KL (nats) / rubric gain vs base greedy, sampled / vs placebo / vs KL-matched "
+            "(pts, 95% CI over cells and seeds):"
+        )
         for r in rows:
-            g = r["rubric_gain"]
             reward = "–" if r["reward_gain"] is None else f"{r['reward_gain']:+.2f}"
-            kl = "–" if r["kl_end"] is None else f"{r['kl_end']:.4f}"
-            gain_text = f"{num(g.get('delta'), signed=True)} {ci_text(g.get('ci'), signed=True)}"
-            print(f"  {r['label']:<28} {reward} / {gain_text} / {kl}")
+            kl = "–" if r["kl"] is None else f"{r['kl']:.3g}"
+            parts = [
+                f"{num(g.get('delta'), signed=True)} {ci_text(g.get('ci'), signed=True)}".strip()
+                for g in (r["greedy"], r["sampled"], r["vs_placebo"], r["vs_kl_matched"])
+            ]
+            print(f"  {r['label']:<24} {reward} / {kl} / {parts[0]}, {parts[1]} / {parts[2]} / {parts[3]}")
 
 
 def _list(args: argparse.Namespace) -> int:

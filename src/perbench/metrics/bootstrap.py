@@ -321,3 +321,54 @@ def two_way_ci(
     None when there is nothing to resample: no rows, ``n_boot`` < 2, or fewer than 2 (user, prompt) pairs.
     """
     return bootstrap_ci(values, users, prompts, n_boot=n_boot, seed=seed, level=level).ci
+
+
+@dataclass(frozen=True)
+class SeededBootstrap:
+    """Point means (n_arms,) and replicates (n_boot, n_arms) of arms whose rows come from several independently
+    trained policies (seeds); ``resampling`` is the (user, prompt) unit shared by every arm."""
+
+    point: FloatArray
+    reps: FloatArray
+    resampling: Resampling
+    n_seeds: tuple[int, ...]  # S_k per arm
+
+
+def seeded_bootstrap(
+    arms: Sequence[Any],
+    users: Sequence[str],
+    prompts: Sequence[str],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    min_levels: int = MIN_LEVELS,
+) -> SeededBootstrap:
+    """Bootstrap of arms observed on the same n (user, prompt) cells, arm k once per training seed: an (S_k, n)
+    array (S_k = 1 for an untrained reference such as the base policy).
+
+    A replicate draws the cells as :func:`bootstrap_ci` does (two-way, or its fallback; one set of draws for
+    every arm) and, independently per arm, its S_k seeds with replacement; the arm's replicate value is the
+    mean over its drawn seeds of each seed's weighted cell mean. So the interval carries the variance between
+    training runs, not only between cells, and a difference of two arms' replicates is a paired comparison on
+    the cells with both arms' seed variance."""
+    mats = [np.atleast_2d(np.asarray(a, dtype=np.float64)) for a in arms]
+    n = len(users)
+    if any(m.shape[1] != n for m in mats):
+        raise ValueError(f"every arm needs one column per cell ({n}), got {[m.shape for m in mats]}")
+    boot = TwoWayBootstrap(users, prompts, n_boot=max(n_boot, 0), seed=seed, min_levels=min_levels)
+    plan = boot.resampling(np.arange(n))
+    point = np.array([m.mean() if m.size else np.nan for m in mats])
+    reps = np.full((boot.n_boot, len(mats)), np.nan)
+    if plan.unit is None or boot.n_boot == 0:
+        return SeededBootstrap(point, reps, plan, tuple(m.shape[0] for m in mats))
+    cols = [np.arange(n)]
+    for k, m in enumerate(mats):
+        per_seed = np.stack([boot.means(row, cols)[1][:, 0] for row in m], axis=1)  # (n_boot, S_k), same draws
+        S = m.shape[0]
+        if S == 1:
+            reps[:, k] = per_seed[:, 0]
+            continue
+        rng = np.random.default_rng((seed, 3, k))
+        counts = rng.multinomial(S, np.full(S, 1.0 / S), size=boot.n_boot)  # (n_boot, S)
+        reps[:, k] = (counts * per_seed).sum(1) / S
+    return SeededBootstrap(point, reps, plan, tuple(m.shape[0] for m in mats))

@@ -303,31 +303,60 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
 
 
 def rl_table(results: Mapping[str, Any]) -> str:
-    """Per RM trained with (rl phase): reward gain during training, the trained policy's rubric satisfaction
-    gain over the base policy on the evaluated targets (paired, 95% CI), its win rate by the RM, and the KL."""
-    rows = [
-        [
-            esc(r["label"]),
-            str(r["runs"]),
-            num(r["reward_gain"], pct=False, signed=True, digits=2)
-            if r["reward_gain"] is not None
-            else na_span("no steps"),
-            value_ci(r["rubric_gain"].get("delta"), r["rubric_gain"].get("ci"), signed=True, na="no zero_shot decoder"),
-            value_ci(r["rm_win"].get("mean"), r["rm_win"].get("ci"), na="no zero_shot decoder"),
-            num(r["kl_end"], pct=False, digits=4) if r["kl_end"] is not None else na_span("not measured"),
-        ]
-        for r in extract.rl_summary(results)
-    ]
+    """Per arm of the rl phase: reward gain during training, KL from the base policy, and the paired rubric
+    satisfaction gains (95% CI over cells and training seeds) over the untrained policy (greedy and sampled),
+    over the placebo and over the KL-matched random update, plus the RM's win rate over the base policy."""
+    rows = []
+    for r in extract.rl_summary(results):
+        rows.append(
+            [
+                esc(r["label"]),
+                esc(r["kind"] or ""),
+                str(r["runs"]),
+                num(r["reward_gain"], pct=False, signed=True, digits=2)
+                if r["reward_gain"] is not None
+                else na_span("not trained"),
+                num(r["kl"], pct=False) if r["kl"] is not None else na_span("not measured"),
+                *(
+                    value_ci(r[k].get("delta"), r[k].get("ci"), signed=True, na=why)
+                    for k, why in (
+                        ("greedy", "not evaluated"),
+                        ("sampled", "eval_samples: 0"),
+                        ("vs_placebo", "no placebo arm"),
+                        ("vs_kl_matched", "no KL-matched update"),
+                    )
+                ),
+                value_ci(r["rm_win"].get("mean"), r["rm_win"].get("ci"), na="not an RM arm"),
+            ]
+        )
     if not rows:
         return ""
-    return table(
-        [
-            "policy trained with",
-            "runs",
-            "reward gain (sd units)",
-            "rubric sat. gain vs base (pts, 95% CI)",
-            "RM win rate vs base",
-            "KL at the end",
-        ],
-        rows,
+    rl = results.get("rl") or {}
+    design = rl.get("design") or {}
+    seeds = design.get("seeds") or []
+    head = (
+        f'<p class="muted">{esc(str(design.get("algorithm", "")).upper())}, group {esc(design.get("group"))}, '
+        f"{len(seeds)} training seed{'s' * (len(seeds) != 1)}, placebo {esc(design.get('placebo'))}. Gains are "
+        "paired on the same cells; each CI resamples the cells and every arm's training seeds.</p>"
+    )
+    notes = [str(n) for n in rl.get("notes") or []]
+    tail = '<ul class="small muted">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>" if notes else ""
+    return (
+        head
+        + table(
+            [
+                "arm",
+                "kind",
+                "runs",
+                "reward gain in training (sd units)",
+                "KL from base (nats/seq)",
+                "rubric gain vs base, greedy (pts)",
+                "… sampled",
+                "greedy vs placebo",
+                "greedy vs KL-matched random",
+                "RM win rate vs base",
+            ],
+            rows,
+        )
+        + tail
     )

@@ -164,33 +164,47 @@ def win_gain_from_analysis(analysis: Mapping[str, Any], quality: str) -> list[di
 
 
 def rl_histories(results: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
-    """The rl phase's per-step history of every run, labelled ``rl[METHOD] GROUP``."""
+    """The rl phase's per-step history of every trained run, labelled ``ARM GROUP|seedN``."""
     out: dict[str, list[Mapping[str, Any]]] = {}
-    for label, info in _d(results.get("rl")).items():
-        for group, run in _d(_d(info).get("runs")).items():
-            out[f"{label} {group}"] = [_d(h) for h in _l(_d(run).get("history"))]
+    for label, arm in _d(_d(results.get("rl")).get("arms")).items():
+        for run_id, run in _d(_d(arm).get("runs")).items():
+            hist = _l(_d(run).get("history"))
+            if hist:
+                out[f"{label} {run_id}"] = [_d(h) for h in hist]
     return out
 
 
-def rl_summary(results: Mapping[str, Any], base: str = "zero_shot") -> list[dict[str, Any]]:
-    """Per RM trained with (rl phase): its runs, the mean normalised reward gain over training (base-sd units),
-    the trained policy's rubric-satisfaction gain over the ``base`` decoder on the same cells (paired, with CI),
-    the RM's win rate of the trained policy's output over the base's, and the mean KL at the last step."""
-    down = _d(results.get("downstream"))
+def rl_summary(results: Mapping[str, Any], quality: str = "rubric_satisfaction") -> list[dict[str, Any]]:
+    """Per arm of the rl phase (each RM, the placebo, each KL-matched random update): its runs, the mean
+    normalised reward gain during training (base-sd units), the mean KL from the base policy on the evaluated
+    prompts (nats per sequence), and the paired ``quality`` gains of its greedy and sampled outputs over the
+    untrained policy's, over the placebo's and over the KL-matched update's (greedy), each with its CI, plus
+    the RM's win rate of its greedy output over the base policy's."""
+    rl = _d(results.get("rl"))
+    evaluation = _d(rl.get("evaluation"))
     rows = []
-    for label, info in _d(results.get("rl")).items():
-        runs = [_d(_d(r).get("summary")) for r in _d(_d(info).get("runs")).values()]
-        gains = [g for r in runs if isinstance(g := r.get("reward_norm_gain"), int | float)]
-        kls = [k for r in runs if isinstance(k := r.get("kl_end"), int | float)]
-        d = _d(down.get(label))
+    for label, arm in _d(rl.get("arms")).items():
+        arm = _d(arm)
+        runs = [_d(r) for r in _d(arm.get("runs")).values()]
+        gains = [g for r in runs if isinstance(g := _d(r.get("summary")).get("reward_norm_gain"), int | float)]
+        kls = [k for r in runs if isinstance(k := r.get("kl_eval", r.get("kl")), int | float)]
+
+        def vs(mode: str, role: str, label: str = str(label)) -> dict[str, Any]:
+            return _d(_d(_d(_d(_d(evaluation.get(mode)).get(label)).get("vs")).get(role)).get(quality))
+
+        greedy = _d(_d(evaluation.get("greedy")).get(label))
         rows.append(
             {
-                "label": label,
+                "label": str(label),
+                "kind": arm.get("kind"),
                 "runs": len(runs),
                 "reward_gain": sum(gains) / len(gains) if gains else None,
-                "kl_end": sum(kls) / len(kls) if kls else None,
-                "rubric_gain": _d(_d(_d(d.get("vs")).get(base)).get("rubric_satisfaction")),
-                "rm_win": _d(d.get("rm_win")),
+                "kl": sum(kls) / len(kls) if kls else None,
+                "greedy": vs("greedy", "base"),
+                "sampled": vs("sampled", "base"),
+                "vs_placebo": vs("greedy", "placebo"),
+                "vs_kl_matched": vs("greedy", "kl_matched"),
+                "rm_win": _d(greedy.get("rm_win")),
             }
         )
     return rows

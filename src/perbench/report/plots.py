@@ -231,21 +231,26 @@ def bon_plot(curves: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Plot | No
 
 
 def rl_plot(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> Plot | None:
-    """Training curves of the rl phase (run label → per-step history): normalised reward and KL to the base
-    policy against the optimizer step, one line per (RM, user group)."""
+    """Training curves of the rl phase (``ARM RUN`` label → per-step history): normalised reward and KL to the
+    base policy against the optimizer step, one line per run, one colour per arm (RM or placebo)."""
     runs = {k: list(h) for k, h in runs.items() if h}
     if not runs:
         return None
+    arms = list(dict.fromkeys(label.split(" ")[0] for label in runs))
     with _style() as Figure:
         fig = Figure(figsize=(7.0, 3.2))
         axes = fig.subplots(1, 2)
         _margins(fig, wspace=0.35)
-        for k, (label, hist) in enumerate(runs.items()):
-            color = PALETTE[k % len(PALETTE)]
+        labelled: set[str] = set()
+        for label, hist in runs.items():
+            arm = label.split(" ")[0]
+            color = PALETTE[arms.index(arm) % len(PALETTE)]
             steps = list(range(1, len(hist) + 1))
             for ax, key in zip(axes, ("reward_norm", "kl"), strict=True):
                 ys = [_num(r.get(key)) for r in hist]
-                ax.plot(steps, ys, marker="o", ms=2.5, color=color, label=short(label, 30))
+                legend = short(arm, 30) if arm not in labelled and key == "reward_norm" else None
+                ax.plot(steps, ys, marker="o", ms=2.5, lw=1.0, alpha=0.8, color=color, label=legend)
+            labelled.add(arm)
         axes[0].set_ylabel("reward (base-policy sd units)")
         axes[0].axhline(0, color="#999", lw=0.8, ls=":")
         axes[1].set_ylabel("KL to the base policy (per token)")

@@ -265,12 +265,6 @@ class Downstream:
                 asked[sys.label] = self.targets_of(sys, systems)
             outputs[sys.label] = self.generate(sys, asked[sys.label])
         guides = {sys.label: sys.method for sys in systems if sys.method is not None and not sys.pooled}
-        if self.s.cfg.rl is not None:  # policies fine-tuned against each RM, evaluated like decoders
-            rl_outputs, rl_guides, self.s.rl_info = self.training.run(handles, targets)
-            outputs.update(rl_outputs)
-            guides.update(rl_guides)
-            for label, texts in rl_outputs.items():
-                asked[label] = [t for t in targets if (prompt_key(t[0]), t[1]) in texts]
         result = self.scoring.score_outputs(outputs, guides, asked)
         pooled = [sys for sys in systems if sys.pooled]
         if pooled and not pool_targets:
@@ -282,6 +276,11 @@ class Downstream:
             zero = self.zero_shot(systems)
             result.update(self.pooled.evaluate(pooled, pool_targets, outputs[zero.label] if zero else None))
         self.scoring.add_vs(result)
+        if self.s.cfg.rl is not None:  # policies fine-tuned against each RM, evaluated like decoders
+            zero = self.zero_shot(systems)
+            rows = {(r["prompt_id"], r["user_id"]): r for r in self.scoring.rows.get(zero.label, [])} if zero else {}
+            rl_rows, self.s.rl_info = self.training.run(handles, targets, (zero.label, rows) if zero else None)
+            result.update(rl_rows)
         for label, rounds in adaptive.items():
             self.s.adaptive[label] = rounds.record()
         order = [sys.label for sys in systems if sys.label in result] + list(result)  # systems first, then rl

@@ -221,7 +221,9 @@ def analyze_cells(
 def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:
     """``results["analysis"] = analysis``, and one CI per number: where the upstream or downstream section
     reports the same number as the analysis (same method, metric, value and count), it takes the analysis's CI
-    (both are the two-way bootstrap of the same rows, drawn separately), marked ``ci_source: "analysis"``."""
+    (both are the two-way bootstrap of the same rows, drawn separately), marked ``ci_source: "analysis"``. An rl
+    row over several training seeds keeps its own CIs: they resample the seeds, which the analysis's cells (one
+    mean over seeds per cell) cannot."""
     results["analysis"] = analysis
     table = analysis.get("table") or {}
     paired = analysis.get("paired") or {}
@@ -239,6 +241,8 @@ def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:
             if isinstance(e, dict) and got and same({**e, "n": e.get("n_pairs")}, "accuracy", got, got.get("n")):
                 take(e, got)
     for label, d in (results.get("downstream") or {}).items():
+        if int((d or {}).get("seeds") or 1) > 1:  # an rl row: its CIs resample the training seeds, the analysis's not
+            continue
         guide = (d or {}).get("guide")
         base = label.removesuffix(f"[{guide}]") if guide else label
         families = list(dict.fromkeys([base, base.split("(", 1)[0]]))

@@ -86,7 +86,8 @@ class Work:
                 else:
                     units.append(make_unit(base, "generate", sys.label, deps, model, policy))
         for job in self.down.training.jobs(self.handles, self.down.eval_targets()):  # RL fine-tuning (rl:)
-            units.append(make_unit(base, "rl", f"{job.label}:{job.group}", [fits[job.method.label]], model))
+            deps = [fits[job.method.label]] if job.method is not None else []
+            units.append(make_unit(base, "rl", job.name, deps, model))
         return Plan(units)
 
     # ------------------------------------------------------------------ one unit
@@ -115,8 +116,9 @@ class Work:
         elif unit.kind == "upstream":
             self.up.run(handles[unit.name])
         elif unit.kind == "rl":
-            jobs = self.down.training.jobs(self.handles, self.down.eval_targets())
-            self.down.training.train(next(j for j in jobs if f"{j.label}:{j.group}" == unit.name))
+            targets = self.down.eval_targets()
+            jobs = self.down.training.jobs(self.handles, targets)
+            self.down.training.train(next(j for j in jobs if j.name == unit.name), targets)
         else:
             self._downstream_unit(unit)
 

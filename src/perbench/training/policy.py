@@ -1,16 +1,16 @@
 """A trained run as a policy: the base model with the run's LoRA, decoded by perbench's own loop.
 
 :func:`generate_with` decodes exactly like the ``zero_shot`` decoder (:func:`perbench.models.generate.
-generate_plain`, greedy), so the trained policy's rows differ from zero-shot's only by the weights.
-:func:`measure_kl` estimates KL(π_trained ‖ π_base) per prompt from samples of the trained policy.
-The base :class:`LoadedLM` is never modified: the LoRA goes into a deep copy of its model.
+generate_plain`: greedy, or sampled at a temperature), so the trained policy's rows differ from the base
+policy's only by the weights. :func:`measure_kl` estimates KL(π_trained ‖ π_base) per prompt from samples of
+the trained policy. The base :class:`LoadedLM` is never modified: the LoRA goes into a deep copy of its model.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,10 +27,8 @@ from perbench.models.generate import (
 )
 from perbench.models.loader import LoadedLM
 from perbench.models.stepper import CachedLM
+from perbench.training.records import RLRun
 from perbench.training.spec import RLSpec
-
-if TYPE_CHECKING:
-    from perbench.training.records import RLRun
 
 
 def lora_config(spec: RLSpec) -> Any:
@@ -74,14 +72,27 @@ def trained_lm(run: RLRun, base: LoadedLM) -> LoadedLM:
     return LoadedLM(merged, base.tokenizer, f"{base.fingerprint}+rl:{run.fingerprint}", f"{base.name}+rl", base.policy)
 
 
+def policy_lm(policy: RLRun | LoadedLM, base: LoadedLM) -> LoadedLM:
+    """A run's trained policy (built from ``base``), or an already loaded policy as it is."""
+    return policy if isinstance(policy, LoadedLM) else trained_lm(policy, base)
+
+
 def generate_with(
-    run: RLRun, base: LoadedLM, requests: Sequence[GenRequest], max_new_tokens: int, *, batch_size: int = 8
+    policy: RLRun | LoadedLM,
+    base: LoadedLM,
+    requests: Sequence[GenRequest],
+    max_new_tokens: int,
+    *,
+    sample: bool = False,
+    temperature: float = 1.0,
+    batch_size: int = 8,
 ) -> list[Generation]:
-    """Greedy generations of the trained policy, decoded as the ``zero_shot`` decoder decodes."""
-    lm = trained_lm(run, base)
+    """Generations of the trained policy (or of a loaded one), decoded as the ``zero_shot`` decoder decodes:
+    greedy, or ``sample``d at ``temperature`` with each request's own seed."""
+    lm = policy_lm(policy, base)
     out: list[Generation] = []
     for batch in batched(requests, batch_size):
-        out += generate_plain(lm, batch, max_new_tokens)
+        out += generate_plain(lm, batch, max_new_tokens, sample=sample, temperature=temperature)
     return out
 
 
@@ -113,12 +124,11 @@ def sample_ids(
     return out
 
 
-def completion_logprobs(
+def _completion_logsoftmax(
     lm: LoadedLM, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], temperature: float
-) -> list[torch.Tensor]:
-    """Per-token log-probabilities of each completion under softmax(logits / temperature) — the distribution
-    GRPO samples from and optimises — teacher-forced in one forward (prompts left-padded, completions
-    right-padded)."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log softmax(logits / temperature) at every completion position (B, C, V), the completion ids (B, C)),
+    teacher-forced in one forward (prompts left-padded, completions right-padded)."""
     B = len(prompt_ids)
     P, C = max(len(p) for p in prompt_ids), max(len(c) for c in completion_ids)
     pad = int(lm.tokenizer.pad_token_id)
@@ -132,23 +142,41 @@ def completion_logprobs(
     pos = (mask.cumsum(1) - 1).clamp(min=0)
     with torch.inference_mode():
         logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, P - 1 : P + C - 1]
-        lp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, ids[:, P:, None])[..., 0]
+        lsm = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return lsm, ids[:, P:]
+
+
+def completion_logprobs(
+    lm: LoadedLM, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], temperature: float
+) -> list[torch.Tensor]:
+    """Per-token log-probabilities of each completion under softmax(logits / temperature) — the distribution
+    GRPO samples from and optimises — teacher-forced in one forward."""
+    lsm, ids = _completion_logsoftmax(lm, prompt_ids, completion_ids, temperature)
+    lp = lsm.gather(-1, ids[..., None])[..., 0]
     return [lp[i, : len(c)].cpu() for i, c in enumerate(completion_ids)]
 
 
 def measure_kl(
-    run: RLRun, base: LoadedLM, requests: Sequence[GenRequest], max_new_tokens: int, *, batch_size: int = 8
+    policy: RLRun | LoadedLM,
+    base: LoadedLM,
+    requests: Sequence[GenRequest],
+    max_new_tokens: int,
+    *,
+    temperature: float | None = None,
+    batch_size: int = 8,
 ) -> np.ndarray:
-    """Per request: Σ_t log π(y_t | x, y_<t) − log π_base(y_t | x, y_<t) for one y ~ π (each request's own
-    seed), π = the trained policy, both at the run's sampling temperature. Its mean over requests is an
-    unbiased estimate of the sequence-level KL(π ‖ π_base) in nats."""
-    lm = trained_lm(run, base)
+    """Per request: Σ_t KL(π(· | x, y_<t) ‖ π_base(· | x, y_<t)) along one y ~ π (each request's own seed),
+    both at the sampling temperature (default: the run's). Summing the exact per-step KL over the vocabulary
+    instead of log π(y_t) − log π_base(y_t) keeps the estimate unbiased for the sequence-level KL(π ‖ π_base)
+    (in nats) and removes the variance of the token draw at each step; each value is ≥ 0."""
+    lm = policy_lm(policy, base)
+    T = temperature if temperature is not None else (policy.spec.temperature if isinstance(policy, RLRun) else 1.0)
     out: list[float] = []
-    T = run.spec.temperature
     for batch in batched(requests, batch_size):
         comps = sample_ids(lm, batch, max_new_tokens, T)
         prompts = [encode_prompt(base.tokenizer, r.prompt) for r in batch]
-        lp = completion_logprobs(lm, prompts, comps, T)
-        lp_ref = completion_logprobs(base, prompts, comps, T)
-        out += [float((a - b).sum()) for a, b in zip(lp, lp_ref, strict=True)]
+        lp, _ = _completion_logsoftmax(lm, prompts, comps, T)
+        lq, _ = _completion_logsoftmax(base, prompts, comps, T)
+        step = (lp.exp() * (lp - lq)).sum(-1).clamp(min=0.0)  # (B, C): KL of each step's distribution
+        out += [float(step[i, : len(c)].sum()) for i, c in enumerate(comps)]
     return np.array(out, np.float64)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +29,10 @@ class RewardFn(Protocol):
     def __call__(
         self, user_ids: Sequence[str], prompts: Sequence[Prompt], completions: Sequence[str]
     ) -> np.ndarray: ...
+
+
+#: (prompt, user) -> the prompt the policy sees (e.g. with the user's context); the reward sees the original
+PromptView = Callable[[Prompt, str], Prompt]
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,57 @@ def rm_identity(rm: RewardModel) -> str:
     if isinstance(rm, FeatureRM) and rm.extractor is not None:
         h.update(rm.backbone_fingerprint.encode())
     return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RandomReward:
+    """A placebo reward: a fixed random function of (user, prompt, completion), standard normal, drawn from a
+    hash of them and ``seed``. The same completion always gets the same reward, every user and every seed a
+    different function; after the per-user z-scoring it has an RM's scale and carries no information."""
+
+    seed: int
+
+    @property
+    def identity(self) -> str:
+        return f"placebo:random:{self.seed}"
+
+    def __call__(self, user_ids: Sequence[str], prompts: Sequence[Prompt], completions: Sequence[str]) -> np.ndarray:
+        out = []
+        for u, p, c in zip(user_ids, prompts, completions, strict=True):
+            h = hashlib.sha256(json.dumps([self.seed, u, prompt_key(p), c]).encode()).digest()
+            out.append(float(np.random.default_rng(int.from_bytes(h[:8], "little")).standard_normal()))
+        return np.array(out, np.float64)
+
+
+@dataclass(frozen=True)
+class ShuffledUsers:
+    """A placebo reward: ``reward`` with its users permuted — user u is scored as ``mapping[u]``."""
+
+    reward: RMReward
+    mapping: Mapping[str, str]
+
+    @property
+    def identity(self) -> str:
+        return shuffled_identity(self.reward.identity, self.mapping)
+
+    def __call__(self, user_ids: Sequence[str], prompts: Sequence[Prompt], completions: Sequence[str]) -> np.ndarray:
+        missing = sorted(set(user_ids) - set(self.mapping))
+        if missing:
+            raise ValueError(f"shuffled-user reward: no stand-in user for {missing[:5]}")
+        return self.reward([self.mapping[u] for u in user_ids], prompts, completions)
+
+
+def shuffled_identity(reward_identity: str, mapping: Mapping[str, str]) -> str:
+    """The identity of :class:`ShuffledUsers` (computable before the RM is fitted)."""
+    return f"placebo:shuffled:{reward_identity}:{json.dumps(sorted(mapping.items()))}"
+
+
+def derangement(users: Sequence[str]) -> dict[str, str]:
+    """Each user -> the next one in sorted order (the last -> the first): nobody keeps their own reward."""
+    order = sorted(set(users))
+    if len(order) < 2:
+        raise ValueError(f"a shuffled-user placebo needs at least 2 users, got {order}")
+    return {u: order[(i + 1) % len(order)] for i, u in enumerate(order)}
 
 
 def rm_reward(rm: RewardModel, identity: str | None = None, batch_size: int = 64) -> RMReward:
@@ -97,17 +152,23 @@ def sample_seed(seed: int, prompt: Prompt, user_id: str, j: int) -> int:
     return int.from_bytes(h[:4], "little")
 
 
-def base_samples(policy: LoadedLM, prompts: Sequence[tuple[Prompt, str]], spec: RLSpec) -> list[BaseSample]:
+def base_samples(
+    policy: LoadedLM, prompts: Sequence[tuple[Prompt, str]], spec: RLSpec, view: PromptView | None = None
+) -> list[BaseSample]:
     """``spec.norm_samples`` samples of the base policy per (prompt, user), drawn like the rollouts (temperature
-    ``spec.temperature``, no top-k/top-p, ``spec.max_new_tokens``), each with its own seed. They depend on the
-    policy and the prompts only, so one set serves every RM trained for the same users."""
+    ``spec.temperature``, no top-k/top-p, ``spec.max_new_tokens``, the prompt as ``view`` shows it to the
+    policy), each with its own seed. They depend on the policy and the prompts only, so one set serves every
+    RM trained for the same users; each sample keeps the original prompt, the one the reward scores."""
+    rows = [(p, u, j) for p, u in prompts for j in range(spec.norm_samples)]
     reqs = [
-        GenRequest(p, u, seed=sample_seed(spec.seed, p, u, j)) for p, u in prompts for j in range(spec.norm_samples)
+        GenRequest(view(p, u) if view is not None else p, u, seed=sample_seed(spec.seed, p, u, j)) for p, u, j in rows
     ]
     out: list[BaseSample] = []
-    for batch in batched(reqs, max(spec.batch_size, 1)):
-        gens = generate_plain(policy, batch, spec.max_new_tokens, sample=True, temperature=spec.temperature)
-        out += [BaseSample(r.prompt, r.user_id, g.text) for r, g in zip(batch, gens, strict=True)]
+    for batch in batched(list(zip(rows, reqs, strict=True)), max(spec.batch_size, 1)):
+        gens = generate_plain(
+            policy, [r for _, r in batch], spec.max_new_tokens, sample=True, temperature=spec.temperature
+        )
+        out += [BaseSample(p, u, g.text) for ((p, u, _), _), g in zip(batch, gens, strict=True)]
     return out
 
 

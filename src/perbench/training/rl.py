@@ -1,11 +1,12 @@
-"""Training-time downstream: fine-tune the policy against one personalized RM with TRL's GRPO (LoRA on the
-policy) and record what happened, so the trained policy can be evaluated like any decoder.
+"""Training-time downstream: fine-tune the policy against one personalized RM with TRL's GRPO or RLOO (LoRA on
+the policy) and record what happened, so the trained policy can be evaluated like any decoder.
 
-One run = one (RM, user group): :func:`plan_groups` splits the training (prompt, user) pairs by the recipe's
-``group``; :func:`train_policy` trains one group and returns an :class:`RLRun` (LoRA weights, per-user reward
-normalisation, per-step history, content fingerprint). Prompts reach TRL as chat messages, which it renders
-with the policy's chat template exactly as :func:`perbench.models.chat.encode_prompt` does; the user reaches
-the reward function through the dataset's ``user_id`` column.
+One run = one (reward, user group, seed): :func:`plan_groups` splits the training (prompt, user) pairs by the
+recipe's ``group``; :func:`train_policy` trains one group and returns an :class:`RLRun` (LoRA weights,
+per-user reward normalisation, per-step history, content fingerprint). Prompts reach TRL as chat messages,
+which it renders with the policy's chat template exactly as :func:`perbench.models.chat.encode_prompt` does
+(an optional view puts the user's context into the policy's prompt; the reward always scores the original
+prompt); the user reaches the reward function through the dataset's ``user_id`` column.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from perbench.models.loader import LoadedLM
 from perbench.progress import progress
 from perbench.training.policy import completion_logprobs, lora_config
 from perbench.training.records import RLRun
-from perbench.training.reward import BaseSample, RewardFn, UserNorm, base_samples, user_norms
+from perbench.training.reward import BaseSample, PromptView, RewardFn, UserNorm, base_samples, user_norms
 from perbench.training.spec import RLSpec
 
 #: the per-step record: TRL's log key -> ours
@@ -45,6 +46,9 @@ HISTORY_KEYS = {
     "grad_norm": "grad_norm",
     "step_time": "seconds",
 }
+#: RLOO logs its KL penalty's first-order estimate (log π − log π_ref per token, may be < 0) as ``kl``; the
+#: history's ``kl`` is then the probe's exp(q) − q − 1 (GRPO's estimator), so both algorithms log one quantity
+RLOO_KEYS = {**HISTORY_KEYS, "kl": "kl_penalty", "kl_k3": "kl"}
 
 
 def _versions() -> dict[str, str]:
@@ -61,16 +65,25 @@ def canonical_prompts(prompts: Sequence[tuple[Prompt, str]]) -> list[tuple[Promp
     return [seen[k] for k in sorted(seen)]
 
 
-def run_fingerprint(policy: LoadedLM, reward_identity: str, prompts: Sequence[tuple[Prompt, str]], spec: RLSpec) -> str:
+def run_fingerprint(
+    policy: LoadedLM,
+    reward_identity: str,
+    prompts: Sequence[tuple[Prompt, str]],
+    spec: RLSpec,
+    view: PromptView | None = None,
+) -> str:
     """Content key of a run (known before training, so a finished run can be looked up instead of re-run)."""
+    rows = canonical_prompts(prompts)
     body = [
         spec.to_dict(),
         reward_identity,
         policy.fingerprint,
         policy.chat_template_hash,
-        [[prompt_key(p), u] for p, u in canonical_prompts(prompts)],
+        [[prompt_key(p), u] for p, u in rows],
         _versions(),
     ]
+    if view is not None:  # what the policy saw, when it is not the prompt itself
+        body.append([prompt_key(view(p, u)) for p, u in rows])
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -127,12 +140,16 @@ def train_policy(
     *,
     reward_identity: str | None = None,
     samples: Sequence[BaseSample] | None = None,
+    view: PromptView | None = None,
 ) -> RLRun:
-    """GRPO + LoRA on a copy of ``policy`` (never modified) against ``reward`` for the (prompt, user) pairs.
+    """GRPO or RLOO + LoRA on a copy of ``policy`` (never modified) against ``reward`` for the (prompt, user)
+    pairs.
 
     ``reward_identity`` defaults to ``reward.identity`` (set by :func:`~perbench.training.reward.rm_reward`);
     ``samples`` are the base-policy samples of the normalisation (drawn here when None; pass the same ones to
-    every RM trained on the same prompts to draw them once). Same inputs and seed -> same weights (on CPU)."""
+    every RM trained on the same prompts to draw them once, drawn with the same ``view``). ``view`` maps a
+    (prompt, user) to the prompt the policy sees (e.g. with the user's context); the reward scores the
+    completion against the original prompt. Same inputs and seed -> same weights (on CPU)."""
     identity = reward_identity or getattr(reward, "identity", None)
     if not isinstance(identity, str) or not identity:
         raise ValueError(
@@ -144,7 +161,8 @@ def train_policy(
         raise ValueError(
             f"group: user trains one policy per user, got prompts of {len(users)} users (split them with plan_groups)"
         )
-    kept = [(p, u) for p, u in rows if len(encode_prompt(policy.tokenizer, p)) <= spec.max_prompt_tokens]
+    shown = view or (lambda p, u: p)
+    kept = [(p, u) for p, u in rows if len(encode_prompt(policy.tokenizer, shown(p, u))) <= spec.max_prompt_tokens]
     if not kept:
         raise PerbenchError(
             f"rl: none of the {len(rows)} training prompts fits rl.max_prompt_tokens ({spec.max_prompt_tokens} tokens)"
@@ -153,7 +171,7 @@ def train_policy(
     if len(kept) < len(rows):
         notes.append(f"{len(rows) - len(kept)} training prompts longer than max_prompt_tokens skipped")
     if samples is None:
-        samples = base_samples(policy, kept, spec)
+        samples = base_samples(policy, kept, spec, view)
     missing = sorted(set(users) - {s.user_id for s in samples})
     if missing:
         raise ValueError(f"no base samples for users {missing[:5]}: the normalisation needs every user's")
@@ -161,10 +179,10 @@ def train_policy(
     notes += [f"user {u}: {n.note}" for u, n in norms.items() if n.note]
     t0 = time.perf_counter()
     with _isolated_rng(spec.seed):
-        history, lora_state = _run_grpo(policy, reward, kept, norms, spec, work_dir)
+        history, lora_state = _run_trl(policy, reward, kept, [shown(p, u) for p, u in kept], norms, spec, work_dir)
     return RLRun(
         spec=spec,
-        fingerprint=run_fingerprint(policy, identity, kept, spec),
+        fingerprint=run_fingerprint(policy, identity, kept, spec, view),
         base_fingerprint=policy.fingerprint,
         reward_identity=identity,
         users=users,
@@ -179,22 +197,24 @@ def train_policy(
     )
 
 
-def _run_grpo(
+def _run_trl(
     policy: LoadedLM,
     reward: RewardFn,
     rows: list[tuple[Prompt, str]],
+    shown: list[Prompt],
     norms: dict[str, UserNorm],
     spec: RLSpec,
     work_dir: Path,
 ) -> tuple[list[dict[str, float | None]], dict[str, np.ndarray]]:
+    """One TRL run over ``rows`` (prompt, user); ``shown[i]`` is the prompt the policy sees for row i."""
     from datasets import Dataset
     from peft import get_peft_model_state_dict
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
-    from trl.trainer.grpo_config import GRPOConfig
-    from trl.trainer.grpo_trainer import GRPOTrainer
 
     holder: dict[str, Any] = {}
+    rloo = spec.algorithm == "rloo"
+    keys = RLOO_KEYS if rloo else HISTORY_KEYS
 
     def perbench_rm(
         prompts: list[Any], completions: list[Any], user_id: list[str], row: list[int], **kw: Any
@@ -205,35 +225,43 @@ def _run_grpo(
         log_metric = kw.get("log_metric")
         if log_metric is not None:
             log_metric("reward_raw", float(raw.mean()))
-            if spec.beta == 0:
-                log_metric(
-                    "kl",
-                    _kl_probe(
-                        holder["trainer"], policy, [rows[i][0] for i in row], kw["completion_ids"], spec.temperature
-                    ),
+            if spec.beta == 0 or rloo:
+                kl = _kl_probe(
+                    holder["trainer"], policy, [shown[i] for i in row], kw["completion_ids"], spec.temperature
                 )
+                log_metric("kl_k3" if rloo else "kl", kl)
         return [float(v) for v in z]
 
     class History(TrainerCallback):  # type: ignore[misc]
         def __init__(self) -> None:
             self.rows: list[dict[str, float | None]] = []
-            self.bar = progress(total=spec.steps, desc=f"rl grpo ({len(rows)} prompts)", unit="step")
+            self.bar = progress(total=spec.steps, desc=f"rl {spec.algorithm} ({len(rows)} prompts)", unit="step")
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
             if not logs or "train_runtime" in logs:
                 return
             rec: dict[str, float | None] = {"step": float(state.global_step)}
-            for theirs, ours in HISTORY_KEYS.items():
+            for theirs, ours in keys.items():
                 v = logs.get(theirs)
                 rec[ours] = None if v is None else float(v)
             self.rows.append(rec)
             self.bar.update(1)
 
     dataset = Dataset.from_list(
-        [{"prompt": prompt_messages(p), "user_id": u, "row": i} for i, (p, u) in enumerate(rows)]
+        [{"prompt": prompt_messages(shown[i]), "user_id": u, "row": i} for i, (_, u) in enumerate(rows)]
     )
     dtype = policy.policy.torch_dtype()
-    args = GRPOConfig(
+    if rloo:
+        from trl.trainer.rloo_config import RLOOConfig as Config
+        from trl.trainer.rloo_trainer import RLOOTrainer as Trainer
+
+        specific: dict[str, Any] = {"normalize_advantages": spec.advantage_scaling == "batch"}
+    else:
+        from trl.trainer.grpo_config import GRPOConfig as Config  # type: ignore[assignment]
+        from trl.trainer.grpo_trainer import GRPOTrainer as Trainer  # type: ignore[assignment]
+
+        specific = {"scale_rewards": spec.advantage_scaling, "loss_type": "dapo"}
+    args = Config(
         output_dir=str(work_dir / "trl"),
         report_to="none",
         logging_steps=1,
@@ -248,8 +276,6 @@ def _run_grpo(
         top_p=1.0,
         top_k=0,
         beta=spec.beta,
-        scale_rewards=spec.scale_rewards,
-        loss_type="dapo",
         learning_rate=spec.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,
@@ -262,9 +288,10 @@ def _run_grpo(
         activation_checkpointing=spec.gradient_checkpointing,  # transformers 5 name of gradient_checkpointing
         generation_kwargs={"eos_token_id": policy.eos_ids},
         dataloader_num_workers=0,
+        **specific,
     )
     history = History()
-    trainer = GRPOTrainer(
+    trainer = Trainer(
         model=copy.deepcopy(policy.model),
         reward_funcs=perbench_rm,
         args=args,
@@ -274,7 +301,7 @@ def _run_grpo(
         callbacks=[history],
     )
     trainer.remove_callback(PrinterCallback)  # the history callback records the logs; no dicts on stdout
-    _check_prompt_rendering(trainer, policy, rows[0][0])
+    _check_prompt_rendering(trainer, policy, shown[0])
     holder["trainer"] = trainer
     trainer.train()
     history.bar.close()
