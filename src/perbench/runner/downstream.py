@@ -57,12 +57,15 @@ class Downstream:
         return out
 
     def _decoder(self, spec: Component) -> Any:
-        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark."""
+        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark, decoders that keep
+        sample pools (Best-of-N) this process's sample store."""
         from perbench import registry
 
         decoder = registry.decoders.get(spec.name)(**spec.params)
         if hasattr(decoder, "bind_benchmark"):
             decoder.bind_benchmark(self.s.bench, shots=self.s.cfg.shots)
+        if hasattr(decoder, "pool"):
+            decoder.store = self.s.stores.samples
         return decoder
 
     def _requests(self, decoder: Any, targets: list[tuple[Prompt, str]]) -> list[Any]:

@@ -20,7 +20,7 @@ from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from perbench.runner.methods import MethodHandle
 from perbench.runner.results import analyze_cells, build_results, print_verdict
 from perbench.runner.state import RunState, load_benchmark, log
-from perbench.runner.units import Units
+from perbench.runner.stores import Stores
 from perbench.runner.work import Work
 
 
@@ -78,7 +78,7 @@ class Runner:
         cfg = self.cfg
         atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         log(f"run directory: {self.run_dir}")
-        state = RunState(cfg, self.run_dir, bench, Units(self.run_dir / "units.sqlite"))
+        state = RunState(cfg, self.run_dir, bench, Stores.of_run(self.run_dir))
         state.timing["benchmark"] = load_s
         log(
             f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "
@@ -95,6 +95,10 @@ class Runner:
         with state.timed("units"):
             plan = work.plan()
             registry.executors.get(cfg.executor)().execute(plan, work)
+        log(
+            f"plan: {len(plan.units)} units, {len(work.executed)} computed ({cfg.executor}), "
+            f"{len(work.skipped)} found finished"
+        )
         with state.timed("upstream"):
             upstream = {h.label: work.up.run(h) for h in handles}
         with state.timed("downstream"):
@@ -105,7 +109,16 @@ class Runner:
         with state.timed("analysis"):
             analysis = analyze_cells(state.cells.rows, cfg)
         results = build_results(state, upstream, downstream)
-        results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
+        results["plan"] = {
+            "executor": cfg.executor,
+            "units": plan.summary(),
+            "computed": len(work.executed),
+            "found_finished": len(work.skipped),
+        }
+        if cfg.executor != "local":
+            results["plan"]["nodes"] = len(work.nodes)
+            results["plan"]["seconds_on_workers"] = work.remote_seconds
+            results["work"]["remote"] = {k: dict(v) for k, v in work.remote.items()}
         results["analysis"] = analysis
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
         atomic_write_json(self.run_dir / "results.json", results)
@@ -115,9 +128,23 @@ class Runner:
 
         write_report(results, self.run_dir / "report.html")
         print_verdict(analysis)
+        log_work(results["work"])
         log(f"results: {self.run_dir / 'results.json'}")
         log(f"report:  {self.run_dir / 'report.html'}")
         return RunResult(self.run_dir, results, state.samples)
+
+
+def log_work(work: dict[str, Any]) -> None:
+    """The run's work counters, one line each: what this process computed and reused, what Ray workers did."""
+
+    def text(counts: dict[str, int]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing"
+
+    log(f"work: computed {text(work['computed'])}; reused {text(work['reused'])}")
+    if "remote" in work:
+        log(
+            f"work on Ray workers: computed {text(work['remote']['computed'])}; reused {text(work['remote']['reused'])}"
+        )
 
 
 def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[str, Any]:

@@ -15,11 +15,10 @@ import numpy as np
 
 from perbench.config import Component, RunConfig
 from perbench.data.records import Benchmark, PreferencePair
-from perbench.io import cache_dir
 from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle
-from perbench.runner.units import Units
+from perbench.runner.stores import Stores
 
 
 def log(msg: str) -> None:
@@ -28,13 +27,15 @@ def log(msg: str) -> None:
 
 
 class RunState:
-    """Mutable state of one run; the phases (upstream, downstream, scoring) read and extend it."""
+    """Mutable state of one run; the phases (upstream, downstream, scoring) read and extend it. ``run_dir`` is
+    None in a Ray worker, which computes into in-memory ``stores`` and sees no run folder."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, bench: Benchmark, units: Units) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path | None, bench: Benchmark, stores: Stores) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
         self.bench = bench
-        self.units = units
+        self.stores = stores
+        self.units = stores.units
         self.cells = Cells(f"{bench.name}|{cfg.policy}|seed{cfg.seed}")
         self.samples: list[dict[str, Any]] = []
         self.timing: dict[str, float] = {}
@@ -85,14 +86,13 @@ class RunState:
         return bool(self.cfg.methods or self.cfg.decoders or self.cfg.judge)
 
     def load_models(self) -> None:
-        from perbench.cache import Store
         from perbench.models.loader import load_lm
         from perbench.rewards.base import RMContext
 
         cfg = self.cfg
         self.policy = load_lm(cfg.policy, device=cfg.device, dtype=cfg.dtype)
         self.rm_lm = load_lm(cfg.rm_backbone, device=cfg.device, dtype=cfg.dtype)
-        self.feature_store = Store(cache_dir() / "features.sqlite")
+        self.feature_store = self.stores.features
         self.extractor = self.features_of(self.rm_lm)
         self.policy_extractor = self.extractor if self.policy is self.rm_lm else self.features_of(self.policy)
         self.ctx = RMContext(

@@ -9,8 +9,10 @@ per-user reward normalisation, reward and KL per step) is a content-keyed unit; 
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -78,7 +80,8 @@ class Training:
             for g, r in groups.items()
         ]
 
-    def _key(self, job: RLJob) -> str:
+    def key(self, job: RLJob) -> str:
+        """The content key of a training run (the unit its trained weights are stored under)."""
         phase = self.phase
         assert phase is not None
         rows = sorted((prompt_key(p), u) for p, u in job.rows)
@@ -96,18 +99,19 @@ class Training:
             if job.group not in self._samples:  # the normalisation's base samples serve every RM of a group
                 self._samples[job.group] = base_samples(self.s.policy, rows, phase.spec)
             reward = rm_reward(job.method.adapted(self.s.cfg.shots), identity=job.method.key(self.s.cfg.shots))
-            run = train_policy(
-                self.s.policy,
-                reward,
-                rows,
-                phase.spec,
-                self.s.run_dir / "rl",
-                samples=[s for s in self._samples[job.group] if s.user_id in job.users],
-            )
+            with tempfile.TemporaryDirectory(prefix="perbench-rl-") as scratch:  # the trainer's, saves nothing
+                run = train_policy(
+                    self.s.policy,
+                    reward,
+                    rows,
+                    phase.spec,
+                    Path(scratch),
+                    samples=[s for s in self._samples[job.group] if s.user_id in job.users],
+                )
             meta, arrays = run.to_record()
             return {**arrays, "meta_json": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
 
-        got = self.s.units.arrays("rl", self._key(job), compute)
+        got = self.s.units.arrays("rl", self.key(job), compute)
         meta = json.loads(bytes(got["meta_json"]).decode())
         return RLRun.from_record(meta, {k: v for k, v in got.items() if k != "meta_json"})
 

@@ -1,22 +1,24 @@
 """A run's phases over one state: builds the plan of units and executes any single unit of it.
 
-The driver and every executor worker hold one :class:`Work`; a worker builds its own from the config
-(:meth:`Work.from_config`, models loaded once per process), executes the units it is given, and leaves
-their results in the run's store, where the driver's assembly pass finds them.
+The driver holds one :class:`Work` over the run's stores; with the ``local`` executor it computes every unit
+itself (:meth:`Work.execute`). A Ray worker builds one per unit over in-memory stores filled with the unit's
+dependencies' results (:meth:`Work.for_worker`; ``load_lm`` keeps a process's models), computes the unit and returns
+what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.absorb`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections import Counter
 from typing import Any
 
 from perbench.config import RunConfig
+from perbench.data.records import Benchmark, prompt_key
 from perbench.runner.cells import Cells
 from perbench.runner.downstream import Downstream
 from perbench.runner.methods import MethodHandle
-from perbench.runner.plan import Needs, Plan, Unit, make_unit
-from perbench.runner.state import RunState, load_benchmark
-from perbench.runner.units import Units
+from perbench.runner.plan import Plan, Unit, make_unit
+from perbench.runner.state import RunState
+from perbench.runner.stores import Stores, UnitResult
 from perbench.runner.upstream import Upstream
 
 
@@ -27,65 +29,130 @@ class Work:
         self.up = Upstream(state)
         self.down = Downstream(state)
         self._policies: dict[str, Any] = {state.cfg.policy: state.policy}
+        #: units this process found finished / computed here / stored from another process, by label
+        self.skipped: list[str] = []
+        self.executed: list[str] = []
+        #: what other processes (Ray workers) computed, reused and recovered for this run, per phase
+        self.remote: dict[str, Counter[str]] = {k: Counter() for k in ("computed", "reused", "recovered", "features")}
+        self.nodes: Counter[str] = Counter()
+        #: seconds each unit took on the worker that computed it
+        self.remote_seconds: dict[str, float] = {}
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, run_dir: Path) -> Work:
-        """A worker's own state for ``cfg``: the benchmark, the models and the run's store."""
-        bench = load_benchmark(cfg)
-        state = RunState(cfg, run_dir, bench, Units(run_dir / "units.sqlite"))
+    def for_worker(cls, cfg: RunConfig, bench: Benchmark, stores: Stores) -> Work:
+        """A worker's state for ``cfg`` and the driver's benchmark over ``stores``: no run folder (``load_lm`` keeps
+        the models of the process for the next unit)."""
+        state = RunState(cfg, None, bench, stores)
         if state.needs_models():
             state.load_models()
         return cls(state, state.method_handles())
 
     # ------------------------------------------------------------------ the plan
     def plan(self) -> Plan:
-        cfg = self.s.cfg
-        base = self.s.units_base
-        device_gpus = 1.0 if str(self.s.ctx.device).startswith("cuda") else 0.0
-        model = Needs(cpus=1.0, gpus=device_gpus, memory_gb=2.0)
+        """Every unit of the run, keyed by what its results depend on (see ``plan.py``)."""
+        s, cfg = self.s, self.s.cfg
+        cuda = str(s.ctx.device).startswith("cuda")
+        bench = s.bench.fingerprint()
+        rm_fp = s.rm_lm.fingerprint if s.rm_lm is not None else None
+        pol_fp = s.policy.fingerprint if s.policy is not None else None
+
+        def unit(kind: str, name: str, content: Any, deps: list[Unit], policy: str | None = None) -> Unit:
+            return make_unit(kind, name, content, deps, cfg.resources, cuda, policy)
+
         units: list[Unit] = []
-        features: list[Unit] = []
+        train: list[Unit] = []
+        test: list[Unit] = []
         if any(h.is_feature_rm for h in self.handles):
-            features = [make_unit(base, "features", "", [], model)]
-            units += features
+            pairs = [p.content_key() for p in self.up.train_feature_pairs(self.handles)]
+            train = [unit("features", "train", [rm_fp, cfg.max_length, pairs], [])]
+            test = [unit("features", "test", [rm_fp, pol_fp, cfg.max_length, bench], [])]
+            units += train + test
         fits: dict[str, Unit] = {}
+        w, k = s.pa_params()
+        pa = [w, k if cfg.pa_rgd else None, pol_fp, cfg.max_length]  # as policy accuracy's own keys
         for h in self.handles:
-            if self.s.unfittable(h):
+            if s.unfittable(h):
                 continue
-            fit = fits[h.label] = make_unit(base, "fit", h.label, features if h.is_feature_rm else [], model)
-            units += [fit, make_unit(base, "upstream", h.label, [fit], model)]
-        if self.s.policy is None or not self.down.eval_targets():
+            feats = h.is_feature_rm
+            fit = fits[h.label] = unit("fit", h.label, h.fit_key, train if feats else [])
+            content = [h.key(cfg.shots), cfg.shot_curve, pa, bench]
+            units += [fit, unit("upstream", h.label, content, [fit, *(test if feats else [])])]
+        targets = self.down.eval_targets() if s.policy is not None else []
+        if not targets:
             return Plan(units)
+        from perbench import registry
+
+        cells = [f"{prompt_key(p)}|{u}" for p, u in targets]
         systems, _ = self.down.systems(self.handles)
         for policy in cfg.policies or [cfg.policy]:
+            common = [self.policy_model(policy).fingerprint, cells, cfg.seed, cfg.max_new_tokens, bench]
             pools: dict[str, Unit] = {}
             for sys in systems:
                 deps = [fits[sys.method.label]] if sys.method is not None else []
+                decoder = registry.decoders.get(sys.spec.name)(**sys.spec.params).config_key()
                 if sys.pooled:  # the RM's pick from one sample pool shared by every RM
                     name = sys.spec.label()
                     if name not in pools:
-                        pools[name] = make_unit(base, "pool", name, [], model, policy)
+                        pools[name] = unit("pool", name, [decoder, *common], [], policy)
                         units.append(pools[name])
                     deps.append(pools[name])
-                units.append(make_unit(base, "generate", sys.label, deps, model, policy))
-        for job in self.down.training.jobs(self.handles, self.down.eval_targets()):  # RL fine-tuning (rl:)
-            units.append(make_unit(base, "rl", f"{job.label}:{job.group}", [fits[job.method.label]], model))
+                guide = sys.method.key(cfg.shots) if sys.method is not None else None
+                units.append(unit("generate", sys.label, [decoder, guide, *common], deps, policy))
+        for job in self.down.training.jobs(self.handles, targets):  # RL fine-tuning (rl:)
+            name = f"{job.label}:{job.group}"
+            units.append(unit("rl", name, self.down.training.key(job), [fits[job.method.label]]))
         return Plan(units)
 
     # ------------------------------------------------------------------ one unit
     def execute(self, unit: Unit) -> None:
-        """Compute ``unit`` (its results go to the stores) unless a previous process finished it."""
-        done = unit.done_key()
-        if self.s.units.store.get_json(done) is not None:
-            self.s.units.reused["plan"] += 1
+        """Compute ``unit`` here into the run's stores, unless a previous run with the same inputs finished it."""
+        stores = self.s.stores
+        if stores.finished(unit) is not None:
+            self.skipped.append(unit.label)
             return
+        with stores.journal() as touched:
+            self.compute(unit)
+        stores.mark_done(unit, touched)
+        self.executed.append(unit.label)
+
+    def compute_remote(self, unit: Unit) -> UnitResult:
+        """Compute ``unit`` into this worker's in-memory stores; its results are what it added to them."""
+        stores = self.s.stores
+        loaded = {name: set(store.keys()) for name, store in stores.by_name().items()}
+        with stores.journal() as touched:
+            self.compute(unit)
+        entries = stores.read({name: keys - loaded[name] for name, keys in touched.items()})
+        ext = self.s.extractor.stats if self.s.extractor is not None else None
+        units = self.s.units
+        return UnitResult(
+            unit.key,
+            entries,
+            computed=dict(units.computed),
+            reused=dict(units.reused),
+            recovered=dict(units.recovered),
+            features={} if ext is None else {"computed": ext.computed, "reused": ext.reused},
+        )
+
+    def absorb(self, unit: Unit, result: UnitResult) -> None:
+        """Store a unit another process computed, and count its work as theirs."""
+        self.s.stores.absorb(unit, result)
+        for name in ("computed", "reused", "recovered", "features"):
+            self.remote[name].update(getattr(result, name))
+        self.nodes[result.node] += 1
+        self.remote_seconds[unit.label] = round(result.seconds, 2)
+        self.executed.append(unit.label)
+
+    def compute(self, unit: Unit) -> None:
+        """Compute ``unit``: its results go to the stores only (the assembly pass writes cells and samples once)."""
         handles = {h.label: h for h in self.handles}
-        # a unit leaves its results in the stores only: the assembly pass writes cells and samples once
         cells, samples = self.s.cells, self.s.samples
         self.s.cells, self.s.samples = Cells(cells.group), []
         try:
             if unit.kind == "features":
-                self.up.prefetch_features(self.handles)
+                if unit.name == "train":
+                    self.up.train_features(self.handles)
+                else:
+                    self.up.test_features()
             elif unit.kind == "fit":
                 handles[unit.name].fitted()
             elif unit.kind == "upstream":
@@ -97,7 +164,6 @@ class Work:
                 self._downstream_unit(unit)
         finally:
             self.s.cells, self.s.samples = cells, samples
-        self.s.units.put_json("plan", done, {"unit": unit.label, "policy": unit.policy})
 
     def _downstream_unit(self, unit: Unit) -> None:
         main = self.s.policy
