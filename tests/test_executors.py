@@ -85,9 +85,9 @@ def test_local_plan_lists_every_unit(tiny_pool: Path, local: tuple[Path, Path], 
     assert units["features"] == 2 and units["fit"] == units["upstream"] == 4
     # zero_shot, args and Best-of-N × 2 feature RMs (Best-of-N × the baselines too: they score any text)
     assert units["pool"] == 1 and units["generate"] == 1 + 2 + 4
-    assert first["plan"]["computed"] == sum(units.values()) and first["plan"]["found_finished"] == 0
+    assert first["work"]["units"]["computed"] == sum(units.values()) and first["work"]["units"]["found_finished"] == 0
     again = _run(tiny_pool, local[0], GRID)
-    assert again["work"]["computed"] == {} and again["plan"]["found_finished"] == sum(units.values())
+    assert again["work"]["computed"] == {} and again["work"]["units"]["found_finished"] == sum(units.values())
 
 
 def test_changed_decoder_parameter_recomputes_only_its_generations(
@@ -98,8 +98,8 @@ def test_changed_decoder_parameter_recomputes_only_its_generations(
     their texts are computed."""
     assert other_k["config_hash"] != first["config_hash"]
     assert (
-        other_k["plan"]["computed"] == 2
-        and other_k["plan"]["found_finished"] == sum(first["plan"]["units"].values()) - 2
+        other_k["work"]["units"]["computed"] == 2
+        and other_k["work"]["units"]["found_finished"] == sum(first["plan"]["units"].values()) - 2
     )
     work = other_k["work"]
     assert set(work["computed"]) == {"generate", "win_rate"}, work["computed"]
@@ -177,18 +177,38 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
         # are handed to the workers from the driver's stores, only the ARGS generations are computed
         changed = _run(tiny_pool, driver / "runs", OTHER_K, executor="ray")
         node_files = [p.name for i in range(2) for p in (cluster.node_dir(i) / "cache").rglob("*")]
-    assert remote["plan"]["executor"] == "ray" and remote["plan"]["nodes"] == 2
+    assert remote["plan"]["executor"] == "ray" and remote["work"]["remote"]["nodes"] == 2
     assert comparable(remote) == comparable(first)
     # nothing recomputed by the driver: it computed only what its assembly pass computes, as a local run does
     assert set(remote["work"]["computed"]) <= ASSEMBLY
     # nothing lost and nothing computed twice: the workers' results, counted once each, plus the assembly's make
     # exactly what the local run computed
     assert remote["work"]["computed_total"] == first["work"]["computed"]
-    assert remote["plan"]["computed"] == sum(remote["plan"]["units"].values())
+    assert remote["work"]["units"]["computed"] == sum(remote["plan"]["units"].values())
     assert comparable(changed) == comparable(other_k)
-    assert changed["plan"]["computed"] == 2 and changed["work"]["remote"]["computed"] == {
+    assert changed["work"]["units"]["computed"] == 2 and changed["work"]["remote"]["computed"] == {
         "generate": other_k["work"]["computed"]["generate"]
     }
     assert set(changed["work"]["computed"]) <= ASSEMBLY
     # the nodes' own caches hold converted models only: no store of a run, no feature, sample or unit cache
     assert node_files and not [f for f in node_files if f.endswith(".sqlite")]
+
+
+def test_resources_per_kind_reach_the_plan(tiny_pool: Path, tmp_path: Path) -> None:  # noqa: F811
+    from perbench.runner.plan import Needs, needs_of
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Stores
+    from perbench.runner.work import Work
+
+    resources = {"fit": {"num_gpus": 1}, "decode": {"num_cpus": 2, "memory_gb": 6}}
+    cfg = tiny_config(tiny_pool, tmp_path).override(**GRID, resources=resources)
+    state = RunState(cfg, None, load_benchmark(cfg), Stores.in_memory())
+    state.load_models()
+    needs = {u.kind: u.needs for u in Work(state, state.method_handles()).plan().units}
+    assert needs["fit"] == Needs(1.0, 1.0, 2.0) and needs["upstream"] == needs["features"] == Needs(1.0, 0.0, 2.0)
+    assert needs["generate"] == needs["pool"] == Needs(2.0, 0.0, 6.0)
+    # the defaults fit one node with one GPU: on CUDA every kind takes the GPU, so units on it run in turn
+    assert {needs_of(k, None, cuda=True) for k in ("features", "fit", "score", "decode")} == {Needs(1.0, 1.0, 2.0)}
+    assert needs_of("rl", None, cuda=True) == Needs(1.0, 1.0, 4.0) and needs_of("fit", None, cuda=False).gpus == 0
+    # resources never change where results go
+    assert cfg.result_hash() == tiny_config(tiny_pool, tmp_path).override(**GRID).result_hash()

@@ -109,16 +109,15 @@ class Runner:
         with state.timed("analysis"):
             analysis = analyze_cells(state.cells.rows, cfg)
         results = build_results(state, upstream, downstream)
-        results["plan"] = {
-            "executor": cfg.executor,
-            "units": plan.summary(),
-            "computed": len(work.executed),
-            "found_finished": len(work.skipped),
-        }
+        results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
+        # which units this run computed (here or on workers) and which it found finished by an earlier run
+        results["work"]["units"] = {"computed": len(work.executed), "found_finished": len(work.skipped)}
         if cfg.executor != "local":
-            results["plan"]["nodes"] = len(work.nodes)
-            results["plan"]["seconds_on_workers"] = work.remote_seconds
-            results["work"]["remote"] = {k: dict(v) for k, v in work.remote.items()}
+            results["work"]["remote"] = {
+                **{k: dict(v) for k, v in work.remote.items()},
+                "nodes": len(work.nodes),
+                "seconds": work.remote_seconds,
+            }
         results["analysis"] = analysis
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
         atomic_write_json(self.run_dir / "results.json", results)
