@@ -65,10 +65,11 @@ def run(settings: Settings) -> Section:
     except ImportError:
         return not_measured(sec, "the `ray` package is not installed")
     sys.path.insert(0, str(ROOT))
+    from tests.ray_cluster import LocalCluster
+
     from perbench.config import RunConfig
     from perbench.io import cache_dir
     from perbench.runner.run import run as run_config
-    from tests.ray_cluster import LocalCluster
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -95,7 +96,7 @@ def run(settings: Settings) -> Section:
     last: dict[str, dict[str, Any]] = {}
     rounds = settings.size(2, 1)
     try:
-        for i in range(rounds):
+        for _ in range(rounds):
             for name, start in starts.items():
                 driver = work / "driver"
                 shutil.rmtree(driver, ignore_errors=True)
