@@ -66,19 +66,29 @@ def test_clear_winner_is_deployed() -> None:
     assert {e["a"] for e in ref} == {"mpu", "pal_b"}
 
 
-def test_identical_methods_are_tied_and_the_verdict_says_so() -> None:
+def test_identical_methods_are_reported_as_identical_not_as_a_zero_width_ci() -> None:
     rng = np.random.default_rng(1)
     g = "rubrics|smollm2|seed0"
     twin = _rows(g, "mpu", ARGS, 0.7, rng)
-    clone = [{**c, "method": "pref"} for c in twin]
+    clone = [{**c, "method": "mpu_avg"} for c in twin]  # mpu and mpu_avg on seen users: the same scores
     cells = twin + clone + _rows(g, "global_bt", ARGS, 0.3, rng)
     res = _run(cells)
     r = res["ranking"][ARGS]
-    assert r["best"] is None and set(r["tied"]) == {"mpu", "pref"}
-    assert r["vs_runner_up"]["delta"] == 0.0 and r["vs_runner_up"]["ci"] == [0.0, 0.0]
+    assert r["order"][:2] == ["mpu", "mpu_avg"] and r["identical"] == ["mpu_avg"]
+    twin_entry = next(c for c in r["comparisons"] if c["b"] == "mpu_avg")
+    assert twin_entry["status"] == "identical" and twin_entry["delta"] == 0.0 and twin_entry["ci"] is None
+    assert "identical scores on every cell" in twin_entry["ci_note"]
+    # the informative comparison is with the first method that is not identical
+    assert r["vs_runner_up"]["b"] == "global_bt" and r["vs_runner_up"]["ci"][0] > 0
+    assert r["decision"] == "separable" and r["best"] == "mpu"
     v = res["verdict"]
-    assert v["deploy"] is None and set(v["tied"]) == {"mpu", "pref"}
-    assert "cannot separate" in v["text"] and "mpu" in v["text"] and "pref" in v["text"]
+    assert v["deploy"] == "mpu" and v["identical"] == ["mpu_avg"]
+    assert "mpu_avg scores identically to mpu on every cell" in v["text"]
+    assert "cannot" not in v["text"] and "[0.0, 0.0]" not in v["text"]
+    # only the two twins: identical is an answer ("equivalent"), not "cannot separate"
+    alone = _run(twin + clone)
+    assert alone["ranking"][ARGS]["decision"] == "equivalent" and alone["verdict"]["deploy"] is None
+    assert "mpu and mpu_avg are identical" in alone["verdict"]["text"] and "cannot" not in alone["verdict"]["text"]
 
 
 def test_perfect_upstream_predictor() -> None:
@@ -144,6 +154,8 @@ def test_fairness_minority_users() -> None:
     cells = []
     for c in _rows(g, "global_bt", "rm_acc_seen", 1.0, rng, noise=0):
         cells.append({**c, "value": 0.0 if c["user"] in ("u0", "u1") else 1.0})  # u0, u1 oppose the majority
+    for c in _rows(g, "global_bt", "rm_acc_train", 1.0, rng, noise=0):  # ... on their train pairs as well
+        cells.append({**c, "value": 0.0 if c["user"] in ("u0", "u1") else 1.0})
     cells += _rows(g, "mpu", "rm_acc_seen", 1.0, rng, noise=0)
     for c in _rows(g, "mpu", "rm_acc_unseen", 0.5, rng, noise=0):
         cells.append({**c, "user": "new_" + c["user"]})

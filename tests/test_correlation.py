@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from perbench.metrics.correlation import BATCHED, CORRELATIONS, ndcg, rbo
+from perbench.metrics.correlation import BATCHED, CORRELATIONS, kendall_tau_b, ndcg, rbo, snap_ties
 
 
 def _scipy(name: str, x: np.ndarray, y: np.ndarray) -> float:
@@ -63,10 +63,21 @@ def test_ndcg_hand_computed() -> None:
     assert ndcg([4.0, 3.0, 2.0, 1.0], [0.0, 1.0, 2.0, 3.0]) == pytest.approx(0.9743198 / 1.5872866, abs=1e-7)
 
 
-def test_ndcg_ties_break_by_system_order() -> None:
-    # upstream ties B and C (both 1.0): system order puts B first → ranking A, B, C; gains 1, 0, 0.5
-    # DCG = 1 + 0 + 0.5/log2(4) = 1.25; IDCG = 1 + 0.5/log2(3) = 1.3154649
-    assert ndcg([2.0, 1.0, 1.0], [3.0, 1.0, 2.0]) == pytest.approx(1.25 / 1.3154649, abs=1e-7)
+def test_ndcg_averages_over_the_orders_of_tied_systems() -> None:
+    # upstream ties B and C (both 1.0): they share positions 2 and 3, so each gets the mean discount
+    # (1/log2(3) + 1/log2(4)) / 2 = 0.5654649; gains 1, 0, 0.5 → DCG = 1 + 0.5 · 0.5654649 = 1.2827325;
+    # IDCG = 1 + 0.5/log2(3) = 1.3154649 (the old rule, B first by system order, gave 1.25 / 1.3154649)
+    assert ndcg([2.0, 1.0, 1.0], [3.0, 1.0, 2.0]) == pytest.approx(1.2827325 / 1.3154649, abs=1e-7)
+    assert ndcg([1.0, 1.0, 2.0], [2.0, 1.0, 3.0]) == pytest.approx(1.2827325 / 1.3154649, abs=1e-7)
+
+
+def test_values_equal_up_to_rounding_are_ties() -> None:
+    x = [(0.1 + 0.2) + 0.3, (0.3 + 0.2) + 0.1, 0.2, 0.1]  # the first two differ in the last bit only
+    assert x[0] != x[1]
+    assert snap_ties(np.array([x]))[0].tolist()[:2] == [0.6, 0.6]
+    y = [1.0, 2.0, 3.0, 4.0]
+    assert kendall_tau_b(x, y) == pytest.approx(kendall_tau_b([0.6, 0.6, 0.2, 0.1], y))
+    assert BATCHED["ndcg"](np.array([x]), np.array([y]))[0] == pytest.approx(ndcg([0.6, 0.6, 0.2, 0.1], y))
 
 
 def test_rbo_hand_computed() -> None:

@@ -89,6 +89,24 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path) -> None:
     kinds = {json.loads(line)["kind"] for line in (run_dir / "samples.jsonl").read_text().splitlines()}
     assert kinds == {"pair_score", "generation"}
     assert "RM accuracy" in (run_dir / "report.html").read_text()
+    # the analysis: roles, minority users selected on the reference's train-pair cells, one CI per number
+    a = res["analysis"]
+    assert a["roles"] == {"global_bt": "deployable", "length": "baseline", "random": "baseline", "zero_shot": "decoder"}
+    cells = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
+    assert {c["method"] for c in cells if c["metric"] == "rm_acc_train"} == {"global_bt"}
+    assert (
+        a["minority"]["na"] is None
+        and a["minority"]["selected_from"] == res["benchmark"]["users_seen"] + res["benchmark"]["users_unseen"]
+    )
+    v = a["verdict"]
+    assert v["metric"] == "args:rubric_satisfaction" and v["deploy"] == "global_bt" and v["decision"] == "separable"
+    seen = up["global_bt"]["rm_accuracy"]["seen"]
+    assert seen["ci_source"] == "analysis" and seen["ci"] == a["table"]["global_bt"]["rm_acc_seen"]["ci"]
+    guided = down["args(k=10,w=1.0)[global_bt]"]
+    assert guided["rubric_satisfaction"]["ci"] == a["table"]["global_bt"]["args:rubric_satisfaction"]["ci"] == v["ci"]
+    gain = guided["vs"]["zero_shot"]["rubric_satisfaction"]
+    [paired] = [p for p in a["paired"]["args:rubric_satisfaction"] if p["b"] == "zero_shot"]
+    assert gain["ci_source"] == "analysis" and gain["ci"] == paired["ci"]
 
     second = run(cfg)  # same config: same directory, nothing recomputed, identical numbers
     assert second.run_dir == run_dir

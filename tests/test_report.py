@@ -415,3 +415,33 @@ def test_report_in_headless_chromium(run_dir: Path, chromium: str, tmp_path: Pat
     assert '<img src="x"' not in dom and "<script>document.title" not in dom  # never parsed as elements
     assert "&lt;script&gt;document.title=" in dom and "&lt;img src=x onerror=" in dom  # shown as text
     assert 'class="vtext"' in dom and dom.count("data:image/png;base64,") >= 5
+
+
+def test_report_shows_the_decision_the_planner_and_chance_values() -> None:
+    """An undecided verdict: the box names the decision and the contenders, the leaderboard marks the baselines
+    as reference lines (never best or tied), the planner's table says what would decide, and NDCG / RBO show
+    their chance values. leaderboard.md carries the same decision."""
+    from perbench.metrics.analysis import analyze
+    from tests.crossed import crossed_cells
+
+    rng = np.random.default_rng(0)
+    metric = "best_of_n:rubric_satisfaction"
+    means = {"mpu": 0.56, "pref": 0.54, "lore": 0.3, "length": 0.9, "random": 0.5}
+    cells = crossed_cells(means, rng, 12, 8, metric=metric, group="b|p|seed0")
+    cells += crossed_cells(means, rng, 12, 8, metric="rm_acc_seen", group="b|p|seed0")
+    analysis = analyze(cells, n_boot=100, seed=0)
+    v = analysis["verdict"]
+    assert v["decision"] == "undecided" and v["contenders"] == ["pref"]
+    html = render({"analysis": analysis}, figures={})
+    box = html[html.index('class="verdict') : html.index("</section>")]
+    assert "badge tied" in box and "undecided" in box and "still in contention: <b>pref</b>" in box
+    assert "reference lines (never recommended): length, random" in box and "equivalence margin ±" in box
+    lb = html[html.index('id="leaderboard"') : html.index('id="methods"')]
+    row = next(r for r in lb.split("<tr>") if "<td>length</td>" in r)
+    assert "(reference)" in row and "badge" not in row
+    assert "What would decide" in lb and "mpu − pref" in lb and " prompts × " in lb
+    assert "(chance 0." in html[html.index('id="selection"') :]
+    md = render_markdown(analysis, "t")
+    assert "Decision on Best-of-N · rubric sat.: **undecided**" in md and "length" in md
+    md_row = next(line for line in md.splitlines() if line.startswith("| – | length |"))
+    assert "(reference)" in md_row and "best" not in md_row and "tied" not in md_row

@@ -1,4 +1,4 @@
-"""``perbench`` command line: run, list, validate, build, report, compare.
+"""``perbench`` command line: run, list, validate, build, report, compare, plan.
 
 Every error a user can act on (a :class:`~perbench.errors.PerbenchError`, or an OS error naming a file) is one
 line on stderr, ``perbench: error: …``, and exit code 2; ``--debug`` (before or after the command) shows the
@@ -297,6 +297,30 @@ def _fraction(text: str) -> float:
     return v
 
 
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    v = _finite(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
+    return v
+
+
+def _probability(text: str) -> float:
+    v = _finite(text)
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return v
+
+
 def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -397,6 +421,71 @@ def _add_compare_options(p: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 
+def _plan(args: argparse.Namespace) -> int:
+    """``perbench plan RUN_DIR``: the users × prompts that would separate the leader from each other deployable
+    method (at ``--effect``, or the observed differences) or establish equivalence, from the run's cells."""
+    import json
+
+    from perbench.metrics.analysis import plan_sizes
+    from perbench.report.rundir import run_roles
+    from perbench.runner.cells import read_cells
+
+    run_dir = Path(args.run_dir)
+    cells_path = run_dir / "cells.jsonl"
+    if not cells_path.is_file():
+        raise ConfigError(f"{cells_path} does not exist (is {run_dir} a run directory of this version?)")
+    try:
+        cells = read_cells(cells_path)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    results: dict[str, Any] = {}
+    if (run_dir / "results.json").is_file():
+        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    analysis = results.get("analysis") or {}
+    config = results.get("config") or {}
+    metric = args.metric or (analysis.get("verdict") or {}).get("metric") or config.get("verdict_metric")
+    if args.metric and not any(c["metric"] == args.metric for c in cells):
+        known = sorted({str(c["metric"]) for c in cells})
+        raise ConfigError(f"plan: {cells_path} has no {args.metric} cells; its metrics: {', '.join(known)}")
+    crit = ((analysis.get("ranking") or {}).get(metric) or {}).get("critical_value") if metric else None
+    try:
+        got = plan_sizes(
+            cells,
+            metric=metric,
+            effect=args.effect,
+            equivalence_margin=args.margin,
+            roles=run_roles(results),
+            critical_value=crit,
+            power=args.power,
+            points=True,
+            run_margin=config.get("equivalence_margin"),
+        )
+    except ValueError as e:
+        raise ConfigError(f"plan: {e}") from None
+    print(_plan_text(got, run_dir))
+    return 0
+
+
+def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
+    metric, plans = got["metric"], got["plans"]
+    if got["leader"] is None:
+        return f"{run_dir}: no deployable method has {metric} cells: nothing to plan."
+    lines = [*got["notes"], f"{run_dir}: {metric}, leader {got['leader']} ({len(got['order'])} deployable methods)"]
+    if not plans:
+        lines.append("  no other deployable method shares 2 or more cells with the leader: nothing to compare.")
+    unit = 100 if got["proportion"] else 1
+    for p in plans:
+        c = p["components"]
+        design = "crossed users × prompts" if c["crossed"] else "prompts nested in users"
+        lines.append(
+            f"  {p['a']} − {p['b']}: observed {unit * p['observed']:+.2f}{' pts' * (unit == 100)} on {c['cells']} "
+            f"cells ({c['users']} users, {c['prompts']} prompts, {design}); variance components "
+            f"user {c['user']:.4g}, prompt {c['prompt']:.4g}, residual {c['residual']:.4g}"
+        )
+        lines.append(f"    {p['text']}.")
+    return "\n".join(lines)
+
+
 def _user_error(e: BaseException) -> bool:
     """An error the user can act on: printed as one line. Anything else is a bug: its traceback is shown."""
     if isinstance(e, PerbenchError):
@@ -445,6 +534,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     _add_compare_options(p)
+    p = sub.add_parser(
+        "plan",
+        parents=[common],
+        help="users × prompts needed to separate the leader from each method, or establish equivalence",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--metric", help="the metric to plan for (default: the run's verdict metric)")
+    p.add_argument(
+        "--effect", type=_finite, help="the difference to detect: points for a proportion (5 = 5 pts), else units"
+    )
+    p.add_argument(
+        "--margin", type=_non_negative, help="equivalence margin, in the same units as --effect (default: the run's)"
+    )
+    p.add_argument("--power", type=_probability, default=0.8, help="target power (default 0.8)")
     return parser
 
 
@@ -457,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         "build": _build,
         "report": _report,
         "compare": _compare,
+        "plan": _plan,
     }
     try:
         return handlers[args.cmd](args)

@@ -667,6 +667,10 @@ class RunConfig:
     verdict_metric: str | None = None
     #: the user-agnostic RM that per-user gains and "minority users" are measured against
     reference_method: str = "global_bt"
+    #: practical-equivalence margin ε of the verdict, in the metric's units (0.05 = 5 points of a proportion):
+    #: methods whose 90% CI of the difference to the leader lies inside ±ε are "practically equivalent"; None:
+    #: the default 0.05; 0: never claim equivalence
+    equivalence_margin: Annotated[float, NON_NEGATIVE] | None = None
     #: BERTScore-F1 of generations against the user's reference (bundled all-MiniLM-L6-v2)
     bertscore: bool = True
     #: the training-time downstream phase: GRPO (+ LoRA) of the policy against each RM, evaluated like a decoder
@@ -744,6 +748,7 @@ class RunConfig:
             "policies",
             "seeds",
             "verdict_metric",
+            "equivalence_margin",
             "rl",
         ):  # optional extras: absent = the hash configs had before they existed
             if d.get(k) is None:

@@ -105,6 +105,9 @@ class Entry(Generic[T]):
     target: T | str
     help: str = ""
     defaults: dict[str, Any] = field(default_factory=dict)
+    #: a reward model's role in a verdict: "" (a deployable candidate), "baseline" or "oracle" (reference lines,
+    #: never recommended; see :mod:`perbench.metrics.analysis.roles`)
+    role: str = ""
 
 
 class Registry(Generic[T]):
@@ -114,10 +117,18 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
 
-    def register(self, name: str, target: T | str, *, help: str = "", defaults: dict[str, Any] | None = None) -> None:
+    def register(
+        self,
+        name: str,
+        target: T | str,
+        *,
+        help: str = "",
+        defaults: dict[str, Any] | None = None,
+        role: str = "",
+    ) -> None:
         if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is already registered")
-        self._entries[name] = Entry(name, target, help, dict(defaults or {}))
+        self._entries[name] = Entry(name, target, help, dict(defaults or {}), role)
 
     def decorator(self, name: str, *, help: str = "") -> Callable[[T], T]:
         def wrap(obj: T) -> T:
@@ -240,9 +251,13 @@ reward_models.register(
     "length",
     "perbench.rewards.baselines:LengthRM",
     help="baseline: longer is better, counted in whitespace words (unit: words) or characters (unit: chars)",
+    role="baseline",
 )
 reward_models.register(
-    "random", "perbench.rewards.baselines:RandomRM", help="baseline: random scores seeded by the run's seed"
+    "random",
+    "perbench.rewards.baselines:RandomRM",
+    help="baseline: random scores seeded by the run's seed",
+    role="baseline",
 )
 reward_models.register(
     "global_bt_v2",
@@ -289,6 +304,7 @@ reward_models.register(
     "icl_judge_oracle",
     "perbench.rewards.icl_judge:ICLJudgeOracle",
     help="ORACLE upper bound, not deployable: icl_judge told the user's answer key",
+    role="oracle",
 )
 reward_models.register(
     "hub_rm",

@@ -17,8 +17,14 @@ input, or a non-finite value. ``None`` is the "not applicable" state; it is neve
   RBO_ext = (X_k / k)·p^k + (1 − p)/p · Σ_{d=1..k} (X_d / d)·p^d, with X_d the overlap of the two top-d sets;
   1 for identical rankings.
 
-Ties in ``ndcg`` and ``rbo`` rankings are broken by system order (the first-listed system ranks higher), so
-they are deterministic.
+Ties. Values equal up to float rounding (``TIE_TOL``, relative) are tied before any coefficient is computed, so
+rounding never orders two systems. ``ndcg`` and ``rbo`` average over the orders of tied systems (a tied system's
+discount is the mean over the positions its tie group occupies; its chance of being in a top-d set is the share
+of those positions within d), so neither depends on the order systems are listed in.
+
+Chance values. ``ndcg_chance`` and ``rbo_chance`` are the expectations under a uniformly random ranking of the
+same systems: both are far above 0 for a few systems (RBO of 6 random systems ≈ 0.78), so a value is read
+against them.
 
 The ``batched_*`` functions compute the same coefficients for every row of two (replicates × systems)
 arrays at once (used to put bootstrap CIs on them); a row where the coefficient is undefined gives NaN there,
@@ -39,6 +45,8 @@ BatchedCorrelation = Callable[[FloatArray, FloatArray], FloatArray]
 
 MIN_SYSTEMS = 3
 RBO_P = 0.9
+#: values closer than this (relative to their size, at least 1) are one tie
+TIE_TOL = 1e-12
 _CHUNK = 2_000_000  # elements of a (replicates × systems × systems) working array
 
 
@@ -49,9 +57,28 @@ def _prepare(x: Any, y: Any) -> tuple[FloatArray, FloatArray] | None:
         raise ValueError(f"x and y differ in length ({a.size} vs {b.size})")
     if a.size < MIN_SYSTEMS or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         return None
+    a, b = snap_ties(a[None, :])[0], snap_ties(b[None, :])[0]
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return None
     return a, b
+
+
+def snap_ties(v: FloatArray) -> FloatArray:
+    """Each row's values with every group of values equal up to ``TIE_TOL`` set to the group's smallest value
+    (NaN stays NaN), so exact comparisons see the ties that float rounding would hide."""
+    a = np.atleast_2d(np.asarray(v, dtype=np.float64))
+    n = a.shape[1]
+    if n < 2:
+        return a.copy()
+    order = np.argsort(a, axis=1, kind="stable")
+    s = np.take_along_axis(a, order, 1)
+    new = np.ones_like(s, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        new[:, 1:] = ~(np.diff(s, axis=1) <= TIE_TOL * np.maximum(1.0, np.abs(s[:, 1:])))
+    start = np.maximum.accumulate(np.where(new, np.arange(n), 0), axis=1)
+    out = np.empty_like(a)
+    np.put_along_axis(out, order, np.take_along_axis(s, start, 1), 1)
+    return out
 
 
 def _finite(v: Any) -> float | None:
@@ -112,8 +139,8 @@ CORRELATIONS: dict[str, Correlation] = {
 
 def _rows(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
     """2-D float copies and a mask of the rows on which a coefficient is defined."""
-    a = np.atleast_2d(np.asarray(x, dtype=np.float64))
-    b = np.atleast_2d(np.asarray(y, dtype=np.float64))
+    a = snap_ties(np.asarray(x, dtype=np.float64))
+    b = snap_ties(np.asarray(y, dtype=np.float64))
     if a.shape != b.shape:
         raise ValueError(f"x and y differ in shape ({a.shape} vs {b.shape})")
     ok = np.all(np.isfinite(a), axis=1) & np.all(np.isfinite(b), axis=1)
@@ -155,7 +182,10 @@ def _tau_from_weights(x: FloatArray, y: FloatArray, w: FloatArray | None) -> Flo
 
 
 def batched_kendall_tau_b(x: FloatArray, y: FloatArray) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _kendall_tau_b(*_rows(x, y))
+
+
+def _kendall_tau_b(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     out = np.full(a.shape[0], np.nan)
     for s in _chunks(a.shape[0], a.shape[1]):
         out[s] = _tau_from_weights(a[s], b[s], None)
@@ -170,7 +200,10 @@ def _hyperbolic_tau(primary: FloatArray, secondary: FloatArray, x: FloatArray, y
 
 
 def batched_weighted_tau(x: FloatArray, y: FloatArray) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _weighted_tau(*_rows(x, y))
+
+
+def _weighted_tau(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     out = np.full(a.shape[0], np.nan)
     for s in _chunks(a.shape[0], a.shape[1]):
         out[s] = (_hyperbolic_tau(a[s], b[s], a[s], b[s]) + _hyperbolic_tau(b[s], a[s], a[s], b[s])) / 2
@@ -187,16 +220,22 @@ def _pearson_rows(a: FloatArray, b: FloatArray) -> FloatArray:
 
 
 def batched_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _pearson(*_rows(x, y))
+
+
+def _pearson(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     out = _pearson_rows(a, b) if a.shape[1] else np.full(a.shape[0], np.nan)
     out[~ok] = np.nan
     return out
 
 
 def batched_spearman(x: FloatArray, y: FloatArray) -> FloatArray:
+    return _spearman(*_rows(x, y))
+
+
+def _spearman(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     from scipy import stats
 
-    a, b, ok = _rows(x, y)
     if not a.shape[1]:
         return np.full(a.shape[0], np.nan)
     ra = np.asarray(stats.rankdata(a, axis=1), dtype=np.float64)
@@ -206,13 +245,19 @@ def batched_spearman(x: FloatArray, y: FloatArray) -> FloatArray:
     return out
 
 
-def _order_desc(v: FloatArray) -> npt.NDArray[np.intp]:
-    """Systems by decreasing score; ties keep system order (stable sort of the negated scores)."""
-    return np.argsort(-v, axis=1, kind="stable")
+def _tie_spans(v: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Per row and system: how many systems score strictly higher (the first position its tie group occupies,
+    0-based), and the size of its tie group."""
+    higher = np.sum(v[:, None, :] > v[:, :, None], axis=2).astype(np.float64)
+    equal = np.sum(v[:, None, :] == v[:, :, None], axis=2).astype(np.float64)
+    return higher, equal
 
 
 def batched_ndcg(x: FloatArray, y: FloatArray) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _ndcg(*_rows(x, y))
+
+
+def _ndcg(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_]) -> FloatArray:
     n = a.shape[1]
     out = np.full(a.shape[0], np.nan)
     if n == 0 or not ok.any():
@@ -222,34 +267,76 @@ def batched_ndcg(x: FloatArray, y: FloatArray) -> FloatArray:
     with np.errstate(invalid="ignore", divide="ignore"):
         gain = (b - lo) / span
     discount = 1.0 / np.log2(np.arange(2, n + 2))
-    dcg = np.sum(np.take_along_axis(gain, _order_desc(a), 1) * discount, axis=1)
-    ideal = np.sum(-np.sort(-gain, axis=1) * discount, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.asarray(dcg / ideal, dtype=np.float64)
+    cum = np.concatenate([[0.0], np.cumsum(discount)])
+    for s in _chunks(a.shape[0], n):
+        first, size = _tie_spans(a[s])
+        # a tied system's expected discount: the mean over the positions its tie group occupies (a row with a
+        # NaN has a tie group of size 0 and is dropped below)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            expected = (cum[(first + size).astype(np.intp)] - cum[first.astype(np.intp)]) / size
+        dcg = np.sum(gain[s] * expected, axis=1)
+        ideal = np.sum(-np.sort(-gain[s], axis=1) * discount, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[s] = dcg / ideal
     out[~ok] = np.nan
     return out
 
 
 def batched_rbo(x: FloatArray, y: FloatArray, p: float = RBO_P) -> FloatArray:
-    a, b, ok = _rows(x, y)
+    return _rbo(*_rows(x, y), p)
+
+
+def _rbo(a: FloatArray, b: FloatArray, ok: npt.NDArray[np.bool_], p: float = RBO_P) -> FloatArray:
     n_rows, k = a.shape
     out = np.full(n_rows, np.nan)
     if k == 0 or not ok.any():
         return out
-    depth = np.arange(1, k + 1)
+    depth = np.arange(1, k + 1, dtype=np.float64)
     for s in _chunks(n_rows, k):
-        rows = np.arange(s.stop - s.start)[:, None]
-        pos_a = np.empty((len(rows), k), dtype=np.intp)
-        pos_b = np.empty((len(rows), k), dtype=np.intp)
-        pos_a[rows, _order_desc(a[s])] = np.arange(k)
-        pos_b[rows, _order_desc(b[s])] = np.arange(k)
-        # a system is in both top-d sets iff it sits within depth d in both lists
-        last = np.maximum(pos_a, pos_b)
-        overlap = np.sum(last[:, :, None] < depth[None, None, :], axis=1)  # X_d, shape (rows, k)
+        # the chance that a system is in a list's top d, over random orders of its tie group; the two lists'
+        # orders are independent, so the expected overlap X_d is the sum of the products
+        fa, na = _tie_spans(a[s])
+        fb, nb = _tie_spans(b[s])
+        with np.errstate(invalid="ignore", divide="ignore"):  # rows with a NaN (tie size 0) are dropped below
+            in_a = np.clip((depth[None, None, :] - fa[:, :, None]) / na[:, :, None], 0.0, 1.0)
+            in_b = np.clip((depth[None, None, :] - fb[:, :, None]) / nb[:, :, None], 0.0, 1.0)
+        overlap = np.sum(in_a * in_b, axis=1)  # X_d, shape (rows, k)
         agreement = overlap / depth
         out[s] = agreement[:, -1] * p**k + (1 - p) / p * np.sum(agreement * p**depth, axis=1)
     out[~ok] = np.nan
     return out
+
+
+def ndcg_chance(y: Any) -> float | None:
+    """E[NDCG] when the systems with downstream scores ``y`` are ranked uniformly at random: every position gets
+    the mean gain, so E[DCG] = mean(gain) · Σ discounts."""
+    b = np.asarray(y, dtype=np.float64).ravel()
+    if b.size < MIN_SYSTEMS or not np.all(np.isfinite(b)) or np.ptp(b) == 0:
+        return None
+    gain = (b - b.min()) / np.ptp(b)
+    discount = 1.0 / np.log2(np.arange(2, b.size + 2))
+    return float(gain.mean() * discount.sum() / np.sum(np.sort(gain)[::-1] * discount))
+
+
+def rbo_chance(k: int, p: float = RBO_P) -> float | None:
+    """E[RBO_ext] between a fixed ranking of k systems and a uniformly random one: E[X_d] = d²/k."""
+    if k < MIN_SYSTEMS:
+        return None
+    depth = np.arange(1, k + 1, dtype=np.float64)
+    return float(p**k + (1 - p) / p * np.sum(depth / k * p**depth))
+
+
+def batched_all(x: FloatArray, y: FloatArray) -> dict[str, FloatArray]:
+    """Every batched coefficient of the same (replicates × systems) arrays, tying near-equal values once."""
+    rows = _rows(x, y)
+    return {
+        "kendall_tau_b": _kendall_tau_b(*rows),
+        "weighted_tau": _weighted_tau(*rows),
+        "spearman": _spearman(*rows),
+        "pearson": _pearson(*rows),
+        "ndcg": _ndcg(*rows),
+        "rbo": _rbo(*rows),
+    }
 
 
 BATCHED: dict[str, BatchedCorrelation] = {

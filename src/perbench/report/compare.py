@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from perbench.errors import ConfigError
-from perbench.report import details, sections
+from perbench.report import details, sections, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, num, table
-from perbench.report.rundir import RunData, load_run
+from perbench.report.rundir import RunData, load_run, run_roles
 
 
 def benchmark_of(group: str) -> str:
@@ -55,14 +55,30 @@ def analyze_runs(
         "reference_method": _setting(runs, "reference_method", "global_bt"),
         "n_boot": boot,
         "seed": seed,
+        "equivalence_margin": _setting(runs, "equivalence_margin", None),
+        "roles": pooled_roles(runs),
     }
-    pooled = analyze(cells, **kw)
+    try:
+        pooled = analyze(cells, **kw)
+    except ValueError as e:  # a hand-edited role or margin in a results.json
+        raise ConfigError(f"compare: {e}") from None
     benches = sorted({benchmark_of(str(c.get("group", ""))) for c in cells})
     per: dict[str, dict[str, Any]] = {}
     if len(benches) > 1:
         for b in benches:
             per[b] = analyze([c for c in cells if benchmark_of(str(c.get("group", ""))) == b], **kw)
     return pooled, per
+
+
+def pooled_roles(runs: Sequence[RunData]) -> dict[str, str]:
+    """Each method's role as the runs recorded it; where runs disagree, a reference line (baseline, oracle,
+    decoder) wins over deployable, so nothing one run calls a reference line is ever recommended."""
+    out: dict[str, str] = {}
+    for r in runs:
+        for m, role in run_roles(r.results).items():
+            if out.get(m, "deployable") == "deployable":
+                out[m] = role
+    return out
 
 
 def runs_table(runs: Sequence[RunData], out_dir: Path) -> str:
@@ -118,7 +134,7 @@ def render_comparison(
                 ("runs", "Runs"),
             ]
         ),
-        sections.verdict_box(analysis),
+        verdict.verdict_box(analysis),
     ]
     cells_present = any(r.cells for r in runs)
     body += _shared_sections(analysis, figures, {}, cells_present, boards)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perbench.io import atomic_write_text
-from perbench.report import details, extract, plots, sections
+from perbench.report import details, extract, plots, sections, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 from perbench.report.generations import generations_section
@@ -118,7 +118,7 @@ def _shared_sections(
     cells_present: bool,
     leaderboards: str,
 ) -> list[str]:
-    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}</section>']
+    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a)}</section>']
     parts.append(f'<section id="methods">{sections.method_table(a)}{sections.paired_section(a)}</section>')
     parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
     few, bon = figure(figs.get("fewshot")), figure(figs.get("bon"))
@@ -165,7 +165,7 @@ def render(
             ]
         )
     )
-    body.append(sections.verdict_box(a))
+    body.append(verdict.verdict_box(a))
     body += _shared_sections(a, figs, results, bool(cells), sections.leaderboard(a, f"Leaderboard — {bench}"))
     body.append(f'<section id="generations">{generations_section(samples)}</section>')
     run_detail = "".join(

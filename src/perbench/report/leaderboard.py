@@ -8,6 +8,7 @@ from typing import Any
 from perbench.report.extract import _d, _l, main_downstream, main_upstream
 from perbench.report.fmt import ci_text, is_missing, is_pct_metric, metric_label, num
 from perbench.report.sections import own_decoding
+from perbench.report.verdict import mark
 
 
 def _md(text: Any) -> str:
@@ -49,10 +50,11 @@ def leaderboard_table(analysis: Mapping[str, Any], title: str = "Leaderboard") -
                 cells.append(_cell(_d(tab.get(m)).get(own), own, reasons) + " (reference)")
                 continue
             text = _cell(_d(tab.get(m)).get(c), c, reasons)
-            if r.get("best") == m:
-                text += " **best**"
-            elif r.get("best") is None and m in _l(r.get("tied")) and len(_l(r.get("tied"))) > 1:
-                text += " (tied)"
+            got = mark(r, m)
+            if got is not None:
+                text += " **best**" if got[0] == "best" else f" ({got[0]})"
+            elif m in _l(r.get("reference_lines")):
+                text += " (reference)"
             cells.append(text)
         rank = str(i) if m in order else "–"
         lines.append(f"| {rank} | {_md(m)} | " + " | ".join(cells) + " |")
@@ -64,6 +66,9 @@ def leaderboard_table(analysis: Mapping[str, Any], title: str = "Leaderboard") -
         r = _d(ranking.get(c))
         if r.get("best"):
             lines.append(f"- {_md(metric_label(c))}: best **{_md(r['best'])}**")
+        elif r.get("decision") == "equivalent":
+            top = [*_l(r.get("order"))[:1], *_l(r.get("equivalent"))]
+            lines.append(f"- {_md(metric_label(c))}: practically equivalent: {_md(', '.join(str(t) for t in top))}")
         elif _l(r.get("tied")):
             lines.append(f"- {_md(metric_label(c))}: tied: {_md(', '.join(str(t) for t in r['tied']))}")
     lines.append("")
@@ -76,8 +81,11 @@ def render_markdown(
     """The verdict paragraph, the leaderboard(s) and the main τ-b table."""
     a = _d(analysis)
     lines = [f"# {_md(title)}", ""]
-    verdict = _d(a.get("verdict")).get("text")
+    v = _d(a.get("verdict"))
+    verdict = v.get("text")
     lines += ["**Verdict.** " + (_md(verdict) if verdict else "n/a (no selection analysis in these results)"), ""]
+    if v.get("decision"):
+        lines += [f"Decision on {_md(metric_label(str(v.get('metric'))))}: **{_md(v['decision'])}**", ""]
     if not a:
         return "\n".join(lines)
     if per_benchmark and len(per_benchmark) > 1:
@@ -95,11 +103,11 @@ def render_markdown(
         for p in pairs:
             t = _d(p.get("kendall_tau_b"))
             val, ci = t.get("value"), _l(t.get("ci"))
-            v = "n/a" if not isinstance(val, int | float) or is_missing(val) else f"{float(val):+.2f}"
+            shown = "n/a" if not isinstance(val, int | float) or is_missing(val) else f"{float(val):+.2f}"
             c = f"[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]" if len(ci) == 2 and not any(map(is_missing, ci)) else ""
             lines.append(
                 f"| {_md(metric_label(str(p.get('upstream'))))} | {_md(metric_label(str(p.get('downstream'))))} | "
-                f"{num(p.get('n_systems'), pct=False)} | {v} {c} |"
+                f"{num(p.get('n_systems'), pct=False)} | {shown} {c} |"
             )
         lines.append("")
     lines.append("Values in %, 95% CIs from a two-way (users × prompts) bootstrap; n/a = not applicable.")

@@ -56,3 +56,16 @@ def load_run(run_dir: str | Path) -> RunData:
     cells = read_jsonl(path / "cells.jsonl", notes)
     samples = read_jsonl(path / "samples.jsonl", notes)
     return RunData(path, results, cells, samples, notes)
+
+
+def run_roles(results: dict[str, Any]) -> dict[str, str]:
+    """Each method's role as a run recorded it: the analysis's ``roles``, or (results written before roles
+    existed) ``baseline`` for the upstream entries marked as baselines."""
+    analysis = results.get("analysis")
+    roles = analysis.get("roles") if isinstance(analysis, dict) else None
+    if isinstance(roles, dict):
+        return {str(m): str(r) for m, r in roles.items()}
+    upstream = results.get("upstream")
+    if not isinstance(upstream, dict):
+        return {}
+    return {str(m): "baseline" for m, u in upstream.items() if isinstance(u, dict) and u.get("baseline")}

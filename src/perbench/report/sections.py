@@ -1,4 +1,5 @@
-"""Report sections read from ``results["analysis"]``: verdict, leaderboard, method table, selection, fairness.
+"""Report sections read from ``results["analysis"]``: leaderboard, method table, selection, fairness (the verdict
+box is in :mod:`perbench.report.verdict`).
 
 Each function returns HTML ("" when its data is absent); "best" is only ever what the analysis's ranking says.
 """
@@ -20,6 +21,7 @@ from perbench.report.fmt import (
     table,
     value_ci,
 )
+from perbench.report.verdict import mark
 
 CORRELATIONS = (
     ("kendall_tau_b", "Kendall τ-b"),
@@ -64,37 +66,6 @@ def own_decoding(tab: Mapping[str, Any], method: str, metric: str) -> str | None
     return own if own != metric and not is_missing(_d(_d(tab.get(method)).get(own)).get("value")) else None
 
 
-def verdict_box(analysis: Mapping[str, Any] | None) -> str:
-    v = _d(_d(analysis).get("verdict"))
-    if not v:
-        return (
-            '<section class="verdict none"><h2>Verdict</h2><p>No verdict: these results carry no selection analysis '
-            "(no downstream metric, or results written before the analysis existed).</p></section>"
-        )
-    text = v.get("text") or "No verdict text."
-    facts = []
-    metric = v.get("metric")
-    if v.get("deploy"):
-        facts.append(f"deploy <b>{esc(v['deploy'])}</b>")
-    elif _l(v.get("tied")):
-        facts.append("tied: " + ", ".join(f"<b>{esc(m)}</b>" for m in v["tied"]))
-    if metric:
-        pct = is_pct_metric(str(metric))
-        facts.append(f"{_mhead(str(metric))} {value_ci(v.get('value'), v.get('ci'), pct)}")
-    if v.get("runner_up"):
-        facts.append(f"runner-up {esc(v['runner_up'])}")
-    if v.get("upstream_metric"):
-        agrees = v.get("agrees")
-        word = "n/a" if agrees is None else ("agrees" if agrees else "disagrees")
-        tau = _corr({"value": v.get("upstream_tau"), "ci": v.get("upstream_tau_ci")})
-        facts.append(f"upstream {_mhead(str(v['upstream_metric']))} {esc(word)} (τ-b {tau})")
-    cls = "verdict" + (" tie" if not v.get("deploy") else "")
-    return (
-        f'<section class="{cls}"><h2>Verdict</h2><p class="vtext">{esc(text)}</p>'
-        f'<p class="facts">{" · ".join(facts)}</p></section>'
-    )
-
-
 def leaderboard(analysis: Mapping[str, Any] | None, title: str = "Leaderboard") -> str:
     """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs."""
     a = _d(analysis)
@@ -118,10 +89,11 @@ def leaderboard(analysis: Mapping[str, Any] | None, title: str = "Leaderboard") 
                 cells.append(cell_html(_d(tab.get(m)).get(own), own) + ' <span class="ci">(reference)</span>')
                 continue
             html = cell_html(_d(tab.get(m)).get(c), c)
-            if r.get("best") == m:
-                html += " " + badge("best", "best")
-            elif r.get("best") is None and m in _l(r.get("tied")) and len(_l(r.get("tied"))) > 1:
-                html += " " + badge("tied", "tied")
+            got = mark(r, m)
+            if got is not None:
+                html += " " + badge(*got)
+            elif m in _l(r.get("reference_lines")):
+                html += ' <span class="ci">(reference)</span>'
             cells.append(html)
         rows.append(cells)
     head = ["#", "method", *(_mhead(c) for c in cols)]
@@ -130,23 +102,29 @@ def leaderboard(analysis: Mapping[str, Any] | None, title: str = "Leaderboard") 
         r = _d(ranking.get(c))
         if not r:
             continue
+        vs = _d(r.get("vs_runner_up"))
+        extra = ""
+        if vs:
+            on = f" on the {num(vs.get('cells'), pct=False)} cells both cover" if vs.get("partial") else ""
+            extra = (
+                f" (vs runner-up {esc(vs.get('b'))}: "
+                f"{value_ci(vs.get('delta'), vs.get('ci'), is_pct_metric(c), signed=True)} simultaneous{on})"
+            )
         if r.get("best"):
-            vs = _d(r.get("vs_runner_up"))
-            extra = ""
-            if vs:
-                extra = (
-                    f" (vs runner-up {esc(vs.get('b'))}: "
-                    f"{value_ci(vs.get('delta'), vs.get('ci'), is_pct_metric(c), signed=True)})"
-                )
             notes.append(f"<li>{_mhead(c)}: best <b>{esc(r['best'])}</b>{extra}</li>")
+        elif r.get("decision") == "equivalent":
+            top = [*_l(r.get("order"))[:1], *_l(r.get("equivalent"))]
+            notes.append(f"<li>{_mhead(c)}: practically equivalent: {esc(', '.join(str(t) for t in top))}</li>")
         elif _l(r.get("tied")):
-            notes.append(f"<li>{_mhead(c)}: tied: {esc(', '.join(str(t) for t in r['tied']))}</li>")
+            notes.append(f"<li>{_mhead(c)}: tied: {esc(', '.join(str(t) for t in r['tied']))} (undecided){extra}</li>")
     return (
         f"<h3>{esc(title)}</h3>"
         + _table_raw(head, rows, "lb")
         + (f'<ul class="small">{"".join(notes)}</ul>' if notes else "")
-        + '<p class="muted">Ordered by the first column. "best" only where the 95% CI of the difference to every '
-        "other method excludes 0 (two-way bootstrap over users × prompts); otherwise the top methods are tied.</p>"
+        + '<p class="muted">Ordered by the first column; baselines and oracles are reference lines, never ranked or '
+        'recommended. "best" only where simultaneous 95% CIs (max-statistic two-way bootstrap over the comparisons '
+        'with the leader) exclude 0 against every other method; "equivalent" where the 90% CI of the difference '
+        'lies inside the equivalence margin; "tied" where neither holds yet.</p>'
     )
 
 
@@ -175,7 +153,7 @@ def method_table(analysis: Mapping[str, Any] | None) -> str:
 
 
 def _corr(e: Any) -> str:
-    """A correlation with two decimals and its CI, or n/a with the reason on hover."""
+    """A correlation with two decimals, its CI and (NDCG, RBO) its chance value, or n/a with the reason."""
     e = _d(e)
     v, ci = e.get("value"), _l(e.get("ci"))
     if is_missing(v):
@@ -183,6 +161,10 @@ def _corr(e: Any) -> str:
     out = f"{float(v):+.2f}"
     if len(ci) == 2 and not any(is_missing(c) for c in ci):
         out += f' <span class="ci">[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]</span>'
+    if isinstance(e.get("chance"), int | float):
+        out += f' <span class="ci">(chance {float(e["chance"]):.2f})</span>'
+    if e.get("note"):
+        out += f' <span class="na" title="{esc(e["note"])}">*</span>'
     return out
 
 
@@ -224,9 +206,11 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
             + _table_raw(head, [row(p) for p in pairs], "sel lb2")
             + "</details>"
         )
+    systems = sel.get("systems") or "A system is a (setting, method) with both metrics."
     parts.append(
-        '<p class="muted">A system is a (setting, method) with both metrics. 95% CIs re-draw users and prompts '
-        "jointly, every method on the same draw. NDCG and RBO compare the two rankings' heads.</p>"
+        f'<p class="muted">{esc(systems)} 95% CIs re-draw users and prompts jointly, every method on the same draw. '
+        "NDCG and RBO compare the two rankings' heads; their chance value is the expectation under a random "
+        "ranking of the same systems (far above 0 for a few systems).</p>"
     )
     parts.append(scatter_html)
     return "".join(parts)
@@ -242,13 +226,17 @@ def paired_section(analysis: Mapping[str, Any] | None) -> str:
     for metric in metrics:
         for p in _l(paired[metric]):
             p = _d(p)
-            mark = badge("CI excludes 0", "best") if p.get("excludes_zero") else ""
+            excl = badge("CI excludes 0", "best") if p.get("excludes_zero") else ""
+            on = f' <span class="ci">(on the {num(p.get("cells"), pct=False)} cells both cover)</span>'
             rows.append(
                 [
                     _mhead(metric),
                     esc(p.get("a")),
                     esc(p.get("b")),
-                    value_ci(p.get("delta"), p.get("ci"), is_pct_metric(metric), signed=True) + " " + mark,
+                    value_ci(p.get("delta"), p.get("ci"), is_pct_metric(metric), signed=True)
+                    + (on if p.get("partial") else "")
+                    + " "
+                    + excl,
                 ]
             )
     return (
@@ -273,7 +261,7 @@ def fairness_section(analysis: Mapping[str, Any] | None, plot_html: str = "") ->
             [
                 esc(m),
                 value_ci(f.get("worst_decile_acc"), None, na="no per-user accuracy"),
-                value_ci(f.get("minority_acc"), None, na="no minority users"),
+                value_ci(f.get("minority_acc"), None, na=f.get("minority_na") or "no minority users"),
                 num(f.get("minority_users"), pct=False),
                 value_ci(gain.get("value"), gain.get("ci"), signed=True, na="this is the reference, or no overlap"),
             ]
@@ -282,8 +270,9 @@ def fairness_section(analysis: Mapping[str, Any] | None, plot_html: str = "") ->
     return (
         "<h2>Per user: who is served, who is left behind</h2>"
         + (table(head, rows) if rows else "")
-        + '<p class="muted">Minority users: those on whom the global (user-agnostic) RM scores below 50%, '
-        "i.e. whose preferences oppose the majority's.</p>" + plot_html
+        + '<p class="muted">Minority users: those on whom the global (user-agnostic) RM scores below 50% on their '
+        "own train pairs (few-shot pairs for unseen users), i.e. whose preferences oppose the majority's; their "
+        "accuracies are measured on test pairs, never on the pairs that selected them.</p>" + plot_html
     )
 
 

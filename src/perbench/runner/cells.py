@@ -6,7 +6,8 @@ A row is ``{"group", "method", "metric", "user", "prompt", "value"}``:
 - ``method`` is a reward model's label, or a decoder's label for decoders that use no reward model;
 - ``metric`` is an upstream metric (``rm_acc_seen``, ``rm_acc_unseen``, ``rm_acc_pers_only``,
   ``fewshot_acc@N``, ``fewshot_active_acc@N``, ``pa`` (policy accuracy, the headline variant), ``pa_sum``,
-  ``pa_rgd`` (with ``pa_rgd``); one row per test pair) or a
+  ``pa_rgd`` (with ``pa_rgd``); one row per test pair), the diagnostic ``rm_acc_train`` (the reference method's
+  outcome on each user's train or few-shot pairs, which select minority users), or a
   downstream one, ``DECODER:QUALITY`` (one row per (user, prompt) target);
 - a user for whom a method is not applicable has no row; the reason is reported in results.json.
 """

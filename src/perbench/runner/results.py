@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import subprocess
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,7 +77,12 @@ POLICIES = {
     "ties": "RM accuracy counts a tie as wrong ('strict', as reference code does) unless tie_policy='half'; "
     "the tie count is reported per result",
     "weighting": "'accuracy' is pair-weighted; 'macro' is the mean of per-user accuracies",
-    "ci": "95% bootstrap CIs resample users (cluster bootstrap)",
+    "ci": "95% CIs from the two-way (users × prompts) bootstrap; a number the analysis also reports carries the "
+    "analysis's CI (ci_source: analysis)",
+    "verdict": "deploy a method only when simultaneous 95% CIs (max-statistic bootstrap over the comparisons with "
+    "the leader) separate it from every other deployable method; 'practically equivalent' when the 90% CI of each "
+    "difference lies inside ±equivalence_margin (default 0.05, two one-sided tests); baselines and oracles are "
+    "reference lines, never recommended",
     "features": "φ(x,y) = final-norm hidden state at the last token of chat_template(x, generation prompt) ⊕ "
     "tokens(y), no end-of-turn token",
     "truncation": "inputs over max_length keep their last max_length tokens (the prompt head is cut)",
@@ -165,8 +171,11 @@ VERDICT_DEFAULTS = (
 )
 
 
-def analyze_cells(cells: list[dict[str, Any]], cfg: RunConfig) -> dict[str, Any]:
-    """The selection analysis of a run's cells (method table, rankings, correlations, verdict)."""
+def analyze_cells(
+    cells: list[dict[str, Any]], cfg: RunConfig, adaptive: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The selection analysis of a run's cells (method table, rankings, correlations, verdict). The config's
+    ``baselines`` are reference lines; ``adaptive[metric]`` says why adaptive rounds stopped (see ``analyze``)."""
     from perbench.metrics.analysis import analyze
 
     metrics = {c["metric"] for c in cells}
@@ -177,17 +186,72 @@ def analyze_cells(cells: list[dict[str, Any]], cfg: RunConfig) -> dict[str, Any]
         reference_method=cfg.reference_method,
         n_boot=cfg.bootstrap,
         seed=cfg.seed,
+        equivalence_margin=cfg.equivalence_margin,
+        roles={b: "baseline" for b in cfg.baselines},
+        adaptive=adaptive,
     )
 
 
+def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:
+    """``results["analysis"] = analysis``, and one CI per number: where the upstream or downstream section
+    reports the same number as the analysis (same method, metric, value and count), it takes the analysis's CI
+    (both are the two-way bootstrap of the same rows, drawn separately), marked ``ci_source: "analysis"``."""
+    results["analysis"] = analysis
+    table = analysis.get("table") or {}
+    paired = analysis.get("paired") or {}
+
+    def same(entry: Mapping[str, Any], value_key: str, got: Mapping[str, Any] | None, n: Any) -> bool:
+        v, w = entry.get(value_key), (got or {}).get("value", (got or {}).get("delta"))
+        return v is not None and w is not None and abs(float(v) - float(w)) <= 1e-9 and n == entry.get("n")
+
+    def take(entry: dict[str, Any], got: Mapping[str, Any]) -> None:
+        entry.update(ci=got.get("ci"), ci_note=got.get("ci_note"), ci_source="analysis")
+
+    for method, up in (results.get("upstream") or {}).items():
+        for group, e in ((up or {}).get("rm_accuracy") or {}).items():
+            got = (table.get(method) or {}).get(f"rm_acc_{group}")
+            if isinstance(e, dict) and got and same({**e, "n": e.get("n_pairs")}, "accuracy", got, got.get("n")):
+                take(e, got)
+    for label, d in (results.get("downstream") or {}).items():
+        guide = (d or {}).get("guide")
+        base = label.removesuffix(f"[{guide}]") if guide else label
+        families = list(dict.fromkeys([base, base.split("(", 1)[0]]))
+        method_of = {f: guide or f for f in families}
+        for q, e in (d or {}).items():
+            if not isinstance(e, dict) or "mean" not in e:
+                continue
+            for f in families:
+                got = (table.get(method_of[f]) or {}).get(f"{f}:{q}")
+                if got and same(e, "mean", got, got.get("n")):
+                    take(e, got)
+                    break
+        for ref, by_q in ((d or {}).get("vs") or {}).items():
+            for q, e in (by_q or {}).items():
+                for f in families:
+                    match = [p for p in paired.get(f"{f}:{q}", []) if p.get("a") == method_of[f] and p.get("b") == ref]
+                    if match and same(e, "delta", match[0], match[0].get("cells")):
+                        take(e, match[0])
+                        break
+
+
 def print_verdict(analysis: dict[str, Any]) -> None:
-    """The verdict paragraph and a Kendall τ-b table (upstream metric → downstream metric), on stdout."""
+    """The verdict paragraph, a Kendall τ-b table (upstream metric → downstream metric) and the NDCG / RBO of
+    the verdict metric's best predictor beside their chance values, on stdout."""
     import os
 
     if os.environ.get("PERBENCH_QUIET") == "1":
         return
     verdict = analysis.get("verdict") or {}
     print("\nVerdict: " + str(verdict.get("text", "no verdict (no downstream metric)")))
+    if verdict.get("decision"):
+        facts = [f"Decision on {verdict.get('metric')}: {verdict['decision']}"]
+        for key, name in (("deploy", "deploy"), ("equivalent", "equivalent"), ("contenders", "contenders")):
+            got = verdict.get(key)
+            if got:
+                facts.append(f"{name}: {got if isinstance(got, str) else ', '.join(map(str, got))}")
+        if verdict.get("reference_lines"):
+            facts.append("reference lines: " + ", ".join(map(str, verdict["reference_lines"])))
+        print("; ".join(facts))
     pairs = (analysis.get("selection") or {}).get("pairs") or []
     if not pairs:
         return
@@ -198,13 +262,19 @@ def print_verdict(analysis: dict[str, Any]) -> None:
     # the verdict's quality under each decoder; the rest are in results.json and the report
     downs = [d for d in downs if d.split(":")[-1] == quality and d in with_tau] or downs[:3]
     ups = [u for u in ups if not u.startswith("fewshot")] or ups
-    cell = {(p["upstream"], p["downstream"]): p["kendall_tau_b"] for p in pairs}
+    cell = {(p["upstream"], p["downstream"]): p for p in pairs}
     width = max(len(u) for u in ups) + 2
     print(f"\nKendall τ-b between method rankings (95% CI), {len(ups)} upstream × {len(downs)} downstream metrics:")
     for d in downs:
         print(f"  → {d}")
         for u in ups:
-            t = cell.get((u, d)) or {}
+            t = (cell.get((u, d)) or {}).get("kendall_tau_b") or {}
             v, ci = t.get("value"), t.get("ci")
             text = "n/a" if v is None else f"{v:+.2f}" + ("" if not ci else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
             print(f"    {u:<{width}}{text}")
+    best = ((analysis.get("selection") or {}).get("best_predictor") or {}).get(verdict.get("metric")) or {}
+    pair = cell.get((best.get("upstream"), verdict.get("metric"))) or {}
+    heads = [(k, pair.get(k) or {}) for k in ("ndcg", "rbo")]
+    if all(e.get("value") is not None for _, e in heads):
+        shown = ", ".join(f"{k.upper()} {e['value']:.2f} (chance {e.get('chance') or 0:.2f})" for k, e in heads)
+        print(f"  {best['upstream']} → {verdict['metric']}: {shown}, over {pair.get('n_systems')} systems")

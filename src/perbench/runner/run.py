@@ -18,7 +18,7 @@ from perbench.config import RunConfig
 from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock
 from perbench.runner.methods import MethodHandle
-from perbench.runner.results import analyze_cells, build_results, print_verdict
+from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict
 from perbench.runner.state import RunState, load_benchmark, log
 from perbench.runner.stores import Stores
 from perbench.runner.work import Work
@@ -118,7 +118,7 @@ class Runner:
                 "nodes": len(work.nodes),
                 "seconds": work.remote_seconds,
             }
-        results["analysis"] = analysis
+        attach_analysis(results, analysis)  # one CI per number: the analysis's
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)

@@ -66,13 +66,6 @@ class RunState:
             self.batchers[kind] = AdaptiveBatcher(self.cfg.batch_size, device)
         return self.batchers[kind]
 
-    @property
-    def units_base(self) -> str:
-        """Content base of the plan's unit keys: what the config and the benchmark make of the run."""
-        from perbench.runner.units import unit_key
-
-        return unit_key(self.cfg.result_hash(), self.bench.fingerprint())
-
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:
         t = time.perf_counter()

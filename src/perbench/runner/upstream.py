@@ -128,6 +128,8 @@ class Upstream:
                 acc["pers_only"] = self._accuracy(picked, sub, h, tie="half")
                 self.s.cells.add_pairs(h.label, "rm_acc_pers_only", sub, outcomes(picked, judge, "half"))
         out["rm_accuracy"] = acc
+        if h.label == cfg.reference_method:
+            self._train_accuracy(h, groups)
         unseen = groups["unseen"]
         if unseen and not h.user_agnostic:
             out["fewshot_curve"] = self._fewshot_curve(h, unseen, out)
@@ -136,6 +138,23 @@ class Upstream:
         else:
             out["policy_accuracy"] = {"not_applicable": str(h.cls.no_prefix_reward)}
         return out
+
+    def _train_accuracy(self, h: MethodHandle, groups: dict[str, list[PreferencePair]]) -> None:
+        """The reference method's accuracy on each evaluated user's own train pairs (seen users) or few-shot
+        pairs (unseen users), as ``rm_acc_train`` cells: the analysis selects minority users on these pairs, so
+        it never selects and evaluates on the same test pairs."""
+        from perbench.metrics.analysis import TRAIN_ACC
+        from perbench.rewards.base import PairwiseJudge
+
+        bench, cfg = self.s.bench, self.s.cfg
+        seen = {p.user_id for p in groups["seen"]}
+        pairs = [p for p in bench.train_pairs() if p.user_id in seen]
+        pairs += [p for u in sorted({p.user_id for p in groups["unseen"]}) for p in bench.fewshot(u, cfg.shots)]
+        if not pairs:
+            return
+        scores = self._scores(h, pairs, cfg.shots, "train")
+        judge = issubclass(h.cls, PairwiseJudge)
+        self.s.cells.add_pairs(h.label, TRAIN_ACC, pairs, outcomes(scores, judge, cfg.tie_policy))
 
     def _pers_only(self, pairs: list[PreferencePair]) -> list[PreferencePair] | None:
         """The test pairs on the benchmark's personalization-only split (None when it has none)."""

@@ -1,0 +1,181 @@
+"""Selection analysis: which personalized RM to deploy, and does the upstream ranking predict the downstream one.
+
+Input: cells, the long-format rows ``{group, method, metric, user, prompt, value}`` a run writes (see
+``perbench.runner.cells``). Output: :func:`analyze`, the JSON-safe ``results["analysis"]`` dict. One module per
+question, each stating its readings:
+
+- :mod:`.base`: cells, group names (``benchmark|policy|seedN``: the setting is the name without ``|seedN``, the
+  benchmark its first field and the resampling stratum), metric order, exact ties;
+- :mod:`.data` and :mod:`.estimates`: the two-way (users × prompts) bootstrap columns, values (mean over seeds
+  within a setting, then over settings; ``sd_seeds`` across seeds), paired differences on shared cells, CIs with
+  what they resampled (``resampled``, ``ci_note``), the method table and the paired differences;
+- :mod:`.roles`: deployable methods vs reference lines (baselines, oracles, decoders without an RM);
+- :mod:`.ranking`: order, simultaneous intervals, equivalence (TOST within ``equivalence_margin``) and the
+  decision (``separable`` | ``equivalent`` | ``undecided``) of every metric;
+- :mod:`.selection`: upstream → downstream rank correlations over systems, with chance values of NDCG and RBO;
+- :mod:`.fairness`: worst-decile and minority users (selected on train pairs, evaluated on test pairs);
+- :mod:`.power`: variance components and the users × prompts that would decide;
+- :mod:`.verdict`: the paragraph that says what to deploy.
+
+Higher is better for every metric (``rm_win`` is ranked the same way; read it as how strongly an RM prefers its
+own guided output, a reward-hacking signal rather than quality).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from perbench.metrics.analysis.base import (
+    DEFAULT_MARGIN,
+    DIAGNOSTIC_METRICS,
+    TRAIN_ACC,
+    Cell,
+    GroupKey,
+    is_diagnostic,
+    is_downstream,
+    json_safe,
+    metric_sort_key,
+    order_by_value,
+    parse_group,
+)
+from perbench.metrics.analysis.estimates import Estimates
+from perbench.metrics.analysis.fairness import fairness, minority_users
+from perbench.metrics.analysis.power import POWER, plan
+from perbench.metrics.analysis.ranking import ranking
+from perbench.metrics.analysis.roles import DEPLOYABLE, method_roles
+from perbench.metrics.analysis.selection import selection
+from perbench.metrics.analysis.verdict import choose_metric, verdict
+from perbench.metrics.bootstrap import MIN_LEVELS
+
+__all__ = [
+    "DEFAULT_MARGIN",
+    "DIAGNOSTIC_METRICS",
+    "TRAIN_ACC",
+    "Cell",
+    "GroupKey",
+    "analyze",
+    "is_diagnostic",
+    "is_downstream",
+    "metric_sort_key",
+    "parse_group",
+    "plan_sizes",
+]
+
+
+def analyze(
+    cells: Iterable[Mapping[str, Any] | Cell],
+    *,
+    upstream: list[str] | None = None,
+    downstream: list[str] | None = None,
+    verdict_metric: str | None = None,
+    reference_method: str = "global_bt",
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    na_reasons: Mapping[str, Mapping[str, str]] | None = None,
+    equivalence_margin: float | None = None,
+    roles: Mapping[str, str] | None = None,
+    adaptive: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The selection analysis of a run's cells: ``results["analysis"]`` (JSON-safe, deterministic given seed).
+
+    ``upstream`` / ``downstream`` default to the metrics present (names without / with ``:``; diagnostic metrics
+    such as ``rm_acc_train`` are left out). ``verdict_metric`` defaults to ``args:rubric_satisfaction`` when
+    present, else the first downstream metric. ``na_reasons[method][metric]`` gives the runner's reason for a
+    method that has no rows. ``equivalence_margin`` is ε in the metric's units (None: ``DEFAULT_MARGIN``, 5 points
+    of a proportion; 0: never claim equivalence). ``roles[method]`` is ``deployable``, ``baseline``, ``oracle`` or
+    ``decoder`` for methods the registry does not know (see :mod:`.roles`). ``adaptive[metric]`` =
+    ``{"rounds", "stopped": "separable"|"equivalent"|"budget", "cells", "budget"}`` says why the runner stopped
+    collecting cells for a metric; the verdict states it.
+    """
+    margin = DEFAULT_MARGIN if equivalence_margin is None else float(equivalence_margin)
+    if not math.isfinite(margin) or margin < 0:
+        raise ValueError(f"equivalence_margin must be a finite number >= 0, got {equivalence_margin!r}")
+    est = Estimates(cells, upstream, downstream, reference_method, n_boot, seed, level, na_reasons)
+    role = method_roles(est.methods, est.pure_decoders, roles)
+    sel, _ = selection(est)
+    rankings = {k: ranking(est, k, role, margin) for k in [*est.upstream, *est.downstream]}
+    v, plans = verdict(est, verdict_metric, sel, rankings, role, margin, adaptive)
+    minority = minority_users(est)
+    out = {
+        "resampling": (
+            f"two-way: users × prompts (pigeonhole bootstrap), n_boot={n_boot}, seed={seed}; with fewer than "
+            f"{MIN_LEVELS} users, prompts only (with fewer prompts too, (user, prompt) pairs; see each ci_note)"
+        ),
+        "multiplicity": (
+            f"best, tied and contenders come from simultaneous {100 * level:g}% intervals over the comparisons with "
+            "the leader (max-statistic bootstrap: the quantile of max_j |Δ*_j − Δ̂_j| / se*_j), family-wise"
+        ),
+        "equivalence": (
+            f"practically equivalent: the {100 * max(0.0, 2 * level - 1):g}% CI of (leader − method) lies inside "
+            f"±{margin:g} (two one-sided tests at {100 * (1 - level):g}%)"
+        ),
+        "equivalence_margin": margin,
+        "n_boot": n_boot,
+        "notes": est.notes,
+        "methods": est.methods,
+        "roles": role,
+        "metrics": {"upstream": est.upstream, "downstream": est.downstream},
+        "table": est.table(),
+        "ranking": rankings,
+        "paired": est.paired(),
+        "selection": sel,
+        "minority": minority,
+        "fairness": fairness(est, v["metric"] if v["metric"] and is_downstream(v["metric"]) else None, minority),
+        "verdict": v,
+        "power": {v["metric"]: plans} if v["metric"] else {},
+    }
+    return dict(json_safe(out))
+
+
+def plan_sizes(
+    cells: Iterable[Mapping[str, Any] | Cell],
+    *,
+    metric: str | None = None,
+    effect: float | None = None,
+    equivalence_margin: float | None = None,
+    roles: Mapping[str, str] | None = None,
+    critical_value: float | None = None,
+    level: float = 0.95,
+    power: float = POWER,
+    points: bool = False,
+    run_margin: float | None = None,
+) -> dict[str, Any]:
+    """The power planner on its own (``perbench plan``): for the leader of ``metric`` (default: the verdict's
+    default) against each other deployable method, the users × prompts that separate them at ``effect`` (metric
+    units; None: each observed difference) or establish equivalence within the margin, at ``power``.
+    ``critical_value`` is the verdict's simultaneous one when known (None: z for one comparison). ``points``:
+    ``effect`` and ``equivalence_margin`` are in points (1/100) when the metric is a proportion. Without
+    ``equivalence_margin``, the margin is ``run_margin`` (the run's, in metric units), else ``DEFAULT_MARGIN``."""
+    est = Estimates(cells, None, None, "", 0, 0, level, None)
+    chosen, notes = choose_metric(est, metric)
+    if chosen is None:
+        raise ValueError("no cells: nothing to plan")
+    scale = 0.01 if points and est.is_proportion(chosen) else 1.0
+    if equivalence_margin is not None:
+        margin = float(equivalence_margin) * scale
+    else:
+        margin = DEFAULT_MARGIN if run_margin is None else float(run_margin)
+    effect = None if effect is None else float(effect) * scale
+    role = method_roles(est.methods, est.pure_decoders, roles)
+    vals = {
+        m: v
+        for m in est.methods_with(chosen)
+        if role.get(m) == DEPLOYABLE and (v := est.point_of(m, chosen)) is not None
+    }
+    order = order_by_value(vals)
+    entries = []
+    if order:
+        entries = plan(est, chosen, order[0], order[1:], margin=margin, crit=critical_value, effect=effect, power=power)
+    out = {
+        "metric": chosen,
+        "proportion": est.is_proportion(chosen),
+        "leader": order[0] if order else None,
+        "order": order,
+        "margin": margin,
+        "notes": [n.replace("the verdict uses", "the plan uses") for n in notes],
+        "plans": entries,
+    }
+    return dict(json_safe(out))

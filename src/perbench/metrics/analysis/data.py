@@ -1,0 +1,254 @@
+"""The cells of a run, indexed for the analysis: rows per (group, method, metric), the bootstrap columns every
+estimate is computed from, and the paired columns of every comparison (restricted to the cells both sides have).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from perbench.metrics.analysis.base import (
+    FAIRNESS_METRICS,
+    ZERO_SHOT,
+    FloatArray,
+    IntArray,
+    as_row,
+    is_diagnostic,
+    is_downstream,
+    metric_sort_key,
+    parse_group,
+)
+from perbench.metrics.bootstrap import Resampling, TwoWayBootstrap, factor_notes
+
+ACC = "\x00acc"  # pooled fairness accuracy (rm_acc_seen and rm_acc_unseen rows), an internal pseudo-metric
+
+
+class Columns:
+    """Row-index columns for the bootstrap, deduplicated by content."""
+
+    def __init__(self) -> None:
+        self.rows: list[IntArray] = []
+        self._ids: dict[bytes, int] = {}
+
+    def add(self, rows: IntArray) -> int:
+        key = rows.tobytes()
+        if key not in self._ids:
+            self._ids[key] = len(self.rows)
+            self.rows.append(rows)
+        return self._ids[key]
+
+
+class Data:
+    """Rows, groups, methods and metrics of the cells, with every bootstrap column's point and replicates."""
+
+    def __init__(
+        self,
+        cells: Iterable[Any],
+        upstream: Sequence[str] | None,
+        downstream: Sequence[str] | None,
+        n_boot: int,
+        seed: int,
+        level: float,
+    ) -> None:
+        self.level, self.n_boot, self.seed = level, n_boot, seed
+        self.notes: list[str] = []
+        if n_boot < 2:
+            self.notes.append(f"n_boot={n_boot}: no confidence intervals, so no method is called best")
+        raw = [as_row(c) for c in cells]
+        bad = sum(1 for r in raw if not math.isfinite(r[5]))
+        if bad:
+            self.notes.append(f"{bad} row(s) with a non-finite value were dropped (a missing value has no row)")
+            raw = [r for r in raw if math.isfinite(r[5])]
+        self.groups = list(dict.fromkeys(r[0] for r in raw))
+        methods = list(dict.fromkeys(r[1] for r in raw))
+        present = list(dict.fromkeys(r[2] for r in raw))
+        self.present = set(present)
+        reported = [m for m in present if not is_diagnostic(m)]
+        self.upstream = (
+            list(upstream)
+            if upstream is not None
+            else sorted((m for m in reported if not is_downstream(m)), key=metric_sort_key)
+        )
+        self.downstream = (
+            list(downstream)
+            if downstream is not None
+            else sorted((m for m in reported if is_downstream(m)), key=metric_sort_key)
+        )
+        for m in self.upstream + self.downstream:
+            if m not in self.present:
+                self.notes.append(f"metric {m} was requested but has no rows")
+        own: dict[str, set[str]] = {}
+        for r in raw:
+            own.setdefault(r[1], set()).add(r[2])
+        pure = {m for m in methods if all(k.startswith(f"{m}:") for k in own[m])}
+        self.methods = [m for m in methods if m not in pure] + [m for m in methods if m in pure]
+        self.pure_decoders = pure
+
+        gi = {g: i for i, g in enumerate(self.groups)}
+        self.keys = [parse_group(g) for g in self.groups]
+        self.g = np.array([gi[r[0]] for r in raw], dtype=np.intp)
+        self.method_of = np.array([r[1] for r in raw], dtype=object)
+        self.metric_of = np.array([r[2] for r in raw], dtype=object)
+        self.user_of = [r[3] for r in raw]
+        self.prompt_of = [r[4] for r in raw]
+        self.values = np.array([r[5] for r in raw], dtype=np.float64)
+        benches = [k.benchmark for k in self.keys]
+        self.multi_bench = len(set(benches)) > 1
+        self.user_label = np.array(
+            [
+                f"{benches[g]}/{u}" if self.multi_bench else u
+                for g, u in zip(self.g.tolist(), self.user_of, strict=True)
+            ],
+            dtype=object,
+        )
+
+        # row indices per (group, method, metric), plus the pooled fairness accuracy
+        buckets: dict[tuple[int, str, str], list[int]] = {}
+        for i, (g, m, k) in enumerate(zip(self.g.tolist(), self.method_of, self.metric_of, strict=True)):
+            buckets.setdefault((g, m, k), []).append(i)
+            if k in FAIRNESS_METRICS:
+                buckets.setdefault((g, m, ACC), []).append(i)
+        self.rows = {key: np.asarray(v, dtype=np.intp) for key, v in buckets.items()}
+
+        self.boot = TwoWayBootstrap(
+            self.user_of, self.prompt_of, [benches[g] for g in self.g.tolist()], n_boot=n_boot, seed=seed
+        )
+        self.cells = self.boot.cell_of_row
+        self.cell_sets = {key: np.unique(self.cells[r]) for key, r in self.rows.items()}
+        self.cols = Columns()
+        self.full: dict[tuple[int, str, str], int] = {key: self.cols.add(r) for key, r in self.rows.items()}
+        self.pairs: dict[tuple[int, str, str, str, str], tuple[int, int, int, bool] | None] = {}
+        self._register_pairs()
+        self.point, self.reps = self.boot.means(self.values, self.cols.rows)
+        self.plans: list[Resampling] = [self.boot.resampling(r) for r in self.cols.rows]
+        self.n_cells = [int(np.unique(self.cells[r]).size) for r in self.cols.rows]
+        self._group_notes()
+
+    def methods_with(self, metric: str) -> list[str]:
+        return [m for m in self.methods if any((g, m, metric) in self.rows for g in range(len(self.groups)))]
+
+    def _pair(self, g: int, a: str, ka: str, b: str, kb: str) -> None:
+        """Columns of a − b in group g on the cells both have: (column a, column b, shared cells, partial)."""
+        key = (g, a, ka, b, kb)
+        if key in self.pairs or (g, a, ka) not in self.rows or (g, b, kb) not in self.rows:
+            return
+        sa, sb = self.cell_sets[(g, a, ka)], self.cell_sets[(g, b, kb)]
+        if np.array_equal(sa, sb):
+            self.pairs[key] = (self.full[(g, a, ka)], self.full[(g, b, kb)], int(sa.size), False)
+            return
+        common = np.intersect1d(sa, sb, assume_unique=True)
+        if not common.size:
+            self.pairs[key] = None
+            return
+        ra, rb = self.rows[(g, a, ka)], self.rows[(g, b, kb)]
+        ra = ra[np.isin(self.cells[ra], common)]
+        rb = rb[np.isin(self.cells[rb], common)]
+        self.pairs[key] = (self.cols.add(ra), self.cols.add(rb), int(common.size), True)
+
+    def _register_pairs(self) -> None:
+        metrics = [*self.upstream, *self.downstream, ACC]
+        for k in metrics:
+            ms = self.methods_with(k)
+            for i, a in enumerate(ms):
+                for b in ms[i + 1 :]:
+                    for g in range(len(self.groups)):
+                        self._pair(g, a, k, b, k)
+        for k in self.downstream:
+            zs = self.zero_shot_metric(k)
+            if zs is None:
+                continue
+            for a in self.methods_with(k):
+                if a != ZERO_SHOT:
+                    for g in range(len(self.groups)):
+                        self._pair(g, a, k, ZERO_SHOT, zs)
+
+    def pair_cols(self, g: int, a: str, ka: str, b: str, kb: str) -> tuple[int, int, int, bool] | None:
+        """The registered columns of a − b in group g (either direction), or None."""
+        got = self.pairs.get((g, a, ka, b, kb))
+        if got is not None:
+            return got
+        rev = self.pairs.get((g, b, kb, a, ka))
+        return None if rev is None else (rev[1], rev[0], rev[2], rev[3])
+
+    def zero_shot_metric(self, metric: str) -> str | None:
+        if not is_downstream(metric):
+            return None
+        zs = f"{ZERO_SHOT}:{metric.partition(':')[2]}"
+        return zs if any((g, ZERO_SHOT, zs) in self.rows for g in range(len(self.groups))) else None
+
+    def _group_notes(self) -> None:
+        names = sorted(set(self.metric_of.tolist()))
+        kind_of = {k: None if is_diagnostic(k) else is_downstream(k) for k in names}
+        down = np.array([kind_of[k] for k in self.metric_of.tolist()], dtype=object)
+        for kind, flag in (("upstream", False), ("downstream", True)):
+            idx = np.flatnonzero(down == flag)
+            if not idx.size:
+                continue
+            # one representative row per (group, cell): notes count distinct users and prompts per group
+            _, first = np.unique(self.cells[idx] * len(self.groups) + self.g[idx], return_index=True)
+            rows = idx[first].tolist()
+            self.notes += factor_notes(
+                [f"{self.groups[self.g[i]]} ({kind})" for i in rows],
+                [self.user_of[i] for i in rows],
+                [self.prompt_of[i] for i in rows],
+            )
+
+    def cell_means(self, method: str, metric: str) -> tuple[IntArray, FloatArray]:
+        """(cells, means): a method's mean per (user, prompt) cell it has, averaged over the groups that have
+        the cell; cells are sorted ids (see :meth:`cell_labels`)."""
+        parts = [rows for g in range(len(self.groups)) if (rows := self.rows.get((g, method, metric))) is not None]
+        if not parts:
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
+        cells, means = [], []
+        for rows in parts:  # per group: the mean of each cell's rows
+            c, inv = np.unique(self.cells[rows], return_inverse=True)
+            cells.append(c)
+            means.append(np.bincount(inv.ravel(), weights=self.values[rows]) / np.bincount(inv.ravel()))
+        uniq, inv = np.unique(np.concatenate(cells), return_inverse=True)
+        flat = np.concatenate(means)
+        avg: FloatArray = np.bincount(inv.ravel(), weights=flat) / np.bincount(inv.ravel())
+        return np.asarray(uniq, dtype=np.intp), avg
+
+    def cell_labels(self, cells: IntArray) -> tuple[list[str], list[str]]:
+        """The user and prompt labels of cell ids (users and prompts of different benchmarks never coincide)."""
+        if not hasattr(self, "_row_of_cell"):
+            ids, first = np.unique(self.cells, return_index=True)
+            self._row_of_cell = np.zeros(int(ids.max()) + 1 if ids.size else 0, dtype=np.intp)
+            self._row_of_cell[ids] = first
+        rows = self._row_of_cell[cells].tolist()
+        prompts = [f"{self.keys[self.g[i]].benchmark}/{self.prompt_of[i]}" for i in rows]
+        return [str(self.user_label[i]) for i in rows], prompts
+
+    def identical(self, a: str, b: str, metric: str) -> bool:
+        """Whether two methods have the same cells with the same values in every group (mpu and mpu_avg on seen
+        users): their difference is exactly 0, a fact rather than an estimate."""
+        for g in range(len(self.groups)):
+            ra, rb = self.rows.get((g, a, metric)), self.rows.get((g, b, metric))
+            if ra is None and rb is None:
+                continue
+            if ra is None or rb is None or ra.size != rb.size:
+                return False
+            if not np.array_equal(self.cell_sets[(g, a, metric)], self.cell_sets[(g, b, metric)]):
+                return False
+            va = _sorted_by_cell(self.cells[ra], self.values[ra])
+            vb = _sorted_by_cell(self.cells[rb], self.values[rb])
+            if not np.allclose(va, vb, rtol=0.0, atol=1e-12):
+                return False
+        return True
+
+    def is_proportion(self, metric: str) -> bool:
+        v = self.values[self.metric_of == metric]
+        return bool(v.size) and bool(np.all((v >= 0) & (v <= 1)))
+
+
+def _sorted_by_cell(cells: IntArray, values: FloatArray) -> FloatArray:
+    order = np.lexsort((values, cells))
+    out: FloatArray = values[order]
+    return out
+
+
+def reasons_for(reasons: Mapping[str, Mapping[str, str]] | None) -> dict[str, dict[str, str]]:
+    return {str(m): {str(k): str(v) for k, v in r.items()} for m, r in (reasons or {}).items()}

@@ -1,0 +1,144 @@
+"""Selection: does the ranking of systems by an upstream metric predict their ranking by a downstream one?
+
+A system is a (setting, method) with both metrics, where a setting is a group name without its ``|seedN``: the
+seeds of a setting are averaged into one system, never counted as separate systems. Systems are listed by
+(setting, method name), so nothing depends on the order methods were configured in; systems are pooled across
+settings as the papers pool across model scales. Each bootstrap replicate recomputes every system's values, then
+the coefficient (``perbench.metrics.correlation``); replicates where it is undefined are dropped. NDCG and RBO
+come with their chance value (the expectation under a random ranking of the same systems).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perbench.metrics.analysis.base import FloatArray, ci_, f_
+from perbench.metrics.analysis.estimates import Estimates
+from perbench.metrics.bootstrap import percentile_ci
+from perbench.metrics.correlation import CORRELATIONS, batched_all, ndcg_chance, rbo_chance
+
+
+def systems_note(est: Estimates) -> str:
+    seeds: dict[str, int] = {}
+    for k in est.keys:
+        seeds[k.setting] = seeds.get(k.setting, 0) + 1
+    most = max(seeds.values(), default=1)
+    head = "A system is a (setting, method) with both metrics"
+    if most > 1:
+        return f"{head}; its values are the mean over the setting's seeds (up to {most}), not one system per seed."
+    return head + "."
+
+
+def selection(est: Estimates) -> tuple[dict[str, Any], dict[str, FloatArray]]:
+    settings = sorted({k.setting for k in est.keys})
+    single = len(settings) == 1
+    cache: dict[tuple[str, str, str], Any] = {}
+
+    def val(s: str, m: str, k: str) -> Any:
+        if (s, m, k) not in cache:
+            cache[(s, m, k)] = est.value(m, k, s)
+        return cache[(s, m, k)]
+
+    pairs = []
+    tau_reps: dict[str, FloatArray] = {}
+    for u in est.upstream:
+        for d in est.downstream:
+            systems = [
+                (s, m)
+                for s in settings
+                for m in sorted(est.methods)
+                if val(s, m, u) is not None and val(s, m, d) is not None
+            ]
+            xs, ys = [val(s, m, u) for s, m in systems], [val(s, m, d) for s, m in systems]
+            x = np.array([e.point for e in xs])
+            y = np.array([e.point for e in ys])
+            shape = (est.n_boot, len(systems))
+            xr = np.stack([e.reps for e in xs], axis=1) if systems else np.zeros(shape)
+            yr = np.stack([e.reps for e in ys], axis=1) if systems else np.zeros(shape)
+            cols = [c for e in xs + ys for c in e.cols]
+            entry: dict[str, Any] = {"upstream": u, "downstream": d, "n_systems": len(systems)}
+            how = est.resampled(cols)
+            unresampled = any(est.plans[c].unit is None for c in cols)
+            batched = batched_all(xr, yr) if len(systems) and est.n_boot else {}
+            for name, fn in CORRELATIONS.items():
+                v = fn(x, y) if len(systems) else None
+                ci = None
+                reps = batched.get(name, np.zeros(0))
+                if name == "kendall_tau_b":
+                    tau_reps[f"{u}\x00{d}"] = reps if v is not None else np.full(est.n_boot, np.nan)
+                enough = est.n_boot >= 2 and not unresampled
+                if v is not None and enough and np.isfinite(reps).sum() * 2 >= est.n_boot:
+                    ci = percentile_ci(reps, est.level)
+                na = None
+                if v is None:
+                    na = (
+                        f"{len(systems)} system(s) with both metrics (need 3)"
+                        if len(systems) < 3
+                        else "a constant input: the coefficient is undefined"
+                    )
+                elif unresampled and est.n_boot >= 2:
+                    na = "a system's value has fewer than 2 (user, prompt) pairs: no CI"
+                elif ci is None and est.n_boot >= 2:
+                    na = "undefined in more than half of the bootstrap replicates: no CI"
+                note = None
+                if v is not None and ci is not None and not ci[0] - 1e-12 <= v <= ci[1] + 1e-12:
+                    note = (
+                        "the value lies outside its percentile CI: a coefficient of noisy means is biased "
+                        "toward 0 in the resamples"
+                    )
+                e = {"value": f_(v), "ci": ci_(ci), "na": na, "note": note, **how}
+                if name == "ndcg":
+                    e["chance"] = f_(ndcg_chance(y)) if v is not None else None
+                elif name == "rbo":
+                    e["chance"] = f_(rbo_chance(len(systems))) if v is not None else None
+                entry[name] = e
+            entry["points"] = [
+                [m if single else f"{m} [{s}]", f_(float(xv)), f_(float(yv))]
+                for (s, m), xv, yv in zip(systems, x, y, strict=True)
+            ]
+            pairs.append(entry)
+    best = {d: _best_predictor(est, pairs, tau_reps, d) for d in est.downstream}
+    return {"pairs": pairs, "best_predictor": best, "systems": systems_note(est)}, tau_reps
+
+
+def _best_predictor(
+    est: Estimates, pairs: list[dict[str, Any]], tau_reps: dict[str, FloatArray], d: str
+) -> dict[str, Any]:
+    scored = [(e["upstream"], e["kendall_tau_b"]) for e in pairs if e["downstream"] == d]
+    scored = [(u, t) for u, t in scored if t["value"] is not None]
+    if not scored:
+        return {
+            "upstream": None, "kendall_tau_b": None, "ci": None, "p_best": None,
+            "text": f"No upstream metric has a defined Kendall tau-b with {d} (too few systems or constant).",
+        }  # fmt: skip
+    u_best, t_best = max(scored, key=lambda ut: ut[1]["value"])  # ties: the first in canonical metric order
+    p_best = None
+    if est.n_boot:
+        mat = np.stack([tau_reps[f"{u}\x00{d}"] for u, _ in scored], axis=1)
+        finite = np.isfinite(mat).any(axis=1)
+        if finite.any():
+            top = np.argmax(np.where(np.isfinite(mat[finite]), mat[finite], -np.inf), axis=1)
+            p_best = float(np.mean(top == [u for u, _ in scored].index(u_best)))
+    return {
+        "upstream": u_best,
+        "kendall_tau_b": t_best["value"],
+        "ci": t_best["ci"],
+        "p_best": p_best,
+        "text": _predictor_text(est, u_best, d, t_best["value"], t_best["ci"], p_best),
+    }
+
+
+def _predictor_text(est: Estimates, u: str, d: str, tau: float, ci: list[float] | None, p_best: float | None) -> str:
+    pct = f"{100 * est.level:g}%"
+    head = f"{u} best predicts {d} (tau-b {tau:.2f}"
+    head += f", {pct} CI [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ", no CI"
+    head += f"; the top predictor in {100 * p_best:.0f}% of resamples)" if p_best is not None else ")"
+    if ci is None:
+        return head + "; without a CI its reliability is unknown."
+    if ci[0] > 0:
+        return head + "; the CI excludes 0, so its ranking reliably predicts the downstream one."
+    if ci[1] < 0:
+        return head + "; even it ranks methods against the downstream order (the CI is below 0)."
+    return head + "; the CI includes 0, so no upstream metric reliably predicts it."

@@ -1,0 +1,132 @@
+"""The verdict box, the decision marks of the leaderboards and the power planner's table, read from
+``results["analysis"]`` (the words are the analysis's own; nothing here decides)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perbench.report.extract import _d, _l
+from perbench.report.fmt import badge, esc, is_pct_metric, metric_label, num, table, value_ci
+
+DECISIONS = {
+    "separable": ("separable", "best"),
+    "equivalent": ("practically equivalent", "best"),
+    "undecided": ("undecided", "tied"),
+}
+
+
+def _mhead(metric: str) -> str:
+    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
+
+
+def _tau(v: Mapping[str, Any]) -> str:
+    val, ci = v.get("upstream_tau"), _l(v.get("upstream_tau_ci"))
+    if not isinstance(val, int | float):
+        return "n/a"
+    out = f"{float(val):+.2f}"
+    if len(ci) == 2 and all(isinstance(c, int | float) for c in ci):
+        out += f' <span class="ci">[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]</span>'
+    return out
+
+
+def mark(rank: Mapping[str, Any], method: str) -> tuple[str, str] | None:
+    """(text, kind) of a method's place in a ranking's decision: best, identical, equivalent, tied, or None."""
+    if rank.get("best") == method:
+        return "best", "best"
+    if method in _l(rank.get("identical")):
+        return "identical to the leader", "best"
+    if method in _l(rank.get("equivalent")):
+        return "equivalent", "best"
+    order = _l(rank.get("order"))
+    if rank.get("decision") == "equivalent" and order and method == order[0]:
+        return "leader (equivalence)", "best"
+    tied = _l(rank.get("tied"))
+    if rank.get("best") is None and method in tied and len(tied) > 1:
+        return "tied", "tied"
+    return None
+
+
+def verdict_box(analysis: Mapping[str, Any] | None) -> str:
+    v = _d(_d(analysis).get("verdict"))
+    if not v:
+        return (
+            '<section class="verdict none"><h2>Verdict</h2><p>No verdict: these results carry no selection analysis '
+            "(no downstream metric, or results written before the analysis existed).</p></section>"
+        )
+    text = v.get("text") or "No verdict text."
+    metric = str(v.get("metric") or "")
+    pct = is_pct_metric(metric)
+    facts = []
+    decision = v.get("decision")
+    if decision in DECISIONS:
+        word, kind = DECISIONS[str(decision)]
+        facts.append(badge(word, kind))
+    if v.get("deploy"):
+        facts.append(f"deploy <b>{esc(v['deploy'])}</b>")
+    if _l(v.get("equivalent")):
+        facts.append("equivalent to the leader: " + ", ".join(f"<b>{esc(m)}</b>" for m in v["equivalent"]))
+    if _l(v.get("contenders")):
+        facts.append("still in contention: " + ", ".join(f"<b>{esc(m)}</b>" for m in v["contenders"]))
+    elif not v.get("deploy") and len(_l(v.get("tied"))) > 1:
+        facts.append("tied: " + ", ".join(f"<b>{esc(m)}</b>" for m in v["tied"]))
+    if metric:
+        facts.append(f"{_mhead(metric)} {value_ci(v.get('value'), v.get('ci'), pct)}")
+    if v.get("runner_up"):
+        facts.append(f"runner-up {esc(v['runner_up'])}")
+    if isinstance(v.get("margin"), int | float):
+        facts.append(f"equivalence margin ±{num(v['margin'], pct)}{' pts' if pct else ''}")
+    if _l(v.get("reference_lines")):
+        facts.append("reference lines (never recommended): " + esc(", ".join(str(m) for m in v["reference_lines"])))
+    if v.get("upstream_metric"):
+        agrees = v.get("agrees")
+        word = "puts several first" if agrees is None else ("agrees" if agrees else "disagrees")
+        facts.append(f"upstream {_mhead(str(v['upstream_metric']))} {esc(word)} (τ-b {_tau(v)})")
+    cls = "verdict" + ("" if decision in ("separable", "equivalent") or v.get("deploy") else " tie")
+    return (
+        f'<section class="{cls}"><h2>Verdict</h2><p class="vtext">{esc(text)}</p>'
+        f'<p class="facts">{" · ".join(facts)}</p></section>'
+    )
+
+
+def _size(s: Any, crossed: bool) -> str:
+    s = _d(s)
+    if not s:
+        return '<span class="na" title="not reachable at a practical size, or not applicable">n/a</span>'
+    per = "" if crossed else " per user"
+    return f"{num(s.get('prompts'), pct=False)} prompts{per} × {num(s.get('users'), pct=False)} users"
+
+
+def power_section(analysis: Mapping[str, Any] | None) -> str:
+    """The planner's table for the verdict metric: leader − each other deployable method."""
+    a = _d(analysis)
+    metric = str(_d(a.get("verdict")).get("metric") or "")
+    plans = [_d(p) for p in _l(_d(a.get("power")).get(metric))]
+    if not plans:
+        return ""
+    pct = is_pct_metric(metric)
+    rows = []
+    for p in plans:
+        c = _d(p.get("components"))
+        crossed = bool(c.get("crossed"))
+        comps = ", ".join(
+            f"{k} {float(c[k]):.3g}" for k in ("user", "prompt", "residual") if isinstance(c.get(k), int | float)
+        )
+        rows.append(
+            [
+                esc(f"{p.get('a')} − {p.get('b')}"),
+                num(p.get("observed"), pct, signed=True),
+                esc(comps),
+                _size(p.get("separate"), crossed) + f" <span class='ci'>(at {num(p.get('effect'), pct, True)})</span>",
+                _size(p.get("equivalence"), crossed),
+            ]
+        )
+    head = ["comparison", "observed Δ", "variance components (σ²)", "to separate", "to establish equivalence"]
+    return (
+        f"<h3>What would decide {_mhead(metric)}</h3>"
+        + table(head, rows)
+        + '<p class="muted">Users × prompts that reach 80% power under the verdict\'s own rule (simultaneous '
+        "intervals; equivalence: 90% CI inside the margin), from variance components estimated on this run's cells "
+        "(method of moments on the crossed design). With few users or prompts the components, and so the sizes, "
+        "are rough. <code>perbench plan RUN_DIR --effect 5</code> answers it for another effect.</p>"
+    )

@@ -1,0 +1,80 @@
+"""Selection (perbench.metrics.analysis.selection): systems, chance values, independence from method order."""
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perbench.metrics.analysis import analyze
+from perbench.metrics.correlation import batched_ndcg, batched_rbo, ndcg, ndcg_chance, rbo, rbo_chance
+
+ARGS = "args:rubric_satisfaction"
+
+
+def _rows(group: str, method: str, metric: str, value: float, users: int = 8, prompts: int = 6) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(abs(hash((group, method, metric))) % 2**32)
+    return [
+        {
+            "group": group,
+            "method": method,
+            "metric": metric,
+            "user": f"u{u}",
+            "prompt": f"p{p}" if ":" in metric else f"q{u}_{p}",
+            "value": float(np.clip(value + rng.normal(0, 0.05), 0, 1)),
+        }
+        for u in range(users)
+        for p in range(prompts)
+    ]
+
+
+def _systems(group: str, spec: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
+    out = []
+    for m, (up, down) in spec.items():
+        out += _rows(group, m, "rm_acc_seen", up) + _rows(group, m, ARGS, down)
+    return out
+
+
+def test_chance_values_are_the_expectation_under_a_random_ranking() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=6)
+    draws = np.array([rng.permutation(6) for _ in range(4000)], dtype=np.float64)
+    ys = np.tile(y, (len(draws), 1))
+    assert np.mean(batched_ndcg(draws, ys)) == pytest.approx(ndcg_chance(y), abs=0.01)
+    assert np.mean(batched_rbo(draws, ys)) == pytest.approx(rbo_chance(6), abs=0.01)
+    assert rbo_chance(2) is None and ndcg_chance([1.0, 1.0, 1.0]) is None
+
+
+def test_ndcg_and_rbo_average_over_tied_orders() -> None:
+    # upstream ties B and C: the mean of the two orders, whichever is listed first
+    d2, d3 = 1 / np.log2(3), 1 / np.log2(4)
+    want = (1 + 0.5 * (d2 + d3) / 2) / (1 + 0.5 * d2)  # gains A 1, B 0, C 0.5
+    assert ndcg([2.0, 1.0, 1.0], [3.0, 1.0, 2.0]) == pytest.approx(want)
+    assert ndcg([1.0, 1.0, 2.0], [2.0, 1.0, 3.0]) == pytest.approx(want)  # same systems, listed in reverse
+    assert rbo([2.0, 1.0, 1.0], [3.0, 2.0, 1.0]) == pytest.approx(rbo([2.0, 1.0, 1.0], [3.0, 1.0, 2.0]))
+
+
+def test_selection_does_not_depend_on_the_order_methods_are_listed() -> None:
+    spec = {"mpu": (0.7, 0.6), "mpu_avg": (0.7, 0.6), "pref": (0.65, 0.65), "lore": (0.55, 0.5), "vpl": (0.5, 0.4)}
+    cells = _systems("b|p|seed0", spec)
+    twin = [{**c, "method": "mpu_avg"} for c in cells if c["method"] == "mpu"]  # exactly tied systems
+    cells = [c for c in cells if c["method"] != "mpu_avg"] + twin
+    a = analyze(cells, n_boot=60, seed=0)
+    b = analyze(list(reversed(cells)), n_boot=60, seed=0)
+    pa, pb = a["selection"]["pairs"][0], b["selection"]["pairs"][0]
+    for k in ("kendall_tau_b", "weighted_tau", "spearman", "ndcg", "rbo"):
+        assert pa[k]["value"] == pytest.approx(pb[k]["value"], abs=1e-12), k
+    assert pa["ndcg"]["chance"] is not None and pa["ndcg"]["chance"] < pa["ndcg"]["value"]
+    assert pa["rbo"]["chance"] == pytest.approx(rbo_chance(5))
+    assert [p[0] for p in pa["points"]] == sorted(spec)
+    assert a["ranking"][ARGS]["order"] == b["ranking"][ARGS]["order"]
+
+
+def test_seeds_are_averaged_into_one_system_and_say_so() -> None:
+    spec = {"mpu": (0.7, 0.6), "pref": (0.65, 0.65), "lore": (0.55, 0.5)}
+    cells = _systems("b|p|seed0", spec) + _systems("b|p|seed1", spec) + _systems("b|q|seed0", spec)
+    sel = analyze(cells, n_boot=40)["selection"]
+    pair = sel["pairs"][0]
+    assert pair["n_systems"] == 6  # (2 settings) × 3 methods, not (3 groups) × 3
+    assert "mean over the setting's seeds" in sel["systems"] and "not one system per seed" in sel["systems"]
+    one = analyze(_systems("b|p|seed0", spec), n_boot=40)["selection"]
+    assert one["systems"] == "A system is a (setting, method) with both metrics."

@@ -1,0 +1,136 @@
+"""The verdict's wording (perbench.metrics.analysis.verdict): every sentence matches the numbers it states."""
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perbench.metrics.analysis import analyze
+from tests.crossed import crossed_cells
+
+ARGS = "args:rubric_satisfaction"
+G = "rubrics|smollm2|seed0"
+
+
+def _cells(method: str, users: range, value: Any, prompts: int = 8, metric: str = ARGS) -> list[dict[str, Any]]:
+    """One row per (user, prompt); ``value(u, p)`` or a constant; a little prompt-level noise keeps CIs open."""
+    rng = np.random.default_rng(abs(hash((method, users.start, users.stop))) % 2**32)
+    out = []
+    for u in users:
+        for p in range(prompts):
+            v = value(u, p) if callable(value) else value
+            v = float(np.clip(v + rng.normal(0, 0.05), 0, 1))
+            out.append({"group": G, "method": method, "metric": metric, "user": f"u{u}", "prompt": f"p{p}", "value": v})
+    return out
+
+
+def test_a_partial_coverage_comparison_is_worded_on_the_shared_cells() -> None:
+    """B has cells for 10 of A's 20 users. By mean over its own cells B leads (55 % vs A's 50 %), but on the 80
+    cells both cover A scores 70 % and separates clearly: the verdict must say so on those cells, never that
+    the interval "includes 0"."""
+    a = _cells("mpu", range(20), lambda u, p: 0.7 if u < 10 else 0.3)
+    b = _cells("pref", range(10), 0.55)
+    res = analyze(a + b, n_boot=300, seed=0)
+    r = res["ranking"][ARGS]
+    assert r["order"] == ["pref", "mpu"]
+    c = r["vs_runner_up"]
+    assert c["partial"] and c["cells"] == 80 and c["reversed"] and c["ci"][1] < 0
+    text = res["verdict"]["text"]
+    assert "includes 0" not in text
+    assert "on the 80 cells both cover mpu scores higher" in text
+    assert r["decision"] == "undecided" and r["contenders"] == ["mpu"]
+    # the same shared-cell wording when the shared cells separate in the leader's favour
+    sep = analyze(_cells("mpu", range(20), 0.8) + _cells("pref", range(10), 0.4), n_boot=300, seed=0)
+    v = sep["verdict"]
+    assert v["deploy"] == "mpu" and "on the 80 cells both cover" in v["text"] and "includes 0" not in v["text"]
+
+
+def test_includes_0_only_when_the_interval_does() -> None:
+    rng = np.random.default_rng(1)
+    cells = crossed_cells({"mpu": 0.52, "pref": 0.5}, rng, 12, 8, metric=ARGS, group=G)
+    v = analyze(cells, n_boot=300, seed=0)["verdict"]
+    assert v["decision"] == "undecided"
+    m = re.search(r"simultaneous 95% CI \[(-?[\d.]+), (-?[\d.]+)\], which includes 0", v["text"])
+    assert m is not None and float(m.group(1)) <= 0 <= float(m.group(2))
+    # the CI in the text is the one in the ranking (values outside [0, 1]: metric units, 3 decimals)
+    lo, hi = analyze(cells, n_boot=300, seed=0)["ranking"][ARGS]["vs_runner_up"]["ci"]
+    assert (float(m.group(1)), float(m.group(2))) == (round(lo, 3), round(hi, 3))
+
+
+def test_undecided_verdict_names_contenders_and_the_planner_sentence() -> None:
+    rng = np.random.default_rng(2)
+    cells = crossed_cells({"mpu": 0.56, "pref": 0.5, "lore": 0.2}, rng, 12, 8, metric=ARGS, group=G)
+    res = analyze(cells, n_boot=300, seed=0)
+    v = res["verdict"]
+    assert v["decision"] == "undecided" and v["contenders"] == ["pref"] and v["tied"] == ["mpu", "pref"]
+    assert "The data cannot yet decide" in v["text"] and "The other 1 are worse" in v["text"]
+    assert "To tell mpu from pref at the observed" in v["text"] and " prompts × " in v["text"]
+    assert v["plan"] and v["plan"][0].startswith("to tell mpu from pref")
+    plans = res["power"][ARGS]
+    assert [p["b"] for p in plans] == ["pref", "lore"] and plans[0]["separate"]["cells"] > 12 * 8
+
+
+def test_adaptive_rounds_say_why_collection_stopped() -> None:
+    rng = np.random.default_rng(3)
+    cells = crossed_cells({"mpu": 0.8, "pref": 0.5}, rng, 12, 8, metric=ARGS, group=G)
+    adaptive = {ARGS: {"rounds": 3, "stopped": "budget", "cells": 96, "budget": "400 generations"}}
+    v = analyze(cells, n_boot=100, adaptive=adaptive)["verdict"]
+    assert v["adaptive"] == adaptive[ARGS]
+    assert (
+        f"Data collection for {ARGS} stopped after 3 adaptive rounds (96 cells): the budget (400 generations)"
+        in (v["text"])
+    )
+    sep = analyze(cells, n_boot=100, adaptive={ARGS: {**adaptive[ARGS], "stopped": "separable", "rounds": 1}})
+    assert "after 1 adaptive round (96 cells): the top was separable." in sep["verdict"]["text"]
+
+
+def test_agrees_only_when_the_upstream_metric_puts_the_leader_alone_first() -> None:
+    cells: list[dict[str, Any]] = []
+    # downstream order mpu > pref > lore > vpl; rm_acc_seen puts pref first, then mpu
+    for m, down, up in [("mpu", 0.8, 0.7), ("pref", 0.6, 0.75), ("lore", 0.4, 0.5), ("vpl", 0.2, 0.3)]:
+        cells += _cells(m, range(12), down)
+        cells += _cells(m, range(12), up, metric="rm_acc_seen")
+    v = analyze(cells, n_boot=100)["verdict"]
+    assert v["upstream_metric"] == "rm_acc_seen" and v["agrees"] is False
+    assert "disagrees: it puts pref first" in v["text"] and "rm_acc_seen agrees" not in v["text"]
+    # a joint first place is neither agreement nor disagreement
+    tied = [dict(c) for c in cells]
+    for c in tied:
+        if c["metric"] == "rm_acc_seen" and c["method"] in ("mpu", "pref"):
+            c["value"] = 0.75
+    v = analyze(tied, n_boot=100)["verdict"]
+    assert v["agrees"] is None and "puts mpu and pref jointly first" in v["text"]
+
+
+def test_a_proportion_at_1_never_prints_a_zero_width_ci() -> None:
+    rows = [
+        {"group": G, "method": m, "metric": ARGS, "user": f"u{u}", "prompt": f"p{p}", "value": v}
+        for m, v in (("mpu", 1.0), ("pref", 0.0))
+        for u in range(6)
+        for p in range(5)
+    ]
+    res = analyze(rows, n_boot=100)
+    v = res["verdict"]
+    lo, hi = v["ci"]
+    assert hi == 1.0 and lo < 1.0 and v["value"] == 1.0
+    assert "Clopper" in v["ci_note"] and "30 cells" in v["ci_note"]
+    assert "[100.0, 100.0]" not in v["text"] and res["table"]["mpu"][ARGS]["ci"] == v["ci"]
+    assert "+100.0 pts on every cell (no variation in the resamples)" in v["text"]
+    assert res["table"]["pref"][ARGS]["ci"][0] == 0.0 and res["table"]["pref"][ARGS]["ci"][1] > 0
+
+
+def test_the_printed_verdict_names_the_decision_and_the_chance_values(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from perbench.runner.results import print_verdict
+
+    cells: list[dict[str, Any]] = []
+    for m, q in [("mpu", 0.8), ("pref", 0.6), ("lore", 0.4), ("vpl", 0.3), ("random", 0.5)]:
+        cells += _cells(m, range(12), q) + _cells(m, range(12), q, metric="rm_acc_seen")
+    monkeypatch.setenv("PERBENCH_QUIET", "0")
+    print_verdict(analyze(cells, n_boot=100))
+    out = capsys.readouterr().out
+    assert "Verdict: Deploy mpu" in out
+    assert f"Decision on {ARGS}: separable; deploy: mpu; reference lines: random" in out
+    assert re.search(r"rm_acc_seen → args:rubric_satisfaction: NDCG 1\.00 \(chance 0\.\d\d\), RBO 1\.00", out)
