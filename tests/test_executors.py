@@ -212,3 +212,15 @@ def test_resources_per_kind_reach_the_plan(tiny_pool: Path, tmp_path: Path) -> N
     assert needs_of("rl", None, cuda=True) == Needs(1.0, 1.0, 4.0) and needs_of("fit", None, cuda=False).gpus == 0
     # resources never change where results go
     assert cfg.result_hash() == tiny_config(tiny_pool, tmp_path).override(**GRID).result_hash()
+
+
+def test_a_unit_no_node_can_take_is_a_config_error() -> None:
+    from perbench.errors import ConfigError
+    from perbench.runner.executors import check_feasible
+    from perbench.runner.plan import Unit, needs_of
+
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
+    check_feasible([Unit("fit", "global_bt", "k", needs=needs_of("fit", {"fit": {"num_cpus": 2}}, cuda=False))], nodes)
+    fit = Unit("fit", "global_bt", "k", needs=needs_of("fit", None, cuda=True))
+    with pytest.raises(ConfigError, match=r"resources\.fit: a fit unit \(fit:global_bt\) needs 1 CPU\(s\) and 1 GPU"):
+        check_feasible([fit], nodes)

@@ -74,6 +74,7 @@ class RayExecutor:
                 work.skipped.append(unit.label)
         if len(done) == len(plan.units):
             return
+        check_feasible([u for u in plan.units if u.key not in done], ray.nodes())
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
         task = ray.remote(run_unit)
         config = work.s.cfg.to_dict()
@@ -109,6 +110,24 @@ class RayExecutor:
         finally:
             for ref in pending:  # a unit failed: the others are not wanted any more
                 ray.cancel(ref, force=True)
+
+
+def check_feasible(units: list[Unit], nodes: list[dict[str, Any]]) -> None:
+    """A unit whose needs no node of the cluster can meet would wait forever: a ConfigError naming its kind."""
+    from perbench.errors import ConfigError
+    from perbench.runner.plan import RESOURCE_KIND
+
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    for unit in units:
+        n = unit.needs
+        if not any(r.get("CPU", 0) >= n.cpus and r.get("GPU", 0) >= n.gpus for r in alive):
+            kind = RESOURCE_KIND[unit.kind]
+            most = max(((r.get("CPU", 0), r.get("GPU", 0)) for r in alive), default=(0, 0))
+            raise ConfigError(
+                f"resources.{kind}: a {kind} unit ({unit.label}) needs {n.cpus:g} CPU(s) and {n.gpus:g} GPU(s), but "
+                f"no node of the Ray cluster has as many (the largest: {most[0]:g} CPU(s), {most[1]:g} GPU(s)); "
+                f"lower resources.{kind} in the config or add such a node"
+            )
 
 
 def run_unit(config: dict[str, Any], bench: Benchmark, unit: Unit, threads: int, *deps: UnitResult) -> UnitResult:
