@@ -26,6 +26,22 @@ def fresh_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def empty_cache(path: Path) -> Path:
+    """A new cache folder at ``path`` that shares only the converted model weights with the session's cache: a test
+    that counts what a run computes must not find units another test left in the shared unit cache."""
+    path.mkdir(parents=True)
+    (path / "models").symlink_to(Path(os.environ["PERBENCH_CACHE"]) / "models", target_is_directory=True)
+    return path
+
+
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own cache (see :func:`empty_cache`), as ``PERBENCH_CACHE``."""
+    path = empty_cache(tmp_path / "own-cache")
+    monkeypatch.setenv("PERBENCH_CACHE", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_lm():  # type: ignore[no-untyped-def]
     from perbench.models.loader import load_lm

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from perbench.runner.run import run
+from tests.conftest import empty_cache
 from tests.test_end_to_end import tiny_config, tiny_pool  # noqa: F401 - tiny_pool is a fixture
 
 GRID = {
@@ -34,13 +35,6 @@ def comparable(results: dict[str, Any]) -> dict[str, Any]:
     and the work counters (which process computed what)."""
     drop = {"created", "timing_s", "provenance", "work", "plan", "config", "config_hash", "batching"}
     return {k: v for k, v in results.items() if k not in drop}
-
-
-def _cache(path: Path) -> Path:
-    """A fresh cache sharing only the converted model weights with this test session's cache."""
-    path.mkdir(parents=True)
-    (path / "models").symlink_to(Path(os.environ["PERBENCH_CACHE"]) / "models", target_is_directory=True)
-    return path
 
 
 def _without_k(upstream: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +57,7 @@ def local(tiny_pool: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     """A cache and an out_dir for local runs of the grid (the cache is this module's for as long as it runs)."""
     base = tmp_path_factory.mktemp("local")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PERBENCH_CACHE", str(_cache(base / "cache")))
+        mp.setenv("PERBENCH_CACHE", str(empty_cache(base / "cache")))
         yield base / "runs", base / "cache"
 
 
@@ -166,7 +160,7 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
     from tests.ray_cluster import LocalCluster
 
     driver = tmp_path / "driver"  # the driver's run folders and cache: no worker may touch them
-    monkeypatch.setenv("PERBENCH_CACHE", str(_cache(driver / "cache")))
+    monkeypatch.setenv("PERBENCH_CACHE", str(empty_cache(driver / "cache")))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     with LocalCluster([driver], nodes=2, cpus=1) as cluster:
         with Chaos(cluster) as chaos:

@@ -274,9 +274,10 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, monkeypatch: pytest.MonkeyPat
     the training record, the report draws it, and a rerun recomputes nothing."""
     from perbench.config import RunConfig
     from perbench.runner.run import run
+    from tests.conftest import empty_cache
     from tests.test_end_to_end import tiny_config, tiny_pool
 
-    monkeypatch.setenv("PERBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PERBENCH_CACHE", str(empty_cache(tmp_path / "cache")))
     pool = tiny_pool.__wrapped__(_Factory(tmp_path / "pool"))  # type: ignore[attr-defined]
     base = tiny_config(pool, tmp_path / "out").to_dict()
     rl = {"methods": ["global_bt", "mpu"], "max_users": 2, "max_train_prompts": 2, "steps": 2}
