@@ -26,8 +26,6 @@ GRID = {
 }
 #: the grid with ARGS's k changed
 OTHER_K = {**GRID, "decoders": ["zero_shot", {"name": "args", "k": 2, "w": 1.0}, {"name": "best_of_n", "n": 2}]}
-#: what the assembly pass still computes itself: win rates, Best-of-N qualities and scores of the pooled samples
-ASSEMBLY = {"win_rate", "bon_quality", "bon_scores", "judge", "generate_rl"}
 
 
 def comparable(results: dict[str, Any]) -> dict[str, Any]:
@@ -88,16 +86,17 @@ def test_changed_decoder_parameter_recomputes_only_its_generations(
     first: dict[str, Any], other_k: dict[str, Any], local: tuple[Path, Path]
 ) -> None:
     """A new k for ARGS is a new run folder, yet every unit that does not depend on ARGS's generations comes from
-    the shared unit cache: only the two ARGS generation units run, and only their generations and the win rates of
-    their texts are computed."""
+    the shared unit cache: only the two ARGS generation units run, and only their generations, the quality of
+    their texts and their win rates are computed."""
     assert other_k["config_hash"] != first["config_hash"]
     assert (
         other_k["work"]["units"]["computed"] == 2
         and other_k["work"]["units"]["found_finished"] == sum(first["plan"]["units"].values()) - 2
     )
     work = other_k["work"]
-    assert set(work["computed"]) == {"generate", "win_rate"}, work["computed"]
-    assert work["computed"]["win_rate"] == 2  # one per RM that guides ARGS
+    assert set(work["computed"]) == {"generate", "quality", "win_rate"}, work["computed"]
+    assert work["computed"]["win_rate"] == work["computed"]["quality"] == 2  # one per RM that guides ARGS
+    assert work["assembly"] == {}
     assert 0 < work["computed"]["generate"] < first["work"]["computed"]["generate"]
     # everything else is the first run's, number for number (policy accuracy names the deployed ARGS's k)
     assert _without_k(other_k["upstream"]) == _without_k(first["upstream"])
@@ -173,17 +172,16 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
         node_files = [p.name for i in range(2) for p in (cluster.node_dir(i) / "cache").rglob("*")]
     assert remote["plan"]["executor"] == "ray" and remote["work"]["remote"]["nodes"] == 2
     assert comparable(remote) == comparable(first)
-    # nothing recomputed by the driver: it computed only what its assembly pass computes, as a local run does
-    assert set(remote["work"]["computed"]) <= ASSEMBLY
-    # nothing lost and nothing computed twice: the workers' results, counted once each, plus the assembly's make
-    # exactly what the local run computed
-    assert remote["work"]["computed_total"] == first["work"]["computed"]
+    # nothing recomputed by the driver: every computation is a unit, and every unit ran on a worker
+    assert remote["work"]["computed"] == {} and remote["work"]["assembly"] == {}
+    # nothing lost and nothing computed twice: the workers' results, counted once each, make exactly what the
+    # local run computed
+    assert remote["work"]["computed_total"] == first["work"]["computed"] == remote["work"]["remote"]["computed"]
     assert remote["work"]["units"]["computed"] == sum(remote["plan"]["units"].values())
     assert comparable(changed) == comparable(other_k)
-    assert changed["work"]["units"]["computed"] == 2 and changed["work"]["remote"]["computed"] == {
-        "generate": other_k["work"]["computed"]["generate"]
-    }
-    assert set(changed["work"]["computed"]) <= ASSEMBLY
+    assert changed["work"]["units"]["computed"] == 2
+    assert changed["work"]["remote"]["computed"] == other_k["work"]["computed"]
+    assert changed["work"]["computed"] == {} and changed["work"]["assembly"] == {}
     # the nodes' own caches hold converted models only: no store of a run, no feature, sample or unit cache
     assert node_files and not [f for f in node_files if f.endswith(".sqlite")]
 

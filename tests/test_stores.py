@@ -334,3 +334,19 @@ def test_memory_store_and_journal() -> None:
     assert store.get_many_bytes(["a", "b", "c"]) == {"a": b"1", "b": b"2"}
     assert store.journal == {"a", "b"} and store.present(["a", "c"]) == {"a"} and sorted(store.keys()) == ["a", "b"]
     assert not Path(MEMORY).exists()
+
+
+def test_a_stateless_fit_is_read_back_without_a_warning(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A method without state stores an empty array bundle (a zip holding only its end record): a rerun reads it
+    as a fit, not as a corrupt value to delete and recompute."""
+    units = Units(tmp_path / "units.sqlite")
+    calls = Calls()
+
+    def stateless() -> dict[str, np.ndarray]:
+        calls.n += 1
+        return {}
+
+    assert units.arrays("fit", "k", stateless) == {} and calls.n == 1
+    assert units.arrays("fit", "k", stateless) == {} and calls.n == 1
+    assert units.summary()["recovered"] == {} and "k" not in units.store.discarded
+    assert "perbench: warning" not in capfd.readouterr().err

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from perbench.errors import StoreError
-from perbench.io import FIX_SPACE, FIX_WRITABLE, _default, os_error_message, warn
+from perbench.io import FIX_SPACE, FIX_WRITABLE, _default, os_error_message, refuse_links, warn
 
 T = TypeVar("T")
 
@@ -106,6 +106,8 @@ class Store:
         self.moved_aside: list[Path] = []
         #: when a set: every key found by a read or written since (see the module docstring)
         self.journal: set[str] | None = None
+        #: values this object has written (a run's assembly pass, which only reads, writes none)
+        self.written = 0
         if self.in_memory:
             self._db = self._connect()
             return
@@ -113,6 +115,8 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StoreError(os_error_message(self.path, "create the folder of", e)) from e
+        for part in ("", "-wal", "-shm"):  # inside a run directory, SQLite must not write through a planted link
+            refuse_links(f"{self.path}{part}")
         problem = header_problem(self.path)
         if problem is not None:
             self._move_aside(problem)
@@ -277,6 +281,7 @@ class Store:
             _add_counts(db, counts or {})
 
         self._write(write)
+        self.written += len(rows)
         self._note(items)
 
     def put_bytes(self, key: str, value: bytes, *, counts: Mapping[str, int] | None = None) -> None:

@@ -1,15 +1,17 @@
 """The run as a plan of independent units, each keyed by content and declaring its inputs and its needs.
 
 A unit computes something expensive and leaves it in the stores (the run's ``units.sqlite`` over the shared unit
-cache, the feature cache, the sample-pool cache); the assembly pass that follows (upstream, downstream, analysis,
-report) then only reads. Executors (``perbench list executors``) map units: ``local`` runs them here in order,
-``ray`` as Ray tasks with the units' resource needs, after their dependencies, each task handed its dependencies'
-results and returning its own. Because the assembly is the same code whichever executor ran the units, a run's
-results do not depend on the executor.
+cache, the feature cache, the sample-pool cache): every forward pass, decode, fit, score, quality check and win
+rate of the run is inside some unit, and the assembly pass that follows (upstream, downstream, analysis, report)
+only reads (its work counters are zero). Executors (``perbench list executors``) map units: ``local`` runs them
+here in order, ``ray`` as Ray tasks with the units' resource needs, after their dependencies, each task handed its
+dependencies' results and returning its own. Because the assembly is the same code whichever executor ran the
+units, a run's results do not depend on the executor.
 
-A unit's key is a hash of what its results depend on (models' fingerprints, the benchmark's content, the method's
-and decoder's parameters, the evaluated targets, seeds, lengths), never of the run's config hash: a run with a
-changed decoder parameter finds every other unit done by the run before it.
+A unit's key is a hash of what its own results depend on (models' fingerprints, the benchmark's content, the
+method's and decoder's parameters, the evaluated targets, seeds, lengths) and of its dependencies' keys, never of
+the run's config hash: a run with a changed decoder parameter finds every unit that does not depend on that
+decoder done by the run before it.
 
 Units, in dependency order:
 
@@ -17,10 +19,16 @@ Units, in dependency order:
   unseen users' shots), what every frozen-feature method fits and adapts on;
 * ``features:test``: per-token features of the test responses, and the policy's log-probs of them;
 * ``fit:M``: method M trained on the seen users' train pairs (its state cached by content);
-* ``upstream:M``: M's scores of the test pairs, its few-shot curve, its policy accuracy;
-* ``pool:D@P``: the Best-of-N sample pool of decoder D under policy P (sampled once, shared by every RM);
-* ``generate:D[M]@P``: decoder D's generations for every evaluated (prompt, user), guided by M (if any);
-* ``rl:LABEL:GROUP``: the policy fine-tuned against an RM for one group of users.
+* ``upstream:M``: M's scores of the test pairs, its few-shot curve, its policy accuracy (``upstream:M@P``: its
+  policy accuracy under another policy P of ``policies``);
+* ``pool:D@P``: the Best-of-N sample pool of decoder D under policy P, one per test prompt (sampled once,
+  shared by every system and user), φ of its texts and its quality per (cell, sample);
+* ``generate:D[M]@P``: decoder D's generations for every evaluated (prompt, user), guided by M (if any), their
+  quality and M's win rate over zero-shot; for a pooled Best-of-N, M's scores of the pool (and of zero-shot);
+* ``adaptive:D@P``: the adaptive rounds of a per-cell decoder D over all of its systems (``adaptive:``), then
+  each system's quality and win rate on the cells it reached;
+* ``rl:LABEL:GROUP@P``: the policy fine-tuned against an RM for one group of users, and its generations;
+* ``rl_eval:LABEL@P``: the quality and win rate of an RM's fine-tuned policies' generations.
 """
 
 from __future__ import annotations
@@ -38,7 +46,9 @@ RESOURCE_KIND = {
     "upstream": "score",
     "pool": "decode",
     "generate": "decode",
+    "adaptive": "decode",
     "rl": "rl",
+    "rl_eval": "score",
 }
 
 
@@ -64,7 +74,7 @@ def needs_of(kind: str, resources: Mapping[str, Mapping[str, float]] | None, cud
 
 @dataclass(frozen=True)
 class Unit:
-    kind: str  # features | fit | upstream | pool | generate | rl
+    kind: str  # features | fit | upstream | pool | generate | adaptive | rl | rl_eval
     name: str  # the method / decoder label it concerns (train / test for features)
     key: str  # content key (see the module docstring)
     deps: tuple[str, ...] = ()
@@ -116,6 +126,7 @@ def make_unit(
     cuda: bool,
     policy: str | None = None,
 ) -> Unit:
-    """A unit keyed by ``content`` (what its results depend on), needing what its kind needs."""
-    key = unit_key("unit", kind, name, policy, content)
+    """A unit keyed by ``content`` (what its own results depend on) and by its dependencies' keys (so a change
+    to any of its inputs is a new unit), needing what its kind needs."""
+    key = unit_key("unit", kind, name, policy, content, [d.key for d in deps])
     return Unit(kind, name, key, tuple(d.key for d in deps), needs_of(RESOURCE_KIND[kind], resources, cuda), policy)

@@ -9,6 +9,7 @@ the entries it touched, so a later run finds it done and can hand those entries 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +61,13 @@ class Stores:
     def in_memory(cls) -> Stores:
         """A worker's: nothing on disk, nothing shared."""
         return cls(Units(MEMORY), Store(MEMORY), Store(MEMORY))
+
+    def work(self) -> Counter[str]:
+        """What this process has computed so far: units per phase (``Units.computed``), and the values written to
+        the feature and sample stores (φ, token features, log-probs, pool samples), by store."""
+        out = Counter(self.units.computed)
+        out.update({name: self.by_name()[name].written for name in ("features", "samples")})
+        return out
 
     def by_name(self) -> dict[str, Store]:
         return {"units": self.units.store, "features": self.features, "samples": self.samples}

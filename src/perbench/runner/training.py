@@ -85,7 +85,7 @@ class Training:
         phase = self.phase
         assert phase is not None
         rows = sorted((prompt_key(p), u) for p, u in job.rows)
-        return job.method.key(self.s.cfg.shots, "rl", phase.spec.to_dict(), self.s.policy.fingerprint, job.group, rows)
+        return job.method.key(job.method.shots, "rl", phase.spec.to_dict(), self.s.policy.fingerprint, job.group, rows)
 
     def train(self, job: RLJob) -> RLRun:
         """The trained run of ``job``: trained once, stored as one unit (metadata travels as JSON bytes)."""
@@ -98,7 +98,7 @@ class Training:
             rows = list(job.rows)
             if job.group not in self._samples:  # the normalisation's base samples serve every RM of a group
                 self._samples[job.group] = base_samples(self.s.policy, rows, phase.spec)
-            reward = rm_reward(job.method.adapted(self.s.cfg.shots), identity=job.method.key(self.s.cfg.shots))
+            reward = rm_reward(job.method.adapted(job.method.shots), identity=job.method.key(job.method.shots))
             with tempfile.TemporaryDirectory(prefix="perbench-rl-") as scratch:  # the trainer's, saves nothing
                 run = train_policy(
                     self.s.policy,
@@ -115,32 +115,40 @@ class Training:
         meta = json.loads(bytes(got["meta_json"]).decode())
         return RLRun.from_record(meta, {k: v for k, v in got.items() if k != "meta_json"})
 
-    def run(
-        self, handles: list[MethodHandle], targets: list[tuple[Prompt, str]]
-    ) -> tuple[dict[str, dict[tuple[str, str], str]], dict[str, MethodHandle], dict[str, Any]]:
-        """Generations of every trained policy for its users' targets, the RM behind each label, and the
-        training record per label (runs by group: summary, reward/KL history, normalisation, notes)."""
+    def outputs(self, job: RLJob, targets: list[tuple[Prompt, str]]) -> dict[tuple[str, str], str]:
+        """The trained policy of ``job`` and its generations for its users' targets (each a content-keyed unit)."""
         from perbench.models.generate import GenRequest
         from perbench.training import generate_with
 
+        run = self.train(job)
+        mine = [(p, u) for p, u in targets if u in job.users]
+        keys = {
+            unit_key("rl-gen", run.fingerprint, prompt_key(p), u, self.s.cfg.max_new_tokens): (p, u) for p, u in mine
+        }
+        todo = self.s.units.missing(list(keys), phase="generate_rl")
+        self.s.units.reused["generate_rl"] += len(keys) - len(todo)
+        if todo:
+            reqs = [GenRequest(keys[k][0], keys[k][1], seed=0) for k in todo]
+            gens = generate_with(run, self.s.policy, reqs, self.s.cfg.max_new_tokens)
+            for k, g in zip(todo, gens, strict=True):
+                self.s.units.put_generation("generate_rl", k, g)
+        texts = self.s.units.texts(keys)
+        return {(prompt_key(p), u): texts[k] for k, (p, u) in keys.items()}
+
+    def run(
+        self, handles: list[MethodHandle], targets: list[tuple[Prompt, str]], *, only: str | None = None
+    ) -> tuple[dict[str, dict[tuple[str, str], str]], dict[str, MethodHandle], dict[str, Any]]:
+        """Generations of every trained policy (of label ``only``, when given) for its users' targets, the RM
+        behind each label, and the training record per label (runs by group: summary, reward/KL history,
+        normalisation, notes)."""
         outputs: dict[str, dict[tuple[str, str], str]] = {}
         guides: dict[str, MethodHandle] = {}
         info: dict[str, Any] = {}
         for job in self.jobs(handles, targets):
+            if only is not None and job.label != only:
+                continue
             run = self.train(job)
-            mine = [(p, u) for p, u in targets if u in job.users]
-            keys = {
-                unit_key("rl-gen", run.fingerprint, prompt_key(p), u, self.s.cfg.max_new_tokens): (p, u)
-                for p, u in mine
-            }
-            todo = self.s.units.missing(list(keys), phase="generate_rl")
-            if todo:
-                reqs = [GenRequest(keys[k][0], keys[k][1], seed=0) for k in todo]
-                gens = generate_with(run, self.s.policy, reqs, self.s.cfg.max_new_tokens)
-                for k, g in zip(todo, gens, strict=True):
-                    self.s.units.put_generation("generate_rl", k, g)
-            texts = self.s.units.texts(keys)
-            outputs.setdefault(job.label, {}).update({(prompt_key(p), u): texts[k] for k, (p, u) in keys.items()})
+            outputs.setdefault(job.label, {}).update(self.outputs(job, targets))
             guides[job.label] = job.method
             self.s.families[job.label] = (LABEL, job.method.label)
             info.setdefault(job.label, {"method": job.method.label, "runs": {}})["runs"][job.group] = {

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_NPZ = b"PK"  # a pack_arrays bundle is a zip file (an empty one starts PK\x05\x06); JSON never starts so
+#: a pack_arrays bundle is a zip file (an empty one, e.g. a stateless method's fit, is only its end record); a JSON
+#: value never starts like either
+_NPZ = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 def unit_key(*parts: Any) -> str:

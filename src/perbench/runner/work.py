@@ -9,6 +9,7 @@ what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.a
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from perbench.config import RunConfig
@@ -56,8 +57,8 @@ class Work:
         rm_fp = s.rm_lm.fingerprint if s.rm_lm is not None else None
         pol_fp = s.policy.fingerprint if s.policy is not None else None
 
-        def unit(kind: str, name: str, content: Any, deps: list[Unit], policy: str | None = None) -> Unit:
-            return make_unit(kind, name, content, deps, cfg.resources, cuda, policy)
+        def unit(kind: str, name: str, content: Any, deps: Sequence[Unit | None], policy: str | None = None) -> Unit:
+            return make_unit(kind, name, content, [d for d in deps if d is not None], cfg.resources, cuda, policy)
 
         units: list[Unit] = []
         train: list[Unit] = []
@@ -68,39 +69,90 @@ class Work:
             test = [unit("features", "test", [rm_fp, pol_fp, cfg.max_length, bench], [])]
             units += train + test
         fits: dict[str, Unit] = {}
-        w, k = s.pa_params()
-        pa = [w, k if cfg.pa_rgd else None, pol_fp, cfg.max_length]  # as policy accuracy's own keys
+        ups: dict[str, Unit] = {}
         for h in self.handles:
             if s.unfittable(h):
                 continue
             feats = h.is_feature_rm
             fit = fits[h.label] = unit("fit", h.label, h.fit_key, train if feats else [])
-            content = [h.key(cfg.shots), cfg.shot_curve, pa, bench]
-            units += [fit, unit("upstream", h.label, content, [fit, *(test if feats else [])])]
-        targets = self.down.eval_targets() if s.policy is not None else []
-        if not targets:
+            pw = s.pa_weights(h)[0]  # as policy accuracy's own keys: the headline's weight (and k, for RGD)
+            pa = [pw.w, pw.k if cfg.pa_rgd else None, pol_fp, cfg.max_length]
+            content: list[Any] = [h.key(h.shots), cfg.shot_curve, pa, bench]
+            ups[h.label] = unit("upstream", h.label, content, [fit, *(test if feats else [])])
+            units += [fit, ups[h.label]]
+        if s.policy is None:
+            return Plan(units)
+        systems, _ = self.down.systems(self.handles)
+        eval_cells = [f"{prompt_key(p)}|{u}" for p, u in self.down.eval_targets()]
+        pool_cells = [f"{prompt_key(p)}|{u}" for p, u in self.down.pool_targets()]
+        if not pool_cells:
+            systems = [sys for sys in systems if not sys.pooled]
+        if not eval_cells and not any(sys.pooled for sys in systems):
             return Plan(units)
         from perbench import registry
 
-        cells = [f"{prompt_key(p)}|{u}" for p, u in targets]
-        systems, _ = self.down.systems(self.handles)
+        # what the quality of a generation depends on besides its text and cell
+        quality = [cfg.bertscore, s.judge_lm.fingerprint if s.judge_lm is not None else None]
+        plain_cells = [f"{prompt_key(p)}|{u}" for p, u in self.down.plain_targets(systems)]
         for policy in cfg.policies or [cfg.policy]:
-            common = [self.policy_model(policy).fingerprint, cells, cfg.seed, cfg.max_new_tokens, bench]
-            pools: dict[str, Unit] = {}
+            policy_fp = self.policy_model(policy).fingerprint
+            common = [policy_fp, cfg.seed, cfg.max_new_tokens, bench, quality]
+            if policy != cfg.policy:  # policy accuracy under another policy of ``policies`` (its scores: upstream)
+                for h in self.handles:
+                    if h.label in ups and self.up.pa_problem(h) is None:
+                        content = [h.key(h.shots), s.pa_weights(h)[0], cfg.pa_rgd, cfg.max_length, policy_fp, bench]
+                        units.append(unit("upstream", h.label, content, [ups[h.label]], policy))
+            zero = self.down.zero_shot(systems)
+            plain: dict[str, Unit] = {}
             for sys in systems:
-                deps = [fits[sys.method.label]] if sys.method is not None else []
+                if sys.plain:
+                    decoder = registry.decoders.get(sys.spec.name)(**sys.spec.params).config_key()
+                    plain[sys.label] = unit("generate", sys.label, [decoder, plain_cells, *common], [], policy)
+            units += plain.values()
+            zero_unit = plain.get(zero.label) if zero is not None else None
+            pools: dict[str, Unit] = {}
+            rounds: dict[str, Unit] = {}
+            for sys in systems:
+                if sys.plain:
+                    continue
+                name = sys.spec.label()
                 decoder = registry.decoders.get(sys.spec.name)(**sys.spec.params).config_key()
-                if sys.pooled:  # the RM's pick from one sample pool shared by every RM
-                    name = sys.spec.label()
+                fitted = fits[sys.method.label] if sys.method is not None else None
+                guide = sys.method.key(sys.method.shots) if sys.method is not None else None
+                if sys.pooled:  # the system's scores of one sample pool shared by every system and user
                     if name not in pools:
-                        pools[name] = unit("pool", name, [decoder, *common], [], policy)
+                        content = [decoder, pool_cells, rm_fp, cfg.max_length, *common]
+                        pools[name] = unit("pool", name, content, [], policy)
                         units.append(pools[name])
-                    deps.append(pools[name])
-                guide = sys.method.key(cfg.shots) if sys.method is not None else None
-                units.append(unit("generate", sys.label, [decoder, guide, *common], deps, policy))
-        for job in self.down.training.jobs(self.handles, targets):  # RL fine-tuning (rl:)
-            name = f"{job.label}:{job.group}"
-            units.append(unit("rl", name, self.down.training.key(job), [fits[job.method.label]]))
+                    content = [decoder, guide, pool_cells, *common]
+                    units.append(unit("generate", sys.label, content, [fitted, pools[name], zero_unit], policy))
+                elif cfg.adaptive is not None:  # one unit runs the decoder's rounds over all of its systems
+                    if name not in rounds:
+                        mine = [x for x in systems if x.per_cell and x.spec.label() == name]
+                        content = [
+                            decoder,
+                            [x.method.key(x.method.shots) if x.method is not None else None for x in mine],
+                            eval_cells,
+                            cfg.adaptive,
+                            [cfg.bootstrap, cfg.reference_method, cfg.verdict_metric, cfg.equivalence_margin],
+                            [b.label() for b in cfg.baselines],
+                            *common,
+                        ]
+                        deps = [fits[x.method.label] for x in mine if x.method is not None]
+                        rounds[name] = unit("adaptive", name, content, [*deps, zero_unit], policy)
+                        units.append(rounds[name])
+                else:
+                    content = [decoder, guide, eval_cells, *common]
+                    units.append(unit("generate", sys.label, content, [fitted, zero_unit], policy))
+            if cfg.rl is not None:  # RL fine-tuning (rl:): one unit per run, then one evaluating each RM's runs
+                jobs: dict[str, list[Unit]] = {}
+                for job in self.down.training.jobs(self.handles, self.down.eval_targets()):
+                    content = [self.down.training.key(job), policy_fp, cfg.max_new_tokens]
+                    job_unit = unit("rl", f"{job.label}:{job.group}", content, [fits[job.method.label]], policy)
+                    jobs.setdefault(job.label, []).append(job_unit)
+                    units.append(job_unit)
+                for label, deps in jobs.items():
+                    units.append(unit("rl_eval", label, [eval_cells, *common], [*deps, zero_unit], policy))
         return Plan(units)
 
     # ------------------------------------------------------------------ one unit
@@ -148,34 +200,42 @@ class Work:
         cells, samples = self.s.cells, self.s.samples
         self.s.cells, self.s.samples = Cells(cells.group), []
         try:
-            if unit.kind == "features":
-                if unit.name == "train":
-                    self.up.train_features(self.handles)
-                else:
-                    self.up.test_features()
-            elif unit.kind == "fit":
-                handles[unit.name].fitted()
-            elif unit.kind == "upstream":
-                self.up.run(handles[unit.name])
-            elif unit.kind == "rl":
-                jobs = self.down.training.jobs(self.handles, self.down.eval_targets())
-                self.down.training.train(next(j for j in jobs if f"{j.label}:{j.group}" == unit.name))
-            else:
-                self._downstream_unit(unit)
+            with self.s.timed(f"units.{unit.kind}"):
+                self._compute(unit, handles)
         finally:
             self.s.cells, self.s.samples = cells, samples
 
-    def _downstream_unit(self, unit: Unit) -> None:
+    def _compute(self, unit: Unit, handles: dict[str, MethodHandle]) -> None:
+        if unit.kind == "features":
+            if unit.name == "train":
+                self.up.train_features(self.handles)
+            else:
+                self.up.test_features()
+        elif unit.kind == "fit":
+            handles[unit.name].fitted()
+        elif unit.kind == "upstream" and unit.policy is None:
+            self.up.run(handles[unit.name])
+        else:
+            self._under_policy(unit, handles)
+
+    def _under_policy(self, unit: Unit, handles: dict[str, MethodHandle]) -> None:
+        """A unit that reads a policy of ``policies`` (the main one unless ``unit.policy`` names another)."""
         main = self.s.policy
         self.s.policy = self.policy_model(unit.policy or self.s.cfg.policy)
         try:
-            targets = self.down.eval_targets()
-            systems, _ = self.down.systems(self.handles)
-            if unit.kind == "pool":
-                spec = next(sys.spec for sys in systems if sys.pooled and sys.spec.label() == unit.name)
-                self.down.pool(spec, targets)
+            if unit.kind == "upstream":
+                self.up.policy_accuracy_under(str(unit.policy), [handles[unit.name]])
+            elif unit.kind in ("rl", "rl_eval"):
+                self.down.training_unit(self.handles, unit.name)
             else:
-                self.down.generate(next(sys for sys in systems if sys.label == unit.name), targets)
+                systems, _ = self.down.systems(self.handles)
+                if unit.kind == "pool":
+                    spec = next(sys.spec for sys in systems if sys.pooled and sys.spec.label() == unit.name)
+                    self.down.pool(spec, self.handles)
+                elif unit.kind == "adaptive":
+                    self.down.adaptive_unit(next(sys.spec for sys in systems if sys.spec.label() == unit.name), systems)
+                else:
+                    self.down.system_unit(next(sys for sys in systems if sys.label == unit.name), systems)
         finally:
             self.s.policy = main
 

@@ -29,7 +29,7 @@ DIAGNOSTIC_METRICS = frozenset({TRAIN_ACC})
 TIE_TOL = 1e-12
 
 _UPSTREAM_ORDER = ("rm_acc_seen", "rm_acc_unseen", "rm_acc_pers_only", "fewshot_acc", "fewshot_active_acc")
-_UPSTREAM_LATE = ("pa", "pa_rgd", "pa_sum")
+_UPSTREAM_LATE = ("pa", "pa_rgd", "pa_prefix_mean", "pa_prefix_sum")
 _DECODER_ORDER = ("args", "best_of_n", "genarm", "zero_shot", "icl_rag")
 _QUALITY_ORDER = ("rubric_satisfaction", "rouge1", "rougeL", "bertscore_f1", "rm_win", "bon_gain")
 
