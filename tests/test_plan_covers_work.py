@@ -1,12 +1,13 @@
 """Every computation of a run is a unit of its plan: the assembly pass that follows the executor only reads
 (``results.json`` ``work.assembly`` is empty), for every embedded config, each shrunk to tiny random models, a
 handful of prompts and its first two methods so that it runs in seconds, and for what no embedded config has
-(several policies, a judge). Were any forward pass, decode, fit, score, quality check or win rate left to the
+(several policies). Were any forward pass, decode, fit, score, quality check or win rate left to the
 assembly, it would run there and show in ``work.assembly``; a run whose executor skips the generation units
 shows that it does."""
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ TINY = {
 #: what each decoder, method and rl: parameter becomes (the rest is kept)
 DECODER_PARAMS = {"n": 2, "pool": 4, "k": 2}
 METHOD_PARAMS = {"steps": 1, "model": "tiny-random"}
+#: decoders of the tests beyond the embedded configs
+SMALL = ["zero_shot", {"name": "args", "k": 2, "w": 1.0}, {"name": "best_of_n", "n": 2, "pool": 4}]
 RL = {
     "max_users": 1,
     "max_train_prompts": 2,
@@ -57,13 +60,24 @@ def _params(component: Any, table: dict[str, Any]) -> Any:
     return {k: table.get(k, v) if k != "name" else v for k, v in component.items()}
 
 
+def _method(spec: Any) -> dict[str, Any]:
+    """A method with METHOD_PARAMS for those of its parameters it has (given or defaulted: steps, model)."""
+    import inspect
+
+    from perbench import registry
+
+    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
+    accepted = inspect.signature(registry.reward_models.get(spec["name"]).__init__).parameters
+    return {**spec, **{k: v for k, v in METHOD_PARAMS.items() if k in accepted}}
+
+
 def shrunk(name: str, pool: Path, out: Path) -> RunConfig:
     """Embedded config ``name`` on tiny random models and the tiny rubric pool, its parameters shrunk."""
     data = RunConfig.from_yaml(str(resources.files("perbench") / "configs" / f"{name}.yaml")).to_dict()
     bench = {"name": "rubrics", "pool": str(pool), "max_train_prompts": 3, "max_test_prompts": 2}
     data |= TINY | {"benchmark": bench, "out_dir": str(out)}
     # the first two methods (every method's upstream is the same unit, ``upstream:M``; test_methods covers each)
-    data["methods"] = [_params(m, METHOD_PARAMS) for m in data["methods"][:2]]
+    data["methods"] = [_method(m) for m in data["methods"][:2]]
     kept = {m if isinstance(m, str) else m["name"] for m in data["methods"]}
     if data.get("guide_with"):
         data["guide_with"] = [m for m in data["guide_with"] if m in kept] or None
@@ -84,7 +98,7 @@ def _check(res: dict[str, Any]) -> None:
     assert res["work"]["units"]["found_finished"] == 0
 
 
-@pytest.mark.parametrize("name", EMBEDDED)
+@pytest.mark.parametrize("name", [n for n in EMBEDDED if n != "default"])  # default: the test of a changed k
 def test_assembly_computes_nothing(name: str, tiny_pool: Path, tmp_path: Path, own_cache: Path) -> None:  # noqa: F811
     cfg = shrunk(name, tiny_pool, tmp_path)
     res = run(cfg).results
@@ -96,14 +110,13 @@ def test_assembly_computes_nothing(name: str, tiny_pool: Path, tmp_path: Path, o
         assert res["rl"] and res["work"]["computed"]["rl"] > 0
 
 
-def test_assembly_computes_nothing_with_policies_and_a_judge(tiny_pool: Path, tmp_path: Path, own_cache: Path) -> None:  # noqa: F811
-    """Policy accuracy under a second policy, decoders under both, and judge scores are units too."""
+def test_assembly_computes_nothing_with_policies(tiny_pool: Path, tmp_path: Path, own_cache: Path) -> None:  # noqa: F811
+    """Policy accuracy under a second policy and the decoders under both are units too."""
     cfg = shrunk("decoders", tiny_pool, tmp_path).override(
-        policies=["tiny-random", "tiny-random:1"], judge="tiny-random:2", methods=["global_bt"], baselines=[]
+        policies=["tiny-random", "tiny-random:1"], methods=["global_bt"], baselines=[], decoders=SMALL
     )
     res = run(cfg).results
     _check(res)
-    assert res["work"]["computed"]["judge"] > 0
     assert res["upstream"]["global_bt"]["policy_accuracy_by_policy"]["tiny-random:1"]
     assert res["plan"]["units"]["upstream"] == 2  # global_bt, and its policy accuracy under tiny-random:1
 
@@ -124,7 +137,8 @@ def test_work_left_to_the_assembly_shows(
             compute(self, unit, handles)
 
     monkeypatch.setattr(Work, "_compute", skip_generations)
-    res = run(shrunk("decoders", tiny_pool, tmp_path).override(methods=["global_bt"], baselines=[])).results
+    cfg = shrunk("decoders", tiny_pool, tmp_path).override(methods=["global_bt"], baselines=[], decoders=SMALL)
+    res = run(cfg).results
     assert res["work"]["assembly"]["generate"] > 0 and res["work"]["assembly"]["quality"] > 0
 
 
@@ -161,3 +175,6 @@ def test_changing_args_k_in_the_default_config_reruns_only_args(
     work = second.split("[perbench] work: computed ")[1].split(";")[0]
     assert {part.split()[0] for part in work.split(", ")} <= {"adaptive", "generate", "quality", "win_rate"}
     assert "generate" in work and "work outside the plan" not in first + second
+    for out in (first, second):
+        res = json.loads(Path(out.split("[perbench] results: ")[1].split()[0]).read_text())
+        assert res["work"]["assembly"] == {}
