@@ -182,6 +182,27 @@ CASES = [
         "1: verdict_metric: expected DECODER:QUALITY (e.g. args:rubric_satisfaction), got 'args'",
     ),
     Case(
+        "resources_unknown_kind",
+        "resources:\n  fit: {num_gpus: 1}\n  decoding: {num_cpus: 2}\n",
+        "3: resources.decoding: unknown kind of unit 'decoding'. Did you mean 'decode'? "
+        "Allowed: features, fit, score, decode, rl",
+    ),
+    Case(
+        "resources_unknown_field",
+        "resources:\n  fit:\n    num_gpus: 1\n    gpus: 1\n",
+        "4: resources.fit.gpus: unknown field 'gpus'. Did you mean 'num_gpus'? Allowed: num_cpus, num_gpus, memory_gb",
+    ),
+    Case(
+        "resources_negative",
+        "resources:\n  score:\n    num_cpus: -1\n",
+        "3: resources.score.num_cpus: expected a finite number ≥ 0, got -1",
+    ),
+    Case(
+        "resources_zero_memory",
+        "resources:\n  rl: {memory_gb: 0}\n",
+        "2: resources.rl.memory_gb: expected a finite number > 0, got 0",
+    ),
+    Case(
         "not_a_mapping",
         "- seed: 1\n",
         "1: a run config is a mapping of keys (benchmark:, methods:, …), got a list [{'seed': 1}]",

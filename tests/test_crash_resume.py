@@ -35,7 +35,7 @@ class Proc:
 
     def __init__(self, cfg_path: Path, log: Path) -> None:
         self.log = log
-        # each config its own cache: the two runs must not reuse each other's fits (``fits.sqlite``)
+        # each config its own cache: the two runs must not reuse each other's units (``units.sqlite``)
         env = {**ENV, "PERBENCH_CACHE": str(cfg_path.with_suffix(".cache"))}
         with open(log, "wb") as err:
             self.p = subprocess.Popen(

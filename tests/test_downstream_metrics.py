@@ -279,7 +279,7 @@ def test_runner_quality_uses_the_judge_for_answer_key_rubrics(tiny_lm, tmp_path)
     from perbench.data.records import Benchmark, PreferencePair
     from perbench.runner.scoring import Scoring
     from perbench.runner.state import RunState
-    from perbench.runner.units import Units
+    from perbench.runner.stores import Stores
 
     aspects = [{"aspect": "mentions cost"}, {"aspect": "gives an example"}]
     users = {
@@ -288,7 +288,7 @@ def test_runner_quality_uses_the_judge_for_answer_key_rubrics(tiny_lm, tmp_path)
     }
     pairs = [PreferencePair(f"p{u}", u, "Q?", "yes", "no") for u in users]
     cfg = RunConfig.from_dict({"out_dir": str(tmp_path), "policy": "tiny-random", "rm_backbone": "tiny-random"})
-    state = RunState(cfg, tmp_path, Benchmark("t", pairs, users), Units(tmp_path / "units.sqlite"))
+    state = RunState(cfg, tmp_path, Benchmark("t", pairs, users), Stores.in_memory())
     calls: list[str] = []
 
     def fake(prompts):  # type: ignore[no-untyped-def]

@@ -59,7 +59,7 @@ def test_unknown_config_key_has_hint() -> None:
         RunConfig.from_dict({"max_new_token": 3})
 
 
-def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path) -> None:
+def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path, own_cache: Path) -> None:
     cfg = tiny_config(tiny_pool, tmp_path)
     first = run(cfg)
     res = first.results
@@ -179,7 +179,7 @@ def test_embedded_configs_resolve_by_name_and_validate(name: str, tmp_path: Path
         _config_path("no_such_config")
 
 
-def test_decoders_by_reward_models_by_policies(tiny_pool: Path, tmp_path: Path) -> None:
+def test_decoders_by_reward_models_by_policies(tiny_pool: Path, tmp_path: Path, own_cache: Path) -> None:
     cfg = tiny_config(tiny_pool, tmp_path).override(policies=["tiny-random", "tiny-random:1"], baselines=[])
     res = run(cfg).results
     labels = set(res["downstream"])
@@ -289,12 +289,9 @@ def test_a_file_without_train_pairs_stops_before_any_model_loads(
     assert not (tmp_path / "runs").exists()
 
 
-def test_changing_only_the_tie_policy_refits_nothing(
-    tiny_pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The tie policy is accounting, not a fit input: a run that differs only there is a new run directory
-    (its numbers differ) that copies every fit from the shared cache instead of training again."""
-    monkeypatch.setenv("PERBENCH_CACHE", str(tmp_path / "cache"))
+def test_changing_only_the_tie_policy_refits_nothing(tiny_pool: Path, tmp_path: Path, own_cache: Path) -> None:
+    """The tie policy is accounting, not an input of any unit: a run that differs only there is a new run directory
+    (its numbers differ) that finds every unit finished in the shared cache instead of training again."""
     cfg = tiny_config(tiny_pool, tmp_path / "runs").override(methods=["global_bt", "mpu"], decoders=[])
     first = run(cfg).results
     assert first["work"]["computed"]["fit"] == 4  # two methods, two baselines
@@ -304,7 +301,7 @@ def test_changing_only_the_tie_policy_refits_nothing(
         assert eff["users_below_nominal"] == sum(v < int(n) for v in eff["by_user"].values())
     half = run(cfg.override(tie_policy="half")).results
     assert half["config_hash"] != first["config_hash"]
-    assert "fit" not in half["work"]["computed"] and half["work"]["reused"]["fit"] == 4
+    assert half["work"]["computed"] == {} and half["work"]["units"]["computed"] == 0
     assert (
         half["upstream"]["mpu"]["rm_accuracy"]["seen"]["n_pairs"]
         == first["upstream"]["mpu"]["rm_accuracy"]["seen"]["n_pairs"]

@@ -1,5 +1,7 @@
-"""The run as a plan of units: the local and Ray executors give the same results.json, also when a Ray
-worker is killed in the middle of a unit (Ray retries it)."""
+"""The run as a plan of units keyed by content: the local and Ray executors give the same results.json, on a
+two-node Ray cluster whose workers share no folder with the driver, also when a worker is killed in the middle of
+a unit and when a node leaves mid-run; a changed decoder parameter recomputes only that decoder's generations and
+what depends on them, whichever executor runs it."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from perbench.runner.run import run
+from tests.conftest import empty_cache
 from tests.test_end_to_end import tiny_config, tiny_pool  # noqa: F401 - tiny_pool is a fixture
 
 GRID = {
@@ -20,6 +24,8 @@ GRID = {
     "decoders": ["zero_shot", {"name": "args", "k": 3, "w": 1.0}, {"name": "best_of_n", "n": 2}],
     "bertscore": False,
 }
+#: the grid with ARGS's k changed
+OTHER_K = {**GRID, "decoders": ["zero_shot", {"name": "args", "k": 2, "w": 1.0}, {"name": "best_of_n", "n": 2}]}
 
 
 def comparable(results: dict[str, Any]) -> dict[str, Any]:
@@ -29,83 +35,184 @@ def comparable(results: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in results.items() if k not in drop}
 
 
-def _run(pool: Path, out: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, **extra: Any) -> dict[str, Any]:
-    monkeypatch.setenv("PERBENCH_CACHE", str(cache))
-    cfg = tiny_config(pool, out).override(**GRID, **extra)
-    return run(cfg).results
-
-
-@pytest.fixture(scope="module")
-def local(tiny_pool: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:  # noqa: F811
-    """The grid run with the local executor (and where it ran)."""
-    base = tmp_path_factory.mktemp("local")
-    with pytest.MonkeyPatch.context() as mp:
-        return _run(tiny_pool, base / "runs", base / "cache", mp), base
-
-
-def test_local_plan_lists_every_unit(
-    tiny_pool: Path,  # noqa: F811
-    local: tuple[dict[str, Any], Path],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    res, base = local
-    units = res["plan"]["units"]
-    # features once; fit + upstream per method and baseline; generation per (decoder, RM); one shared pool
-    assert units["features"] == 1 and units["fit"] == units["upstream"] == 4
-    # zero_shot, args and Best-of-N × 2 feature RMs (Best-of-N × the baselines too: they score any text)
-    assert units["pool"] == 1 and units["generate"] == 1 + 2 + 4
-    assert res["work"]["computed"]["plan"] == sum(units.values())
-    again = _run(tiny_pool, base / "runs", base / "cache", monkeypatch)
-    assert again["work"]["computed"] == {} and again["work"]["reused"]["plan"] == sum(units.values())
-
-
-def _worker_pids() -> list[int]:
-    """Ray worker processes busy with a perbench unit (their process title names the task)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if cmd.startswith("ray::") and ("perbench:" in cmd or "run_unit" in cmd):
-            out.append(int(d.name))
+def _without_k(upstream: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for label, up in upstream.items():
+        pa = {
+            g: {k: v for k, v in r.items() if k not in ("k", "w_source")} if isinstance(r, dict) else r
+            for g, r in up.get("policy_accuracy", {}).items()
+        }
+        out[label] = {**up, "policy_accuracy": pa}
     return out
 
 
-def test_ray_executor_matches_local_after_a_killed_worker(
+def _run(pool: Path, out: Path, grid: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return run(tiny_config(pool, out).override(**grid, **extra)).results
+
+
+@pytest.fixture(scope="module")
+def local(tiny_pool: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:  # noqa: F811
+    """A cache and an out_dir for local runs of the grid (the cache is this module's for as long as it runs)."""
+    base = tmp_path_factory.mktemp("local")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PERBENCH_CACHE", str(empty_cache(base / "cache")))
+        yield base / "runs", base / "cache"
+
+
+@pytest.fixture(scope="module")
+def first(tiny_pool: Path, local: tuple[Path, Path]) -> dict[str, Any]:  # noqa: F811
+    return _run(tiny_pool, local[0], GRID)
+
+
+@pytest.fixture(scope="module")
+def other_k(tiny_pool: Path, local: tuple[Path, Path], first: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+    """The grid with ARGS's k changed, run after ``first`` into the same cache."""
+    return _run(tiny_pool, local[0], OTHER_K)
+
+
+def test_local_plan_lists_every_unit(tiny_pool: Path, local: tuple[Path, Path], first: dict[str, Any]) -> None:  # noqa: F811
+    units = first["plan"]["units"]
+    # features of the train and of the test responses; fit + upstream per method and baseline; generation per
+    # (decoder, RM); one Best-of-N pool shared by every RM
+    assert units["features"] == 2 and units["fit"] == units["upstream"] == 4
+    # zero_shot, args and Best-of-N × 2 feature RMs (Best-of-N × the baselines too: they score any text)
+    assert units["pool"] == 1 and units["generate"] == 1 + 2 + 4
+    assert first["work"]["units"]["computed"] == sum(units.values()) and first["work"]["units"]["found_finished"] == 0
+    again = _run(tiny_pool, local[0], GRID)
+    assert again["work"]["computed"] == {} and again["work"]["units"]["found_finished"] == sum(units.values())
+
+
+def test_changed_decoder_parameter_recomputes_only_its_generations(
+    first: dict[str, Any], other_k: dict[str, Any], local: tuple[Path, Path]
+) -> None:
+    """A new k for ARGS is a new run folder, yet every unit that does not depend on ARGS's generations comes from
+    the shared unit cache: only the two ARGS generation units run, and only their generations, the quality of
+    their texts and their win rates are computed."""
+    assert other_k["config_hash"] != first["config_hash"]
+    assert (
+        other_k["work"]["units"]["computed"] == 2
+        and other_k["work"]["units"]["found_finished"] == sum(first["plan"]["units"].values()) - 2
+    )
+    work = other_k["work"]
+    assert set(work["computed"]) == {"generate", "quality", "win_rate"}, work["computed"]
+    assert work["computed"]["win_rate"] == work["computed"]["quality"] == 2  # one per RM that guides ARGS
+    assert work["assembly"] == {}
+    assert 0 < work["computed"]["generate"] < first["work"]["computed"]["generate"]
+    # everything else is the first run's, number for number (policy accuracy names the deployed ARGS's k)
+    assert _without_k(other_k["upstream"]) == _without_k(first["upstream"])
+    for label, value in first["downstream"].items():
+        if not label.startswith("args"):
+            assert other_k["downstream"][label] == value, label
+    # the new run's folder keeps its own copy of what it read: the finished markers and units it found
+    run_dir = local[0] / f"rubrics-{other_k['config_hash']}"
+    assert (run_dir / "units.sqlite").stat().st_size > 0
+
+
+# ----------------------------------------------------------------------------------------------------- Ray
+class Chaos:
+    """Kills one Ray worker of the head node in the middle of a unit, then makes node 1 leave while one of its
+    workers computes its second unit (so node 1 has finished one, and the driver has it); records what it did."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.killed: list[int] = []
+        self.left = False
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        seen_on_1: set[str] = set()
+        while not self.stop.is_set() and not self.left:
+            busy = self.cluster.busy_workers()
+            on_0 = [pid for pid, (node, _) in busy.items() if node == 0]
+            if not self.killed and on_0:
+                time.sleep(0.3)  # let it get into the unit
+                try:
+                    os.kill(on_0[0], signal.SIGKILL)
+                    self.killed.append(on_0[0])
+                except ProcessLookupError:
+                    pass
+            seen_on_1 |= {task for node, task in busy.values() if node == 1}
+            if self.killed and len(seen_on_1) >= 2:
+                time.sleep(1.0)
+                self.cluster.leave(1)
+                self.left = True
+            time.sleep(0.05)
+
+    def __enter__(self) -> Chaos:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def test_two_node_ray_cluster_without_shared_disk_matches_local(
     tiny_pool: Path,  # noqa: F811
-    local: tuple[dict[str, Any], Path],
+    first: dict[str, Any],
+    other_k: dict[str, Any],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
+    from tests.ray_cluster import LocalCluster
 
-    monkeypatch.setenv("PERBENCH_CACHE", str(tmp_path / "cache-ray"))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    killed: list[int] = []
-    stop = threading.Event()
+    driver = tmp_path / "driver"  # the driver's run folders and cache: no worker may touch them
+    monkeypatch.setenv("PERBENCH_CACHE", str(empty_cache(driver / "cache")))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with LocalCluster([driver], nodes=2, cpus=1) as cluster:
+        with Chaos(cluster) as chaos:
+            remote = _run(tiny_pool, driver / "runs", GRID, executor="ray")
+        assert chaos.killed, "no Ray worker was seen computing a unit"
+        assert chaos.left, "node 1 was never seen computing a unit"
+        # a changed decoder parameter on what is left of the cluster: the finished units' results (fits, features)
+        # are handed to the workers from the driver's stores, only the ARGS generations are computed
+        changed = _run(tiny_pool, driver / "runs", OTHER_K, executor="ray")
+        node_files = [p.name for i in range(2) for p in (cluster.node_dir(i) / "cache").rglob("*")]
+    assert remote["plan"]["executor"] == "ray" and remote["work"]["remote"]["nodes"] == 2
+    assert comparable(remote) == comparable(first)
+    # nothing recomputed by the driver: every computation is a unit, and every unit ran on a worker
+    assert remote["work"]["computed"] == {} and remote["work"]["assembly"] == {}
+    # nothing lost and nothing computed twice: the workers' results, counted once each, make exactly what the
+    # local run computed
+    assert remote["work"]["computed_total"] == first["work"]["computed"] == remote["work"]["remote"]["computed"]
+    assert remote["work"]["units"]["computed"] == sum(remote["plan"]["units"].values())
+    assert comparable(changed) == comparable(other_k)
+    assert changed["work"]["units"]["computed"] == 2
+    assert changed["work"]["remote"]["computed"] == other_k["work"]["computed"]
+    assert changed["work"]["computed"] == {} and changed["work"]["assembly"] == {}
+    # the nodes' own caches hold converted models only: no store of a run, no feature, sample or unit cache
+    assert node_files and not [f for f in node_files if f.endswith(".sqlite")]
 
-    def killer() -> None:
-        while not stop.is_set() and not killed:
-            pids = _worker_pids()
-            if pids:
-                time.sleep(0.5)  # let it get into the unit
-                os.kill(pids[0], signal.SIGKILL)
-                killed.append(pids[0])
-            time.sleep(0.05)
 
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    try:
-        remote = _run(tiny_pool, tmp_path / "ray", tmp_path / "cache-ray", monkeypatch, executor="ray")
-    finally:
-        stop.set()
-        thread.join()
-        ray.shutdown()
-    assert killed, "no Ray worker was seen running a unit"
-    assert remote["plan"]["executor"] == "ray"
-    # the driver found every unit computed by the workers: its own assembly computed nothing expensive
-    assert "fit" not in remote["work"]["computed"] and "generate" not in remote["work"]["computed"]
-    assert comparable(remote) == comparable(local[0])
+def test_resources_per_kind_reach_the_plan(tiny_pool: Path, tmp_path: Path) -> None:  # noqa: F811
+    from perbench.runner.plan import Needs, needs_of
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Stores
+    from perbench.runner.work import Work
+
+    resources = {"fit": {"num_gpus": 1}, "decode": {"num_cpus": 2, "memory_gb": 6}}
+    cfg = tiny_config(tiny_pool, tmp_path).override(**GRID, resources=resources)
+    state = RunState(cfg, None, load_benchmark(cfg), Stores.in_memory())
+    state.load_models()
+    needs = {u.kind: u.needs for u in Work(state, state.method_handles()).plan().units}
+    assert needs["fit"] == Needs(1.0, 1.0, 2.0) and needs["upstream"] == needs["features"] == Needs(1.0, 0.0, 2.0)
+    assert needs["generate"] == needs["pool"] == Needs(2.0, 0.0, 6.0)
+    # the defaults fit one node with one GPU: on CUDA every kind takes the GPU, so units on it run in turn
+    assert {needs_of(k, None, cuda=True) for k in ("features", "fit", "score", "decode")} == {Needs(1.0, 1.0, 2.0)}
+    assert needs_of("rl", None, cuda=True) == Needs(1.0, 1.0, 4.0) and needs_of("fit", None, cuda=False).gpus == 0
+    # resources never change where results go
+    assert cfg.result_hash() == tiny_config(tiny_pool, tmp_path).override(**GRID).result_hash()
+
+
+def test_a_unit_no_node_can_take_is_a_config_error() -> None:
+    from perbench.errors import ConfigError
+    from perbench.runner.executors import check_feasible
+    from perbench.runner.plan import Unit, needs_of
+
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
+    check_feasible([Unit("fit", "global_bt", "k", needs=needs_of("fit", {"fit": {"num_cpus": 2}}, cuda=False))], nodes)
+    fit = Unit("fit", "global_bt", "k", needs=needs_of("fit", None, cuda=True))
+    with pytest.raises(ConfigError, match=r"resources\.fit: a fit unit \(fit:global_bt\) needs 1 CPU\(s\) and 1 GPU"):
+        check_feasible([fit], nodes)

@@ -304,6 +304,38 @@ def test_second_run_waits_for_the_first(tmp_path: Path, capfd: pytest.CaptureFix
     assert err == f"another perbench run (pid {os.getpid()}) is using {tmp_path}; waiting…\n"
 
 
+def test_units_shared_across_runs_are_copied_into_each_run(tmp_path: Path) -> None:
+    """A unit computed by one run is reused by another run folder over the same shared cache, and the second run's
+    store keeps its own copy (its folder is a complete record); an undecodable shared value is recomputed."""
+    shared = Store(tmp_path / "cache" / "units.sqlite")
+    calls = Calls()
+    first = Units(tmp_path / "a" / "units.sqlite", shared=shared)
+    first.arrays("fit", "k", calls.arrays)
+    second = Units(tmp_path / "b" / "units.sqlite", shared=shared)
+    assert np.array_equal(second.arrays("fit", "k", calls.arrays)["w"], np.arange(4.0))
+    assert calls.n == 1 and second.summary()["computed"] == {} and second.summary()["reused"] == {"fit": 1}
+    assert "k" in second.store and second.missing(["k", "other"]) == ["other"]
+    shared.put_bytes("bad", b"\x00garbage")
+    third = Units(tmp_path / "c" / "units.sqlite", shared=shared)
+    assert third.missing(["bad"]) == ["bad"] and "bad" not in shared  # discarded with a warning, not copied
+    third.json("judge", "bad", calls.json)
+    assert calls.n == 2 and shared.get_json("bad") == {"answer": 42}
+
+
+def test_memory_store_and_journal() -> None:
+    """A store in memory (a Ray worker's) works like a file's; its journal lists the keys read (found) or written."""
+    from perbench.cache import MEMORY
+
+    store = Store(MEMORY)
+    store.put_bytes("a", b"1")
+    store.journal = set()
+    store.put_many_bytes({"b": b"2"})
+    assert store.get_bytes("a") == b"1" and store.get_bytes("missing") is None
+    assert store.get_many_bytes(["a", "b", "c"]) == {"a": b"1", "b": b"2"}
+    assert store.journal == {"a", "b"} and store.present(["a", "c"]) == {"a"} and sorted(store.keys()) == ["a", "b"]
+    assert not Path(MEMORY).exists()
+
+
 def test_a_stateless_fit_is_read_back_without_a_warning(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A method without state stores an empty array bundle (a zip holding only its end record): a rerun reads it
     as a fit, not as a corrupt value to delete and recompute."""

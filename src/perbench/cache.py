@@ -14,6 +14,10 @@ Errors the user must fix (disk full, read-only or unwritable folder, a store loc
 
 A store also keeps a small persistent tally (``name → count``) that survives across processes, updated in the
 same transaction as the values it counts (``put_many_bytes(..., counts=...)``).
+
+``Store(MEMORY)`` is a store in this process's memory (no file): what a Ray worker computes into before it hands
+its results back to the driver. A store's :attr:`~Store.journal`, when set, collects every key read (found) or
+written, so a caller can tell which entries a piece of work touched.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import sqlite3
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,6 +46,8 @@ _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQ
 _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
 _MAGIC = b"SQLite format 3\x00"
 _CHUNK = 500  # keys per IN (...) query, under SQLite's default variable limit
+#: the path of a store kept in memory (SQLite's own name for it)
+MEMORY = ":memory:"
 
 
 class CorruptValueError(ValueError):
@@ -98,6 +104,13 @@ class Store:
         self.discarded: list[str] = []
         #: where this process moved corrupt store files
         self.moved_aside: list[Path] = []
+        #: when a set: every key found by a read or written since (see the module docstring)
+        self.journal: set[str] | None = None
+        #: values this object has written (a run's assembly pass, which only reads, writes none)
+        self.written = 0
+        if self.in_memory:
+            self._db = self._connect()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -108,6 +121,10 @@ class Store:
         if problem is not None:
             self._move_aside(problem)
         self._db = self._open()
+
+    @property
+    def in_memory(self) -> bool:
+        return str(self.path) == MEMORY
 
     # ------------------------------------------------------------ the file
 
@@ -215,7 +232,14 @@ class Store:
         row = self._do(
             "read", lambda db: db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone(), lambda: None
         )
-        return None if row is None else bytes(row[0])
+        if row is None:
+            return None
+        self._note([key])
+        return bytes(row[0])
+
+    def _note(self, keys: Iterable[str]) -> None:
+        if self.journal is not None:
+            self.journal.update(keys)
 
     def get_many_bytes(self, keys: list[str]) -> dict[str, bytes]:
         def read(db: sqlite3.Connection) -> dict[str, bytes]:
@@ -226,7 +250,27 @@ class Store:
                 out.update({k: bytes(v) for k, v in db.execute(q, chunk)})
             return out
 
-        return self._do("read", read, dict)
+        found: dict[str, bytes] = self._do("read", read, dict)
+        self._note(found)
+        return found
+
+    def present(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` hold a value (not read, not journaled)."""
+        wanted = list(dict.fromkeys(keys))
+
+        def read(db: sqlite3.Connection) -> set[str]:
+            out: set[str] = set()
+            for i in range(0, len(wanted), _CHUNK):
+                chunk = wanted[i : i + _CHUNK]
+                q = f"SELECT key FROM kv WHERE key IN ({','.join('?' * len(chunk))})"
+                out.update(str(k) for (k,) in db.execute(q, chunk))
+            return out
+
+        return self._do("read", read, set)
+
+    def keys(self) -> list[str]:
+        """Every key in the store (not journaled)."""
+        return [str(k) for (k,) in self._do("read", lambda db: db.execute("SELECT key FROM kv").fetchall(), list)]
 
     def put_many_bytes(self, items: Mapping[str, bytes], *, counts: Mapping[str, int] | None = None) -> None:
         """Store ``items`` and add ``counts`` to the tally, in one transaction."""
@@ -237,6 +281,8 @@ class Store:
             _add_counts(db, counts or {})
 
         self._write(write)
+        self.written += len(rows)
+        self._note(items)
 
     def put_bytes(self, key: str, value: bytes, *, counts: Mapping[str, int] | None = None) -> None:
         self.put_many_bytes({key: value}, counts=counts)

@@ -760,6 +760,10 @@ class RunConfig:
     max_pool_prompts: Annotated[int, POSITIVE] | None = None
     #: how the run's units are computed (``perbench list executors``)
     executor: str = "local"
+    #: what one unit of each kind asks of a machine (Ray schedules by it; ``local`` ignores it):
+    #: ``{KIND: {num_cpus: N, num_gpus: N, memory_gb: N}}`` for KIND in features, fit, score, decode, rl; unset
+    #: kinds and fields keep their defaults (1 CPU, 2 GB, 4 GB for rl, and 1 GPU when the device is CUDA)
+    resources: dict[str, dict[str, float]] | None = None
     #: auto | cpu | cuda | cuda:N | mps
     device: Annotated[str, DEVICE] = "auto"
     #: auto | float32 | bfloat16 | float16
@@ -831,7 +835,7 @@ class RunConfig:
     def result_hash(self) -> str:
         """Hash of everything that shapes results (not where they are written)."""
         d = self.to_dict()
-        for k in ("out_dir", "run_name", "batch_size", "feature_batch_size", "executor"):
+        for k in ("out_dir", "run_name", "batch_size", "feature_batch_size", "executor", "resources"):
             d.pop(k, None)
         for k in (
             "judge",
@@ -885,6 +889,8 @@ def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
             where, value = src.at(key, data), data[key]
             if key == "benchmark":
                 values[key] = _component(value, where, "benchmark")
+            elif key == "resources":
+                values[key] = _resources(value, where)
             elif key in ("methods", "decoders", "baselines"):
                 if not isinstance(value, list | tuple):
                     raise where.error(f"expected a list of {key}, got {_show(value)}")
@@ -897,6 +903,42 @@ def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
         raise src.error("nested too deeply to be a run config") from None
     _cross_checks(values, data, src)
     return values
+
+
+#: the kinds of unit whose needs ``resources:`` sets (``runner/plan.py`` maps each unit to one), and their fields
+RESOURCE_KINDS = ("features", "fit", "score", "decode", "rl")
+RESOURCE_FIELDS: dict[str, Bound] = {
+    "num_cpus": NON_NEGATIVE,
+    "num_gpus": NON_NEGATIVE,
+    "memory_gb": Bound(0, lo_open=True),
+}
+
+
+def _resources(value: Any, where: Where) -> dict[str, dict[str, float]] | None:
+    """``resources: {KIND: {FIELD: number}}``, each kind and field checked where it is written."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise where.error(f"expected a mapping of unit kinds ({', '.join(RESOURCE_KINDS)}), got {_show(value)}")
+    out: dict[str, dict[str, float]] = {}
+    for kind, needs in value.items():
+        at = where.at(str(kind), value)
+        if kind not in RESOURCE_KINDS:
+            close = difflib.get_close_matches(str(kind), RESOURCE_KINDS, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise at.error(f"unknown kind of unit {kind!r}.{hint} Allowed: {', '.join(RESOURCE_KINDS)}")
+        if not isinstance(needs, dict):
+            raise at.error(f"expected a mapping of {', '.join(RESOURCE_FIELDS)}, got {_show(needs)}")
+        out[kind] = {}
+        for name, n in needs.items():
+            field_at = at.at(str(name), needs)
+            if name not in RESOURCE_FIELDS:
+                close = difflib.get_close_matches(str(name), list(RESOURCE_FIELDS), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise field_at.error(f"unknown field {name!r}.{hint} Allowed: {', '.join(RESOURCE_FIELDS)}")
+            check_value(n, Annotated[float, RESOURCE_FIELDS[name]], field_at)
+            out[kind][name] = float(n)
+    return out
 
 
 def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> None:

@@ -112,12 +112,15 @@ class Downstream:
 
     # ------------------------------------------------------------------ systems
     def _decoder(self, spec: Component) -> Any:
-        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark's context view."""
+        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark's context view, decoders
+        that keep sample pools (Best-of-N) this process's sample store."""
         from perbench import registry
 
         decoder = registry.decoders.get(spec.name)(**spec.params)
         if hasattr(decoder, "bind_context"):  # user views and allowed train pairs: no answer key reachable
             decoder.bind_context(self.s.bench.context_view(self.s.cfg.shots))
+        if hasattr(decoder, "pool"):
+            decoder.store = self.s.stores.samples
         return decoder
 
     def systems(self, handles: list[MethodHandle]) -> tuple[list[System], list[dict[str, str]]]:
@@ -240,6 +243,41 @@ class Downstream:
 
         mine = [sys for sys in systems if sys.per_cell and sys.spec == spec]
         return Rounds(self, spec, mine).run()
+
+    def zero_outputs(self, systems: list[System]) -> tuple[str, dict[tuple[str, str], str]] | None:
+        """The zero-shot decoder's label and outputs (what win rates compare against), None without one."""
+        zero = self.zero_shot(systems)
+        return None if zero is None else (zero.label, self.generate(zero, self.plain_targets(systems)))
+
+    def system_unit(self, system: System, systems: list[System]) -> None:
+        """The generate unit of ``system``: a pooled system's scores of the pool, else its generations on the
+        cells it is evaluated on, their quality and (guided) its RM's win rate over zero-shot."""
+        if system.pooled:
+            self.pooled_scores(system, systems)
+            return
+        asked = self.targets_of(system, systems)
+        texts = self.generate(system, asked)
+        zero = self.zero_outputs(systems) if system.method is not None else None
+        self.scoring.prepare(system.label, texts, asked, system.method, zero)
+
+    def adaptive_unit(self, spec: Component, systems: list[System]) -> None:
+        """The adaptive unit of per-cell decoder ``spec``: its rounds, then each system's quality and win rate
+        on the cells the rounds gave it."""
+        rounds = self.rounds(spec, systems)
+        mine = [sys for sys in systems if sys.per_cell and sys.spec == spec]
+        zero = self.zero_outputs(systems) if any(sys.method is not None for sys in mine) else None
+        for sys in mine:
+            asked = rounds.cells_of(sys.label)
+            self.scoring.prepare(sys.label, self.generate(sys, asked), asked, sys.method, zero)
+
+    def training_unit(self, handles: list[MethodHandle], kind: str, name: str) -> None:
+        """The unit of one RL run (``rl``, the job's name: trained and stored), or the RL evaluation (``rl_eval``:
+        every run's greedy and sampled generations, KL and KL-matched updates, stored for the assembly to read)."""
+        targets = self.eval_targets()
+        if kind == "rl":
+            self.training.train(next(j for j in self.training.jobs(handles, targets) if j.name == name), targets)
+        else:
+            self.training.run(handles, targets)
 
     # ------------------------------------------------------------------ assembly
     def run(self, handles: list[MethodHandle]) -> dict[str, Any]:

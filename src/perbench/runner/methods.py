@@ -8,10 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from perbench.cache import Store, pack_arrays
 from perbench.config import Component, RunConfig
 from perbench.data.records import Benchmark, PreferencePair
-from perbench.io import cache_dir
 from perbench.rewards.base import FeatureRM, RewardModel, RMContext
 from perbench.runner.units import Units, unit_key
 from perbench.systems import SystemDef, train_subset
@@ -59,8 +57,10 @@ class MethodHandle:
         #: whether the method's unseen-user scores depend on the shots (an instance may switch its class's
         #: ``uses_shots`` off, e.g. P-DPO without adaptation steps falls back to the generic user)
         self.uses_shots = bool(self.cls.uses_shots and getattr(probe, "adapts_from_shots", True))
-        # Every method that learns may default to the RM backbone (feature heads, LoRA methods): key on it.
-        backbone = ctx.features.fingerprint if ctx.features is not None else None
+        # Every method that learns may default to the RM backbone (feature heads, LoRA methods): key on it, and on
+        # the length its inputs are cut to.
+        f = ctx.features
+        backbone = None if f is None else (f.fingerprint, getattr(f, "max_length", None))
         part = [] if self.train_fraction >= 1.0 else [("train_fraction", self.train_fraction)]
         self.fit_key = unit_key("fit", probe.config_key(), bench.fingerprint(), backbone, ctx.seed, *part)
 
@@ -73,9 +73,8 @@ class MethodHandle:
         return issubclass(self.cls, FeatureRM)
 
     def fitted(self) -> RewardModel:
-        """The fitted model: trained once, its state cached as a content-keyed unit and reloaded after. Fits are
-        also kept in the shared cache (``$PERBENCH_CACHE/fits.sqlite``): a run that differs only in what does
-        not enter the fit (tie policy, bootstrap, decoders, …) copies them instead of training again."""
+        """The fitted model: trained once, its state a content-keyed unit (in the run's store and the shared unit
+        cache, so a run that differs only in what does not enter the fit reuses it) and reloaded after."""
         if self._rm is None:
             rm = self.cls(**self.spec.params)
             if isinstance(rm, FeatureRM) and self.ctx.features is not None:
@@ -88,17 +87,7 @@ class MethodHandle:
                 trained = True
                 return rm.state()
 
-            shared = fit_cache()
-            state = None
-            if self.units.missing([self.fit_key], phase="fit"):
-                state = shared.get_arrays(self.fit_key)
-                if state is not None:  # trained by another run: copied, not computed
-                    self.units.store.put_bytes(self.fit_key, pack_arrays(**state))
-                    self.units.reused["fit"] += 1
-            if state is None:
-                state = self.units.arrays("fit", self.fit_key, fit)
-                if trained:
-                    shared.put_bytes(self.fit_key, pack_arrays(**state))
+            state = self.units.arrays("fit", self.fit_key, fit)
             if not trained:
                 rm.load_state(state)
             self._rm = rm
@@ -132,17 +121,6 @@ class MethodHandle:
     def key(self, shots: int, *extra: Any) -> str:
         adapts = not self.user_agnostic and self.uses_shots
         return unit_key(self.fit_key, shots if adapts else None, *extra)
-
-
-_FIT_CACHE: dict[str, Store] = {}
-
-
-def fit_cache() -> Store:
-    """The fits shared by every run under this cache directory (one open store per directory)."""
-    path = str(cache_dir() / "fits.sqlite")
-    if path not in _FIT_CACHE:
-        _FIT_CACHE[path] = Store(path)
-    return _FIT_CACHE[path]
 
 
 def pair_ids(pairs: Sequence[PreferencePair]) -> list[str]:

@@ -171,7 +171,8 @@ class Pooled:
             rm = h.adapted(h.shots)
             C, N = len(pool.cells), pool.size
             out = {"pool": np.full((C, N), np.nan), "zero": np.full(C, np.nan)}
-            if isinstance(rm, FeatureRM) and rm.extractor is not None:
+            # the φ path only for RMs whose score reads φ(x, y) (a token-level ranker scores its own way)
+            if isinstance(rm, FeatureRM) and rm.extractor is not None and type(rm).score is FeatureRM.score:
                 import torch
 
                 extra = [
@@ -328,4 +329,5 @@ class Pooled:
         from perbench import registry
 
         dec: BestOfN = registry.decoders.get(spec.name)(**spec.params)
+        dec.store = self.s.stores.samples  # this process's sample store (a Ray worker's is in its memory)
         return dec

@@ -21,7 +21,7 @@ from perbench.runner.methods import MethodHandle
 from perbench.runner.preflight import check_models, check_paths, check_setup
 from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict
 from perbench.runner.state import RunState, load_benchmark, log, needs_models
-from perbench.runner.units import Units
+from perbench.runner.stores import Stores
 from perbench.runner.work import Work
 
 
@@ -84,7 +84,7 @@ class Runner:
         cfg = self.cfg
         atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         log(f"run directory: {self.run_dir}")
-        state = RunState(cfg, self.run_dir, bench, Units(self.run_dir / "units.sqlite"))
+        state = RunState(cfg, self.run_dir, bench, Stores.of_run(self.run_dir))
         state.timing["benchmark"] = load_s
         log(
             f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "
@@ -101,10 +101,17 @@ class Runner:
         with state.timed("units"):
             plan = work.plan()
             registry.executors.get(cfg.executor)().execute(plan, work)
+        log(
+            f"plan: {len(plan.units)} units, {len(work.executed)} computed ({cfg.executor}), "
+            f"{len(work.skipped)} found finished"
+        )
+        before = state.stores.work()
         with state.timed("upstream"):
             upstream = {h.label: work.up.run(h) for h in handles}
         with state.timed("downstream"):
             downstream = _downstream_all_policies(work, handles) if state.policy is not None else {}
+        assembly = state.stores.work()
+        assembly.subtract(before)
         for label, by_policy in state.pa_by_policy.items():
             upstream[label]["policy_accuracy_by_policy"] = by_policy
         state.timing["total"] = time.perf_counter() - t0
@@ -113,6 +120,16 @@ class Runner:
             analysis = analyze_cells(state.cells.rows, cfg, adaptive)
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
+        # which units this run computed (here or on workers) and which it found finished by an earlier run
+        results["work"]["units"] = {"computed": len(work.executed), "found_finished": len(work.skipped)}
+        # what the assembly pass computed itself: nothing, when every computation is in the plan
+        results["work"]["assembly"] = {k: v for k, v in sorted(assembly.items()) if v}
+        if cfg.executor != "local":
+            results["work"]["remote"] = {
+                **{k: dict(v) for k, v in work.remote.items()},
+                "nodes": len(work.nodes),
+                "seconds": work.remote_seconds,
+            }
         attach_analysis(results, analysis)  # one CI per number: the analysis's
         results["cells"] = state.cells.record()
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
@@ -123,9 +140,25 @@ class Runner:
 
         write_report(results, self.run_dir / "report.html")
         print_verdict(analysis)
+        log_work(results["work"])
         log(f"results: {self.run_dir / 'results.json'}")
         log(f"report:  {self.run_dir / 'report.html'}")
         return RunResult(self.run_dir, results, state.samples)
+
+
+def log_work(work: dict[str, Any]) -> None:
+    """The run's work counters, one line each: what this process computed and reused, what Ray workers did."""
+
+    def text(counts: dict[str, int]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing"
+
+    log(f"work: computed {text(work['computed'])}; reused {text(work['reused'])}")
+    if work.get("assembly"):
+        log(f"work outside the plan (the assembly pass): {text(work['assembly'])}")
+    if "remote" in work:
+        log(
+            f"work on Ray workers: computed {text(work['remote']['computed'])}; reused {text(work['remote']['reused'])}"
+        )
 
 
 def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[str, Any]:

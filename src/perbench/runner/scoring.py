@@ -125,6 +125,40 @@ class Scoring:
             )
         return out
 
+    def generation_quality(
+        self, label: str, texts: list[str], targets: list[tuple[Prompt, str]]
+    ) -> list[dict[str, float]]:
+        """:meth:`quality` of system ``label``'s generations as one content-keyed unit (its judge calls and
+        BERTScore are forward passes: the plan unit that made the generations computes it, the assembly reads it;
+        one per system, so units that run in parallel never compute the same one)."""
+        cfg = self.s.cfg
+        key = unit_key(
+            "gen_quality",
+            label,
+            self.s.bench.fingerprint(),
+            cfg.bertscore,
+            self.s.judge_lm.fingerprint if self.s.judge is not None else None,
+            [[prompt_key(p), u, t] for t, (p, u) in zip(texts, targets, strict=True)],
+        )
+        rows: list[dict[str, float]] = self.s.units.json("quality", key, lambda: self.quality(texts, targets))
+        return rows
+
+    def prepare(
+        self,
+        label: str,
+        texts: dict[tuple[str, str], str],
+        asked: list[tuple[Prompt, str]],
+        guide: MethodHandle | None,
+        zero: tuple[str, dict[tuple[str, str], str]] | None,
+    ) -> None:
+        """Compute what :meth:`score_outputs` reads for ``label`` (its generations' quality and, for a guided
+        system with a zero-shot decoder in the run, ``zero`` = (its label, its outputs), the win rate): the work of
+        the plan unit that made the generations."""
+        mine = [(p, u) for p, u in asked if (prompt_key(p), u) in texts]
+        self.generation_quality(label, [texts[(prompt_key(p), u)] for p, u in mine], mine)
+        if guide is not None and zero is not None:
+            self._win_scores(label, zero[0], guide, texts, zero[1], mine)
+
     def score_outputs(
         self,
         outputs: dict[str, dict[tuple[str, str], str]],
@@ -156,7 +190,7 @@ class Scoring:
 
         bench = self.s.bench
         rows: list[dict[str, Any]] = []
-        for text, (prompt, user), q in zip(gen, targets, self.quality(gen, targets), strict=True):
+        for text, (prompt, user), q in zip(gen, targets, self.generation_quality(label, gen, targets), strict=True):
             u = bench.users[user]
             row = {
                 "kind": "generation",
@@ -188,6 +222,26 @@ class Scoring:
     ) -> None:
         """The guiding RM's own verdict on its output vs the zero-shot output of the same (prompt, user)."""
         from perbench.metrics.win_rate import win_outcomes
+
+        s = self._win_scores(label, zero_label, h, mine, zero, targets)
+        gains = s["guided"] - s["zero_shot"]
+        for row, o, g in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), gains, strict=True):
+            if not np.isnan(o):
+                row["rm_win"] = float(o)
+                # the guiding RM's own reward gain over zero-shot: in that RM's units, so it is reported per
+                # system but never compared across methods (no cell)
+                row["rm_gain"] = float(g)
+
+    def _win_scores(
+        self,
+        label: str,
+        zero_label: str,
+        h: MethodHandle,
+        mine: dict[tuple[str, str], str],
+        zero: dict[tuple[str, str], str],
+        targets: list[tuple[Prompt, str]],
+    ) -> dict[str, np.ndarray]:
+        """The guiding RM's rewards of its outputs and of the zero-shot outputs on ``targets`` (one unit)."""
         from perbench.rewards.base import ScoreItem
 
         def compute() -> dict[str, np.ndarray]:
@@ -204,14 +258,7 @@ class Scoring:
             zero_label,
             [unit_key(prompt_key(p), u, mine[(prompt_key(p), u)], zero[(prompt_key(p), u)]) for p, u in targets],
         )
-        s = self.s.units.arrays("win_rate", key, compute)
-        gains = s["guided"] - s["zero_shot"]
-        for row, o, g in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), gains, strict=True):
-            if not np.isnan(o):
-                row["rm_win"] = float(o)
-                # the guiding RM's own reward gain over zero-shot: in that RM's units, so it is reported per
-                # system but never compared across methods (no cell)
-                row["rm_gain"] = float(g)
+        return self.s.units.arrays("win_rate", key, compute)
 
     def add_cells(self, label: str, rows: list[dict[str, Any]], extra: Sequence[str] = ()) -> None:
         """One cell per row and quality metric (plus ``rm_win`` and ``extra``), named ``FAMILY:METRIC``."""

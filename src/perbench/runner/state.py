@@ -17,11 +17,10 @@ import numpy as np
 from perbench.config import Component, RunConfig, Where
 from perbench.data.records import Benchmark, PreferencePair
 from perbench.data.user_context import method_inputs
-from perbench.io import cache_dir
 from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle
-from perbench.runner.units import Units
+from perbench.runner.stores import Stores
 from perbench.systems import SystemDef
 
 
@@ -31,13 +30,15 @@ def log(msg: str) -> None:
 
 
 class RunState:
-    """Mutable state of one run; the phases (upstream, downstream, scoring) read and extend it."""
+    """Mutable state of one run; the phases (upstream, downstream, scoring) read and extend it. ``run_dir`` is
+    None in a Ray worker, which computes into in-memory ``stores`` and sees no run folder."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, bench: Benchmark, units: Units) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path | None, bench: Benchmark, stores: Stores) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
         self.bench = bench
-        self.units = units
+        self.stores = stores
+        self.units = stores.units
         self.cells = Cells(f"{bench.name}|{cfg.policy}|seed{cfg.seed}")
         self.samples: list[dict[str, Any]] = []
         self.timing: dict[str, float] = {}
@@ -71,13 +72,6 @@ class RunState:
             self.batchers[kind] = AdaptiveBatcher(self.cfg.batch_size, device)
         return self.batchers[kind]
 
-    @property
-    def units_base(self) -> str:
-        """Content base of the plan's unit keys: what the config and the benchmark make of the run."""
-        from perbench.runner.units import unit_key
-
-        return unit_key(self.cfg.result_hash(), self.bench.fingerprint())
-
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:
         t = time.perf_counter()
@@ -90,14 +84,13 @@ class RunState:
         return needs_models(self.cfg)
 
     def load_models(self) -> None:
-        from perbench.cache import Store
         from perbench.models.loader import load_lm
         from perbench.rewards.base import RMContext
 
         cfg = self.cfg
         self.policy = load_lm(cfg.policy, device=cfg.device, dtype=cfg.dtype)
         self.rm_lm = load_lm(cfg.rm_backbone, device=cfg.device, dtype=cfg.dtype)
-        self.feature_store = Store(cache_dir() / "features.sqlite")
+        self.feature_store = self.stores.features
         self.extractor = self.features_of(self.rm_lm)
         self.policy_extractor = self.extractor if self.policy is self.rm_lm else self.features_of(self.policy)
         self.ctx = RMContext(

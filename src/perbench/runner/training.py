@@ -17,9 +17,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -241,6 +243,16 @@ class Training:
         stand_in = self._stand_ins(targets)
         return ShuffledUsers(rm, {u: stand_in[u] for u in job.users})
 
+    def key(self, job: RLJob, targets: list[tuple[Prompt, str]]) -> str:
+        """The content key of a training run (the unit its trained weights are stored under)."""
+        phase = self.phase
+        assert phase is not None
+        spec = dataclasses.replace(phase.spec, seed=job.seed)
+        rows = sorted((prompt_key(p), u) for p, u in job.rows)
+        shown = [prompt_key(self._shown(p, u)) for p, u in job.rows] if self.context is not None else None
+        identity = self._identity(job, targets)
+        return unit_key("rl", identity, spec.to_dict(), self.s.policy.fingerprint, job.group, rows, shown)
+
     def train(self, job: RLJob, targets: list[tuple[Prompt, str]]) -> RLRun:
         """The trained run of ``job``: trained once, stored as one unit (metadata travels as JSON bytes)."""
         from perbench.training import RLRun, base_samples, train_policy
@@ -251,24 +263,23 @@ class Training:
         ctx = self.context
         view = ctx.view if ctx is not None else None
         identity = self._identity(job, targets)
-        rows = sorted((prompt_key(p), u) for p, u in job.rows)
-        shown = [prompt_key(self._shown(p, u)) for p, u in job.rows] if ctx is not None else None
-        key = unit_key("rl", identity, spec.to_dict(), self.s.policy.fingerprint, job.group, rows, shown)
+        key = self.key(job, targets)
 
         def compute() -> dict[str, np.ndarray]:
             sample_key = (job.group, job.seed)
             if sample_key not in self._samples:  # the normalisation's base samples serve every arm of a group
                 self._samples[sample_key] = base_samples(self.s.policy, list(job.rows), spec, view)
-            run = train_policy(
-                self.s.policy,
-                self._reward(job, targets),
-                list(job.rows),
-                spec,
-                self.s.run_dir / "rl",
-                reward_identity=identity,
-                samples=[s for s in self._samples[sample_key] if s.user_id in job.users],
-                view=view,
-            )
+            with tempfile.TemporaryDirectory(prefix="perbench-rl-") as scratch:  # the trainer's; nothing is kept
+                run = train_policy(
+                    self.s.policy,
+                    self._reward(job, targets),
+                    list(job.rows),
+                    spec,
+                    Path(scratch),
+                    reward_identity=identity,
+                    samples=[s for s in self._samples[sample_key] if s.user_id in job.users],
+                    view=view,
+                )
             meta, arrays = run.to_record()
             return {**arrays, "meta_json": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
 

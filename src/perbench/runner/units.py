@@ -1,5 +1,10 @@
 """Units of work keyed by content, so a rerun of the same config recomputes nothing.
 
+A run's units live in its own store (``RUN/units.sqlite``) over the unit cache that every run under the same
+``PERBENCH_CACHE`` shares (``$PERBENCH_CACHE/units.sqlite``): a unit computed by any run with the same inputs is
+copied into this run's store (so the run folder stays a complete record of what it read) and counted as reused;
+a unit computed here goes to both.
+
 A unit whose stored value cannot be decoded is a missing unit: it is deleted (the store warns, naming the file
 and the key), recomputed, and counted as ``recovered``. Every computation is also added to a tally kept in the
 run's store file, so the run's totals survive a crash and a resume (``computed_total`` in :meth:`Units.summary`).
@@ -16,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from perbench.cache import CorruptValueError, Store, decode_json, pack_arrays, unpack_arrays
+from perbench.cache import CorruptValueError, Store, decode_json, encode_json, pack_arrays, unpack_arrays
 from perbench.errors import StoreError
 
 if TYPE_CHECKING:
@@ -56,16 +61,34 @@ def _decode_unit(raw: bytes) -> Any:
 
 
 class Units:
-    """A content-keyed store plus counters of what was computed, reused and recovered, per phase."""
+    """A content-keyed store (over the shared unit cache ``shared``, when given) plus counters of what was
+    computed, reused and recovered, per phase."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | Path, *, shared: Store | None = None) -> None:
         self.store = Store(path)
+        self.shared = shared
         self.computed = Tally(self.store)
         self.reused: Counter[str] = Counter()
         self.recovered: Counter[str] = Counter()
 
-    def _load(self, phase: str, key: str, decode: Callable[[bytes], T]) -> T | None:
+    def _raw(self, key: str) -> bytes | None:
+        """The stored value of ``key``: the run's, else the shared cache's (copied into the run's store)."""
         raw = self.store.get_bytes(key)
+        if raw is not None or self.shared is None:
+            return raw
+        raw = self.shared.get_bytes(key)
+        if raw is None:
+            return None
+        try:
+            _decode_unit(raw)
+        except CorruptValueError as e:
+            self.shared.discard(key, str(e))
+            return None
+        self.store.put_bytes(key, raw)
+        return raw
+
+    def _load(self, phase: str, key: str, decode: Callable[[bytes], T]) -> T | None:
+        raw = self._raw(key)
         if raw is None:
             return None
         try:
@@ -77,6 +100,17 @@ class Units:
     def _recover(self, phase: str, key: str, e: CorruptValueError) -> None:
         self.store.discard(key, str(e))
         self.recovered[phase] += 1
+
+    def get_json(self, key: str) -> Any | None:
+        """A stored JSON value (the run's or the shared cache's), None when absent or undecodable."""
+        raw = self._raw(key)
+        return None if raw is None else self.store.decoded(key, raw, decode_json)
+
+    def put_many(self, items: dict[str, bytes], *, counts: dict[str, int] | None = None) -> None:
+        """Store encoded units computed elsewhere (a Ray worker) with their counts, in one transaction."""
+        self.store.put_many_bytes(items, counts=counts)
+        if self.shared is not None and items:
+            self.shared.put_many_bytes(items)
 
     def json(self, phase: str, key: str, compute: Callable[[], Any]) -> Any:
         got = self._load(phase, key, decode_json)
@@ -98,12 +132,16 @@ class Units:
 
     def put_json(self, phase: str, key: str, value: Any) -> None:
         """Store a computed unit and count it, in one transaction (a crash never counts a unit twice)."""
-        self.store.put_json(key, value, counts={phase: 1})
-        self.computed.note(phase)
+        self._put(phase, key, encode_json(value))
 
     def put_arrays(self, phase: str, key: str, value: dict[str, np.ndarray]) -> None:
-        self.store.put_bytes(key, pack_arrays(**value), counts={phase: 1})
+        self._put(phase, key, pack_arrays(**value))
+
+    def _put(self, phase: str, key: str, raw: bytes) -> None:
+        self.store.put_bytes(key, raw, counts={phase: 1})
         self.computed.note(phase)
+        if self.shared is not None:
+            self.shared.put_bytes(key, raw)
 
     def put_generation(self, phase: str, key: str, gen: Generation) -> None:
         """Store one generated text (with its token count and whether it ended on its own) as a unit."""
@@ -120,8 +158,25 @@ class Units:
         return out
 
     def missing(self, keys: list[str], *, phase: str = "unlabelled") -> list[str]:
-        """The keys with no stored value, or one that cannot be decoded (deleted, counted as ``recovered``)."""
-        found = self.store.get_many_bytes(keys)
+        """The keys with no stored value, or one that cannot be decoded (deleted, counted as ``recovered``). Keys
+        found in the shared cache only are copied into the run's store first."""
+        out = self._missing_in(self.store, keys, phase)
+        if out and self.shared is not None:
+            found = self.shared.get_many_bytes(out)
+            good = {}
+            for k, raw in found.items():
+                try:
+                    _decode_unit(raw)
+                    good[k] = raw
+                except CorruptValueError as e:
+                    self.shared.discard(k, str(e))
+            if good:
+                self.store.put_many_bytes(good)
+            out = [k for k in out if k not in good]
+        return out
+
+    def _missing_in(self, store: Store, keys: list[str], phase: str) -> list[str]:
+        found = store.get_many_bytes(keys)
         out = []
         for k in keys:
             raw = found.get(k)

@@ -28,27 +28,22 @@ class Upstream:
         self._lp_sums: dict[tuple[str, str, str], float] = {}
         self._extractors: dict[str, Any] = {}
 
-    def prefetch_features(self, handles: list[MethodHandle]) -> None:
-        """Every frozen-feature method reads φ of the train responses (fit) and per-token features of the test
-        responses (policy accuracy; that pass also yields φ); the policy's log-probs of the test responses
-        come with them. One pass each, before any method runs, so no text goes through a backbone twice."""
-        if not any(h.is_feature_rm for h in handles):
-            return
-        groups = [(g, self.s.bench.test_pairs(seen=g == "seen")) for g in ("seen", "unseen")]
-        keys = [
-            self._pa_key(h, g, pairs, self.s.pa_weights(h)[0])
-            for h in handles
-            if h.is_feature_rm
-            for g, pairs in groups
-            if pairs
-        ]
-        fits = [h.fit_key for h in handles if h.is_feature_rm and not self.s.unfittable(h)]
-        if self.s.units.missing(fits, phase="fit"):
-            from perbench.rewards.base import pair_feature_arrays
+    def train_feature_pairs(self, handles: list[MethodHandle]) -> list[PreferencePair]:
+        """The train pairs frozen-feature methods read: the seen users' (fit) and the unseen users' shots (adapt:
+        up to the most shots any point of the run uses, or all of them when a method selects its own)."""
+        bench, cfg = self.s.bench, self.s.cfg
+        most = None if any(h.selects_shots for h in handles) else max([*(h.shots for h in handles), *cfg.shot_curve])
+        return bench.train_pairs() + [p for u in bench.unseen_users for p in bench.fewshot(u, most)]
 
-            pair_feature_arrays(self.s.extractor, self.s.bench.train_pairs(), desc="train features")
-        if not self.s.units.missing(keys, phase="policy_accuracy"):
-            return
+    def train_features(self, handles: list[MethodHandle]) -> None:
+        """φ of every train response frozen-feature methods fit and adapt on, in one pass before any fits."""
+        from perbench.rewards.base import pair_feature_arrays
+
+        pair_feature_arrays(self.s.extractor, self.train_feature_pairs(handles), desc="train features")
+
+    def test_features(self) -> None:
+        """Per-token features of the test responses (policy accuracy; that pass also yields φ) and the policy's
+        log-probs of them: one pass each, so no text goes through a backbone twice."""
         texts = {
             (prompt_key(p.prompt), y): (p.prompt, y) for p in self.s.bench.test_pairs() for y in (p.chosen, p.rejected)
         }

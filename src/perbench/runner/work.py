@@ -1,22 +1,25 @@
 """A run's phases over one state: builds the plan of units and executes any single unit of it.
 
-The driver and every executor worker hold one :class:`Work`; a worker builds its own from the config
-(:meth:`Work.from_config`, models loaded once per process), executes the units it is given, and leaves
-their results in the run's store, where the driver's assembly pass finds them.
+The driver holds one :class:`Work` over the run's stores; with the ``local`` executor it computes every unit
+itself (:meth:`Work.execute`). A Ray worker builds one per unit over in-memory stores filled with the unit's
+dependencies' results (:meth:`Work.for_worker`; ``load_lm`` keeps a process's models), computes the unit and returns
+what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.absorb`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from perbench.config import RunConfig
+from perbench.data.records import Benchmark, prompt_key
 from perbench.runner.cells import Cells
 from perbench.runner.downstream import Downstream
 from perbench.runner.methods import MethodHandle
-from perbench.runner.plan import Needs, Plan, Unit, make_unit
-from perbench.runner.state import RunState, load_benchmark
-from perbench.runner.units import Units
+from perbench.runner.plan import Plan, Unit, make_unit
+from perbench.runner.state import RunState
+from perbench.runner.stores import Stores, UnitResult
 from perbench.runner.upstream import Upstream
 
 
@@ -27,78 +30,173 @@ class Work:
         self.up = Upstream(state)
         self.down = Downstream(state)
         self._policies: dict[str, Any] = {state.cfg.policy: state.policy}
+        #: units this process found finished / computed here / stored from another process, by label
+        self.skipped: list[str] = []
+        self.executed: list[str] = []
+        #: what other processes (Ray workers) computed, reused and recovered for this run, per phase
+        self.remote: dict[str, Counter[str]] = {k: Counter() for k in ("computed", "reused", "recovered", "features")}
+        self.nodes: Counter[str] = Counter()
+        #: seconds each unit took on the worker that computed it
+        self.remote_seconds: dict[str, float] = {}
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, run_dir: Path) -> Work:
-        """A worker's own state for ``cfg``: the benchmark, the models and the run's store."""
-        bench = load_benchmark(cfg)
-        state = RunState(cfg, run_dir, bench, Units(run_dir / "units.sqlite"))
+    def for_worker(cls, cfg: RunConfig, bench: Benchmark, stores: Stores) -> Work:
+        """A worker's state for ``cfg`` and the driver's benchmark over ``stores``: no run folder (``load_lm`` keeps
+        the models of the process for the next unit)."""
+        state = RunState(cfg, None, bench, stores)
         if state.needs_models():
             state.load_models()
         return cls(state, state.method_handles())
 
     # ------------------------------------------------------------------ the plan
     def plan(self) -> Plan:
-        cfg = self.s.cfg
-        base = self.s.units_base
-        device_gpus = 1.0 if str(self.s.ctx.device).startswith("cuda") else 0.0
-        model = Needs(cpus=1.0, gpus=device_gpus, memory_gb=2.0)
+        """Every unit of the run, keyed by what its results depend on (see ``plan.py``)."""
+        s, cfg = self.s, self.s.cfg
+        cuda = str(s.ctx.device).startswith("cuda")
+        bench = s.bench.fingerprint()
+        rm_fp = s.rm_lm.fingerprint if s.rm_lm is not None else None
+        pol_fp = s.policy.fingerprint if s.policy is not None else None
+
+        def unit(kind: str, name: str, content: Any, deps: Sequence[Unit | None], policy: str | None = None) -> Unit:
+            return make_unit(kind, name, content, [d for d in deps if d is not None], cfg.resources, cuda, policy)
+
         units: list[Unit] = []
-        features: list[Unit] = []
+        train: list[Unit] = []
+        test: list[Unit] = []
         if any(h.is_feature_rm for h in self.handles):
-            features = [make_unit(base, "features", "", [], model)]
-            units += features
+            pairs = [p.content_key() for p in self.up.train_feature_pairs(self.handles)]
+            train = [unit("features", "train", [rm_fp, cfg.max_length, pairs], [])]
+            test = [unit("features", "test", [rm_fp, pol_fp, cfg.max_length, bench], [])]
+            units += train + test
         fits: dict[str, Unit] = {}
+        ups: dict[str, Unit] = {}
         for h in self.handles:
-            if self.s.unfittable(h):
+            if s.unfittable(h):
                 continue
-            fit = fits[h.label] = make_unit(base, "fit", h.label, features if h.is_feature_rm else [], model)
-            units += [fit, make_unit(base, "upstream", h.label, [fit], model)]
-        if self.s.policy is None:
+            feats = h.is_feature_rm
+            fit = fits[h.label] = unit("fit", h.label, h.fit_key, train if feats else [])
+            pw = s.pa_weights(h)[0]  # as policy accuracy's own keys: the headline's weight (and k, for RGD)
+            pa = [pw.w, pw.k if cfg.pa_rgd else None, pol_fp, cfg.max_length]
+            content: list[Any] = [h.key(h.shots), cfg.shot_curve, pa, bench]
+            ups[h.label] = unit("upstream", h.label, content, [fit, *(test if feats else [])])
+            units += [fit, ups[h.label]]
+        if s.policy is None:
             return Plan(units)
         systems, _ = self.down.systems(self.handles)
-        if not self.down.eval_targets() and not (any(s.pooled for s in systems) and self.down.pool_targets()):
+        eval_cells = [f"{prompt_key(p)}|{u}" for p, u in self.down.eval_targets()]
+        pool_cells = [f"{prompt_key(p)}|{u}" for p, u in self.down.pool_targets()]
+        if not pool_cells:
+            systems = [sys for sys in systems if not sys.pooled]
+        if not eval_cells and not any(sys.pooled for sys in systems):
             return Plan(units)
-        if not self.down.pool_targets():
-            systems = [s for s in systems if not s.pooled]
+        from perbench import registry
+
+        # what the quality of a generation depends on besides its text and cell
+        quality = [cfg.bertscore, s.judge_lm.fingerprint if s.judge_lm is not None else None]
+        plain_cells = [f"{prompt_key(p)}|{u}" for p, u in self.down.plain_targets(systems)]
         for policy in cfg.policies or [cfg.policy]:
+            policy_fp = self.policy_model(policy).fingerprint
+            common = [policy_fp, cfg.seed, cfg.max_new_tokens, bench, quality]
+            if policy != cfg.policy:  # policy accuracy under another policy of ``policies`` (its scores: upstream)
+                for h in self.handles:
+                    if h.label in ups and self.up.pa_problem(h) is None:
+                        content = [h.key(h.shots), s.pa_weights(h)[0], cfg.pa_rgd, cfg.max_length, policy_fp, bench]
+                        units.append(unit("upstream", h.label, content, [ups[h.label]], policy))
+            zero = self.down.zero_shot(systems)
+            plain: dict[str, Unit] = {}
+            for sys in systems:
+                if sys.plain:
+                    decoder = registry.decoders.get(sys.spec.name)(**sys.spec.params).config_key()
+                    plain[sys.label] = unit("generate", sys.label, [decoder, plain_cells, *common], [], policy)
+            units += plain.values()
+            zero_unit = plain.get(zero.label) if zero is not None else None
             pools: dict[str, Unit] = {}
             rounds: dict[str, Unit] = {}
-            plain = [make_unit(base, "generate", sys.label, [], model, policy) for sys in systems if sys.plain]
-            units += plain
             for sys in systems:
                 if sys.plain:
                     continue
-                deps = [fits[sys.method.label]] if sys.method is not None else []
                 name = sys.spec.label()
+                decoder = registry.decoders.get(sys.spec.name)(**sys.spec.params).config_key()
+                fitted = fits[sys.method.label] if sys.method is not None else None
+                guide = sys.method.key(sys.method.shots) if sys.method is not None else None
                 if sys.pooled:  # the system's scores of one sample pool shared by every system and user
                     if name not in pools:
-                        pools[name] = make_unit(base, "pool", name, [], model, policy)
+                        content = [decoder, pool_cells, rm_fp, cfg.max_length, *common]
+                        pools[name] = unit("pool", name, content, [], policy)
                         units.append(pools[name])
-                    units.append(make_unit(base, "generate", sys.label, [*deps, pools[name], *plain], model, policy))
+                    content = [decoder, guide, pool_cells, *common]
+                    units.append(unit("generate", sys.label, content, [fitted, pools[name], zero_unit], policy))
                 elif cfg.adaptive is not None:  # one unit runs the decoder's rounds over all of its systems
-                    mine = [s for s in systems if s.per_cell and s.spec.label() == name and s.method is not None]
                     if name not in rounds:
-                        rounds[name] = make_unit(
-                            base, "adaptive", name, [fits[s.method.label] for s in mine if s.method], model, policy
-                        )
+                        mine = [x for x in systems if x.per_cell and x.spec.label() == name]
+                        content = [
+                            decoder,
+                            [x.method.key(x.method.shots) if x.method is not None else None for x in mine],
+                            eval_cells,
+                            cfg.adaptive,
+                            [cfg.bootstrap, cfg.reference_method, cfg.verdict_metric, cfg.equivalence_margin],
+                            [b.label() for b in cfg.baselines],
+                            *common,
+                        ]
+                        deps = [fits[x.method.label] for x in mine if x.method is not None]
+                        rounds[name] = unit("adaptive", name, content, [*deps, zero_unit], policy)
                         units.append(rounds[name])
                 else:
-                    units.append(make_unit(base, "generate", sys.label, deps, model, policy))
-        for job in self.down.training.jobs(self.handles, self.down.eval_targets()):  # RL fine-tuning (rl:)
-            deps = [fits[job.method.label]] if job.method is not None else []
-            units.append(make_unit(base, "rl", job.name, deps, model))
+                    content = [decoder, guide, eval_cells, *common]
+                    units.append(unit("generate", sys.label, content, [fitted, zero_unit], policy))
+            if cfg.rl is not None:  # RL fine-tuning (rl:): one unit per trained run, then one evaluating them all
+                training, targets = self.down.training, self.down.eval_targets()
+                runs: list[Unit] = []
+                for job in training.jobs(self.handles, targets):
+                    content = [training.key(job, targets), cfg.max_new_tokens]
+                    runs.append(unit("rl", job.name, content, [fits[job.method.label]] if job.method else [], policy))
+                units += runs
+                content = [[r.key for r in runs], cfg.rl, eval_cells, *common]
+                units.append(unit("rl_eval", "rl", content, [*runs, zero_unit], policy))
         return Plan(units)
 
     # ------------------------------------------------------------------ one unit
     def execute(self, unit: Unit) -> None:
-        """Compute ``unit`` (its results go to the stores) unless a previous process finished it."""
-        done = unit.done_key()
-        if self.s.units.store.get_json(done) is not None:
-            self.s.units.reused["plan"] += 1
+        """Compute ``unit`` here into the run's stores, unless a previous run with the same inputs finished it."""
+        stores = self.s.stores
+        if stores.finished(unit) is not None:
+            self.skipped.append(unit.label)
             return
+        with stores.journal() as touched:
+            self.compute(unit)
+        stores.mark_done(unit, touched)
+        self.executed.append(unit.label)
+
+    def compute_remote(self, unit: Unit) -> UnitResult:
+        """Compute ``unit`` into this worker's in-memory stores; its results are what it added to them."""
+        stores = self.s.stores
+        loaded = {name: set(store.keys()) for name, store in stores.by_name().items()}
+        with stores.journal() as touched:
+            self.compute(unit)
+        entries = stores.read({name: keys - loaded[name] for name, keys in touched.items()})
+        ext = self.s.extractor.stats if self.s.extractor is not None else None
+        units = self.s.units
+        return UnitResult(
+            unit.key,
+            entries,
+            computed=dict(units.computed),
+            reused=dict(units.reused),
+            recovered=dict(units.recovered),
+            features={} if ext is None else {"computed": ext.computed, "reused": ext.reused},
+        )
+
+    def absorb(self, unit: Unit, result: UnitResult) -> None:
+        """Store a unit another process computed, and count its work as theirs."""
+        self.s.stores.absorb(unit, result)
+        for name in ("computed", "reused", "recovered", "features"):
+            self.remote[name].update(getattr(result, name))
+        self.nodes[result.node] += 1
+        self.remote_seconds[unit.label] = round(result.seconds, 2)
+        self.executed.append(unit.label)
+
+    def compute(self, unit: Unit) -> None:
+        """Compute ``unit``: its results go to the stores only (the assembly pass writes cells and samples once)."""
         handles = {h.label: h for h in self.handles}
-        # a unit leaves its results in the stores only: the assembly pass writes cells and samples once
         cells, samples = self.s.cells, self.s.samples
         self.s.cells, self.s.samples = Cells(cells.group), []
         try:
@@ -106,38 +204,38 @@ class Work:
                 self._compute(unit, handles)
         finally:
             self.s.cells, self.s.samples = cells, samples
-        self.s.units.put_json("plan", done, {"unit": unit.label, "policy": unit.policy})
 
     def _compute(self, unit: Unit, handles: dict[str, MethodHandle]) -> None:
         if unit.kind == "features":
-            self.up.prefetch_features(self.handles)
+            if unit.name == "train":
+                self.up.train_features(self.handles)
+            else:
+                self.up.test_features()
         elif unit.kind == "fit":
             handles[unit.name].fitted()
-        elif unit.kind == "upstream":
+        elif unit.kind == "upstream" and unit.policy is None:
             self.up.run(handles[unit.name])
-        elif unit.kind == "rl":
-            targets = self.down.eval_targets()
-            jobs = self.down.training.jobs(self.handles, targets)
-            self.down.training.train(next(j for j in jobs if j.name == unit.name), targets)
         else:
-            self._downstream_unit(unit)
+            self._under_policy(unit, handles)
 
-    def _downstream_unit(self, unit: Unit) -> None:
+    def _under_policy(self, unit: Unit, handles: dict[str, MethodHandle]) -> None:
+        """A unit that reads a policy of ``policies`` (the main one unless ``unit.policy`` names another)."""
         main = self.s.policy
         self.s.policy = self.policy_model(unit.policy or self.s.cfg.policy)
         try:
-            systems, _ = self.down.systems(self.handles)
-            if unit.kind == "pool":
-                spec = next(sys.spec for sys in systems if sys.pooled and sys.spec.label() == unit.name)
-                self.down.pool(spec, self.handles)
-            elif unit.kind == "adaptive":
-                self.down.rounds(next(sys.spec for sys in systems if sys.spec.label() == unit.name), systems)
+            if unit.kind == "upstream":
+                self.up.policy_accuracy_under(str(unit.policy), [handles[unit.name]])
+            elif unit.kind in ("rl", "rl_eval"):
+                self.down.training_unit(self.handles, unit.kind, unit.name)
             else:
-                sys = next(sys for sys in systems if sys.label == unit.name)
-                if sys.pooled:
-                    self.down.pooled_scores(sys, systems)
+                systems, _ = self.down.systems(self.handles)
+                if unit.kind == "pool":
+                    spec = next(sys.spec for sys in systems if sys.pooled and sys.spec.label() == unit.name)
+                    self.down.pool(spec, self.handles)
+                elif unit.kind == "adaptive":
+                    self.down.adaptive_unit(next(sys.spec for sys in systems if sys.spec.label() == unit.name), systems)
                 else:
-                    self.down.generate(sys, self.down.targets_of(sys, systems))
+                    self.down.system_unit(next(sys for sys in systems if sys.label == unit.name), systems)
         finally:
             self.s.policy = main
 
