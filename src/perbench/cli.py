@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import json
 import math
 import os
 import sys
@@ -144,6 +145,8 @@ def _config_path(name: str) -> str:
 
 
 def _print_summary(results: dict[str, Any]) -> None:
+    from perbench.runner.results import print_validity
+
     print("\nRM accuracy (seen / unseen):")
     for label, r in results["upstream"].items():
         acc = r["rm_accuracy"]
@@ -174,6 +177,7 @@ def _print_summary(results: dict[str, Any]) -> None:
             kl = "–" if r["kl_end"] is None else f"{r['kl_end']:.4f}"
             gain_text = f"{num(g.get('delta'), signed=True)} {ci_text(g.get('ci'), signed=True)}"
             print(f"  {r['label']:<28} {reward} / {gain_text} / {kl}")
+    print_validity(results.get("analysis") or {})
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -402,14 +406,21 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    return _write_comparison(args.run_dirs, args.out, args.metric, args.n_boot, args.seed)
+    return _write_comparison(args.run_dirs, args.out, args.metric, args.n_boot, args.seed, summary=True)
 
 
-def _write_comparison(run_dirs: list[str], out: str | None, metric: str | None, n_boot: int | None, seed: int) -> int:
+def _write_comparison(
+    run_dirs: list[str], out: str | None, metric: str | None, n_boot: int | None, seed: int, summary: bool = False
+) -> int:
+    """Pool the runs into one report; ``summary``: print which benchmark to trust, pooled, before its path."""
     from perbench.report.compare import compare_runs
 
     out_dir = Path(out) if out else Path(run_dirs[0]).resolve().parent / "compare"
     path = compare_runs(run_dirs, out_dir, metric=metric, n_boot=n_boot, seed=seed)
+    if summary:
+        from perbench.runner.results import print_validity
+
+        print_validity(json.loads((out_dir / "analysis.json").read_text(encoding="utf-8"))["analysis"])
     print(path)
     return 0
 

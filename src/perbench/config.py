@@ -511,6 +511,10 @@ class Component:
         return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")"
 
     def to_dict(self) -> dict[str, Any]:
+        """``{name: NAME, <params>}``, or ``{NAME: {<params>}}`` when a parameter is itself called ``name`` (the
+        ``file`` loader's): both parse back to the same component."""
+        if "name" in self.params:
+            return {self.name: dict(self.params)}
         return {"name": self.name, **self.params}
 
 
@@ -667,6 +671,11 @@ class RunConfig:
     verdict_metric: str | None = None
     #: the user-agnostic RM that per-user gains and "minority users" are measured against
     reference_method: str = "global_bt"
+    #: more upstream benchmarks whose test pairs every system is also scored on, as predictors of the downstream
+    #: ranking (cells ``rm_acc_on_NAME``, NAME = the loaded benchmark's name): each entry is a benchmark like
+    #: ``benchmark`` (e.g. ``{name: file, source: general.jsonl, default_user: anyone}`` for a non-personalized
+    #: file). Their users are scored as users no method has seen (each method's unknown-user fallback)
+    upstream_benchmarks: list[Component] | None = None
     #: practical-equivalence margin ε of the verdict, in the metric's units (0.05 = 5 points of a proportion):
     #: methods whose 90% CI of the difference to the leader lies inside ±ε are "practically equivalent"; None:
     #: the default 0.05; 0: never claim equivalence
@@ -746,6 +755,7 @@ class RunConfig:
             "verdict_metric",
             "equivalence_margin",
             "rl",
+            "upstream_benchmarks",
         ):  # optional extras: absent = the hash configs had before they existed
             if d.get(k) is None:
                 d.pop(k, None)
@@ -787,10 +797,12 @@ def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
             where, value = src.at(key, data), data[key]
             if key == "benchmark":
                 values[key] = _component(value, where, "benchmark")
-            elif key in ("methods", "decoders"):
+            elif key in ("methods", "decoders", "upstream_benchmarks"):
+                if value is None and key == "upstream_benchmarks":
+                    continue
                 if not isinstance(value, list | tuple):
                     raise where.error(f"expected a list of {key}, got {_show(value)}")
-                kind = "method" if key == "methods" else "decoder"
+                kind = {"methods": "method", "decoders": "decoder"}.get(key, "benchmark")
                 values[key] = [_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
             else:
                 check_value(value, hints[key], where)

@@ -19,7 +19,7 @@ from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock
 from perbench.runner.methods import MethodHandle
 from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict
-from perbench.runner.state import RunState, load_benchmark, log
+from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log
 from perbench.runner.units import Units
 from perbench.runner.work import Work
 
@@ -67,18 +67,19 @@ class Runner:
         set_threads()
         t0 = time.perf_counter()
         bench = load_benchmark(self.cfg)
+        extras = load_upstream_benchmarks(self.cfg)
         load_s = time.perf_counter() - t0
         self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config and the data are good
         with run_lock(self.run_dir):  # a second run of this config waits instead of doing the work twice
-            return self._run(bench, t0, load_s)
+            return self._run(bench, extras, t0, load_s)
 
-    def _run(self, bench: Benchmark, t0: float, load_s: float) -> RunResult:
+    def _run(self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float) -> RunResult:
         import yaml
 
         cfg = self.cfg
         atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         log(f"run directory: {self.run_dir}")
-        state = RunState(cfg, self.run_dir, bench, Units(self.run_dir / "units.sqlite"))
+        state = RunState(cfg, self.run_dir, bench, Units(self.run_dir / "units.sqlite"), extras)
         state.timing["benchmark"] = load_s
         log(
             f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "

@@ -1,21 +1,52 @@
-"""Upstream: each reward model's accuracy on held-out pairs (seen, unseen, personalization-only), its
-few-shot curve on unseen users, and its policy accuracy under the policy it would steer."""
+"""Upstream: each reward model's accuracy on held-out pairs (seen, unseen, all, personalization-only, consensus,
+and the test pairs of every ``upstream_benchmarks`` entry), its few-shot curve on unseen users, and its policy
+accuracy under the policy it would steer.
+
+The pair sets besides the benchmark's own test pairs are the predictors of benchmark validity (which upstream
+benchmark's ranking predicts the downstream one): ``rm_acc_consensus`` on the benchmark's consensus pairs (every
+user prefers the same response; ``Benchmark.pair_sets``), and ``rm_acc_on_NAME`` on another benchmark's test pairs,
+whose users are strangers to every method: their ids are prefixed ``NAME/``, so no method can mistake one for a
+user it was fit on or adapted to, and each method scores them with its unknown-user reward (docs/methods.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from perbench.data.records import PreferencePair, prompt_key
+from perbench.data.records import CONSENSUS, Benchmark, PreferencePair, prompt_key
 from perbench.runner.methods import MethodHandle, pair_ids
 from perbench.runner.state import RunState, has_prefix_reward, outcomes
+
+
+def stranger_pairs(name: str, bench: Benchmark) -> list[PreferencePair]:
+    """``bench``'s test pairs with user and pair ids prefixed ``NAME/``: users no method of the run has seen."""
+    return [replace(p, user_id=f"{name}/{p.user_id}", pair_id=f"{name}/{p.pair_id}") for p in bench.test_pairs()]
 
 
 class Upstream:
     def __init__(self, state: RunState) -> None:
         self.s = state
+        self._strangers: dict[str, list[PreferencePair]] = {}
+
+    def strangers(self, name: str) -> list[PreferencePair]:
+        if name not in self._strangers:
+            self._strangers[name] = stranger_pairs(name, self.s.extras[name])
+        return self._strangers[name]
+
+    def extra_sets(self, h: MethodHandle) -> dict[str, list[PreferencePair]]:
+        """The pair sets scored besides the test pairs, by metric: consensus (without the users ``h`` cannot
+        score) and each extra benchmark's stranger pairs."""
+        na = self.s.not_applicable(h)
+        out = {}
+        consensus = [p for p in self.s.bench.pair_sets.get(CONSENSUS, []) if p.user_id not in na]
+        if consensus:
+            out["rm_acc_consensus"] = consensus
+        for name in self.s.extras:
+            out[f"rm_acc_on_{name}"] = self.strangers(name)
+        return out
 
     def prefetch_features(self, handles: list[MethodHandle]) -> None:
         """Every frozen-feature method reads φ of the train responses (fit) and per-token features of the test
@@ -26,10 +57,20 @@ class Upstream:
         groups = [(g, self.s.bench.test_pairs(seen=g == "seen")) for g in ("seen", "unseen")]
         keys = [self._pa_key(h, g, pairs) for h in handles if h.is_feature_rm for g, pairs in groups if pairs]
         fits = [h.fit_key for h in handles if h.is_feature_rm and not self.s.unfittable(h)]
-        if self.s.units.missing(fits, phase="fit"):
-            from perbench.rewards.base import pair_feature_arrays
+        from perbench.rewards.base import pair_feature_arrays
 
+        if self.s.units.missing(fits, phase="fit"):
             pair_feature_arrays(self.s.extractor, self.s.bench.train_pairs(), desc="train features")
+        extra = [
+            p
+            for h in handles
+            if h.is_feature_rm
+            for metric, ps in self.extra_sets(h).items()
+            if self.s.units.missing([self._score_key(h, ps, self.s.cfg.shots, metric)], phase="scores")
+            for p in ps
+        ]
+        if extra:  # φ only: these pairs have no policy accuracy
+            pair_feature_arrays(self.s.extractor, extra, desc="consensus / other benchmarks' features")
         if not self.s.units.missing(keys, phase="policy_accuracy"):
             return
         texts = {
@@ -52,8 +93,13 @@ class Upstream:
             s_w, s_l = rm.score_pairs(pairs)
             return {"chosen": s_w, "rejected": s_l}
 
+        return self.s.units.arrays("scores", self._score_key(h, pairs, shots, tag, active=active), compute)
+
+    def _score_key(
+        self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str, *, active: bool = False
+    ) -> str:
         extra = ["active"] if active else []
-        return self.s.units.arrays("scores", h.key(shots, "scores", tag, pair_ids(pairs), *extra), compute)
+        return h.key(shots, "scores", tag, pair_ids(pairs), *extra)
 
     def _accuracy(
         self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle, tie: Any = None
@@ -117,6 +163,7 @@ class Upstream:
             pairs = [p for g in all_scores for p in groups[g]]
             merged = {k: np.concatenate([all_scores[g][k] for g in all_scores]) for k in ("chosen", "rejected")}
             acc["all"] = self._accuracy(merged, pairs, h)
+            self.s.cells.add_pairs(h.label, "rm_acc_all", pairs, outcomes(merged, judge, cfg.tie_policy))
             sub = self._pers_only(pairs)
             if sub is not None:
                 index = {p.pair_id: i for i, p in enumerate(pairs)}
@@ -126,6 +173,15 @@ class Upstream:
                 picked = {k: v[pick] for k, v in merged.items()}
                 acc["pers_only"] = self._accuracy(picked, sub, h, tie="half")
                 self.s.cells.add_pairs(h.label, "rm_acc_pers_only", sub, outcomes(picked, judge, "half"))
+        for metric, pairs in self.extra_sets(h).items():
+            scores = self._scores(h, pairs, cfg.shots, metric)
+            group = metric.removeprefix("rm_acc_")
+            acc[group] = self._accuracy(scores, pairs, h)
+            if metric != "rm_acc_consensus":
+                acc[group]["users"] = (
+                    "strangers to every method: each scores them with its unknown-user reward (docs/methods.md)"
+                )
+            self.s.cells.add_pairs(h.label, metric, pairs, outcomes(scores, judge, cfg.tie_policy))
         out["rm_accuracy"] = acc
         if h.label == cfg.reference_method:
             self._train_accuracy(h, groups)
