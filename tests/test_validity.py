@@ -205,3 +205,20 @@ def test_consensus_pairs_every_user_agrees_and_no_rubric_separates_them() -> Non
     assert CONSENSUS not in none.pair_sets and none.fingerprint() != bench.fingerprint()
     with pytest.raises(ValueError, match="consensus_per_prompt"):
         load_rubrics(consensus_per_prompt=-1)
+
+
+def test_predictors_on_disjoint_systems_are_named_not_compared() -> None:
+    rng = np.random.default_rng(5)
+    q = rng.normal(0, 1, 9)
+    cells = crossed(rng, {"rm_acc_pers_only": q, "rm_acc_consensus": q}, q, users=6, prompts=4)
+    firsts, lasts = {f"m{i:02d}" for i in range(4)}, {f"m{i:02d}" for i in range(4, 9)}
+    cells = [
+        c
+        for c in cells
+        if not (c.metric == "rm_acc_consensus" and c.method in lasts)
+        and not (c.metric == "rm_acc_pers_only" and c.method in firsts)
+    ]
+    v = _validity(cells, n_boot=50)["by_downstream"][DOWN]
+    [e] = v["differences"]
+    assert e["n_systems"] == 0 and e["na"] and "need 3" in e["text"]
+    assert len(v["verdict"]["order"]) == 2 and "fewer than 3 systems have both" in v["verdict"]["text"]

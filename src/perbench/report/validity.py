@@ -92,8 +92,7 @@ def validity_section(analysis: Mapping[str, Any] | None) -> str:
     parts.append(
         '<p class="muted">Every system is scored on several upstream pair sets (the predictors); the one whose '
         "ranking of the systems agrees best with a downstream ranking is the benchmark to trust for that "
-        "deployment. Δ between two predictors is computed on the same bootstrap replicate and the same systems; "
-        f"{esc(v.get('intervals', ''))}.</p>"
+        f"deployment. CIs: {esc(v.get('intervals', ''))}.</p>"
     )
 
     def block(d: str) -> str:

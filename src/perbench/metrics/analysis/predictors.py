@@ -103,6 +103,8 @@ def verdict_text(d: str, lead: str, tau: float, ci: Sequence[float] | None, v: M
 
     def show(m: str) -> str:
         c = by[m]
+        if c.get("delta") is None:
+            return f"{m} (fewer than 3 systems have both, or a constant ranking)"
         return f"{m} (Δτ {signed(c['delta'])}" + (_interval(c["ci"]) + ")" if c.get("ci") else ", no CI)")
 
     bits = []
