@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -212,3 +213,29 @@ def pair_accuracy(rm: object, pairs: Sequence[PreferencePair]) -> float:
     c, r = rm.score_pairs(pairs)  # type: ignore[attr-defined]
     c, r = np.asarray(c, np.float64), np.asarray(r, np.float64)
     return float(np.mean((c > r) + 0.5 * (c == r)))
+
+
+def reference_anchor(prob: Problem, directory: Path, n: int = 40) -> str:
+    """lore_reg's reference RM for ``prob``: a ``global_bt`` fit on ``n`` fresh pairs of each seen user (prompts
+    no split of ``prob`` holds, on the same features), saved as an ``anchor_state`` file — a reference RM
+    of the same population that was not fit on the problem's pairs."""
+    from perbench.rewards.base import RMContext
+    from perbench.rewards.global_bt import GlobalBT
+    from perbench.rewards.lore import save_anchor
+
+    held_out = [_pair(prob.ext, u, prob.directions[u], f"{u}-ref{j}", "train") for u in prob.seen for j in range(n)]
+    rm = GlobalBT()
+    rm.fit(held_out, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    return str(save_anchor(rm, directory / f"anchor-{prob.ext.fingerprint.replace(':', '-')}-{id(prob)}.npz"))
+
+
+def anchor_state(directory: Path, dim: int, seed: int = 7) -> str:
+    """A ``global_bt`` state with a random head on ``dim`` features, fit on none of a test's pairs: a reference
+    RM for ``lore_reg`` (``anchor_state``) where only the plumbing matters."""
+    from perbench.cache import pack_arrays
+
+    rng = np.random.default_rng(seed)
+    path = directory / f"anchor-{dim}-{seed}.npz"
+    state = {"w": rng.standard_normal(dim), "mu": np.zeros(dim), "sd": np.ones(dim)}
+    path.write_bytes(pack_arrays(**{k: v.astype(np.float32) for k, v in state.items()}))
+    return str(path)

@@ -31,11 +31,14 @@ from perbench.data.rubrics.build import assemble_pool
 from perbench.data.rubrics.users import RUBRIC_USERS
 from perbench.data.user_context import (
     POLICIES,
+    UserView,
+    answer_key_summary,
     answer_key_texts,
     is_phrase,
     oracle_user_text,
     user_text,
 )
+from perbench.data.user_context import method_inputs as context_for
 from perbench.decoding.icl import ICL, ICLRAG
 from perbench.models.generate import GenRequest
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
@@ -165,7 +168,7 @@ def _judge(bench: Benchmark, cls: type[ICLJudge], monkeypatch: pytest.MonkeyPatc
     every unseen user adapted from their first ``SHOTS`` pairs."""
     monkeypatch.setattr("perbench.rewards.icl_judge.resolve_backbone", lambda *a, **k: None)
     judge = cls()
-    judge.fit(bench.train_pairs(), RMContext(extra={"users": bench.users}))
+    judge.fit(bench.train_pairs(), RMContext(extra=context_for(bench.users, oracle=cls.oracle)))
     for u in bench.unseen_users:
         few = bench.fewshot(u, SHOTS)
         if few:
@@ -176,13 +179,15 @@ def _judge(bench: Benchmark, cls: type[ICLJudge], monkeypatch: pytest.MonkeyPatc
 def method_inputs(bench: Benchmark, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     """(where, text) for every text that reaches a reward model, a judge or a decoder prompt."""
     for p in bench.pairs:
+        yield f"pair {p.pair_id} ids", f"{p.pair_id} {p.user_id}"
         yield f"pair {p.pair_id} prompt", _prompt_text(p.prompt)
         yield f"pair {p.pair_id} responses", f"{p.chosen}\n{p.rejected}"
         yield f"pair {p.pair_id} meta", json.dumps(dict(p.meta), default=str)
-    for uid, u in bench.users.items():
+    for uid, u in bench.user_views().items():
         yield f"user text {uid}", user_text(u) or ""
+        yield f"user view {uid}", repr(u)  # everything the view holds, the id included
     genarm = GenARM()
-    genarm.set_users(bench.users)
+    genarm.set_users(bench.user_views())
     judge = _judge(bench, ICLJudge, monkeypatch)
     decoders: list[ICL] = [ICL(k=4), ICL(k=4, format="pairs"), ICLRAG(k=4)]
     for dec in decoders:
@@ -299,7 +304,7 @@ def test_asking_for_the_answer_key_by_mode_is_an_error() -> None:
         with pytest.raises(ValueError, match="answer key"):
             user_text(u, mode)
     with pytest.raises(ValueError, match="answer key"):
-        GenARM(user_context="rubric").set_users({"a": u})
+        GenARM(user_context="rubric").set_users({"a": UserView("a", profile=u.profile)})
     assert user_text(u) == "- I bake bread." and user_text(u, "none") is None
 
 
@@ -321,7 +326,7 @@ def test_the_oracle_judge_reads_the_answer_key_and_says_so(
         body = oracle.judge_prompt(p)[1].content
         assert key in body and "oracle" in body, (name, p.pair_id)
         assert key not in plain.judge_prompt(p)[1].content
-        full = oracle_user_text(u)
+        full = oracle_user_text(bench.user_views()[p.user_id], answer_key_summary(u))
         assert full is not None and full in body
 
 
@@ -409,3 +414,163 @@ def test_judge_examples_survive_a_saved_state(
     p = bench.test_pairs(seen=False)[0]
     assert again.judge_prompt(p) == judge.judge_prompt(p)
     assert "Earlier choices of this user" in judge.judge_prompt(p)[1].content
+
+
+# ------------------------------------------------------------------------------------- isolation by construction
+def test_methods_decoders_and_judges_are_handed_views_that_hold_no_answer_key(
+    benches: dict[str, tuple[Benchmark, list[str]]], tmp_path: Path
+) -> None:
+    """Not a convention on a full record: what the runner hands a method (``RMContext.extra["users"]``), a
+    decoder (``bind_context``) or a judge holds the user id, seen and the profile only; the consumers refuse a
+    full record; the answer keys reach a method only when it is named an oracle."""
+    import dataclasses
+
+    from perbench.config import RunConfig
+    from perbench.runner.downstream import Downstream
+    from perbench.runner.methods import MethodHandle
+    from perbench.runner.state import RunState
+    from perbench.runner.units import Units
+
+    bench, _ = benches["persona"]
+    assert {f.name for f in dataclasses.fields(UserView)} == {"user_id", "seen", "profile"}
+    cfg = RunConfig(methods=[{"name": "icl_judge"}], baselines=[], decoders=[{"name": "icl", "k": 2}])
+    state = RunState(cfg, tmp_path, bench, Units(tmp_path / "units.sqlite"))
+    views = state.ctx.extra["users"]
+    assert set(views) == set(bench.users) and all(type(v) is UserView for v in views.values())
+    assert "answer_keys" not in state.ctx.extra
+    plain = MethodHandle(Component("icl_judge"), bench, state.ctx, state.units)
+    oracle = MethodHandle(Component("icl_judge_oracle"), bench, state.ctx, state.units)
+    assert "answer_keys" not in plain.ctx.extra and set(oracle.ctx.extra["answer_keys"]) == set(bench.users)
+    decoder = Downstream(state)._decoder(cfg.decoders[0])
+    assert decoder.users is not None and all(type(v) is UserView for v in decoder.users.values())
+
+    def holds_record(x: Any, depth: int = 0) -> bool:
+        if isinstance(x, User | Benchmark):
+            return True
+        if depth > 3:
+            return False
+        items = x.values() if isinstance(x, dict) else x if isinstance(x, list | tuple) else []
+        return any(holds_record(v, depth + 1) for v in items)
+
+    assert not holds_record(list(vars(decoder).values()))
+    for consumer in (GenARM().set_users, ICLJudge().set_users, lambda users: ICL().bind(users, [])):
+        with pytest.raises(TypeError, match="user views"):
+            consumer(bench.users)
+
+
+@pytest.mark.parametrize("name", ["persona", "domain_styles"])
+def test_ids_that_are_answer_keys_are_opaque(name: str, benches: dict[str, tuple[Benchmark, list[str]]]) -> None:
+    """A persona sentence or a style name names the user and decides the labels: no user id, pair id or pair
+    metadata a method receives holds it, not even as a single word."""
+    bench, _ = benches[name]
+    keys = {t.casefold() for u in bench.users.values() for t in answer_key_texts(u)}  # style names included
+    assert keys
+    for p in bench.pairs:
+        text = f"{p.pair_id} {p.user_id} {json.dumps(dict(p.meta), default=str)}".casefold()
+        assert not [k for k in keys if k in text], p.pair_id
+    assert all(u.startswith(("user-", "style-")) for u in bench.users)
+
+
+def test_withholding_a_profile_sentence_ignores_punctuation_case_and_whitespace() -> None:
+    from perbench.data.records import SkipReport
+    from perbench.data.user_context import withhold_answer_key
+
+    u = User(
+        "a",
+        profile=tuple(
+            ProfileItem(str(i), t)
+            for i, t in enumerate(
+                [
+                    "i LOVE   baroque music!",
+                    "I love baroque-music",
+                    "About me: I love baroque music, really.",
+                    "I love baroque musicals.",  # other words: kept
+                    "Baroque music is fine.",
+                ]
+            )
+        ),
+        answer_key={"rubric_text": "I love baroque music."},
+    )
+    skipped = SkipReport()
+    kept = withhold_answer_key(u, skipped)
+    assert [it.text for it in kept.profile] == ["I love baroque musicals.", "Baroque music is fine."]
+    assert skipped.counts["profile_item_contains_answer_key"] == 3
+
+
+def test_tldr_pal_unseen_users_never_see_a_test_post_among_their_shots(tmp_path: Path) -> None:
+    """Unseen workers with several comparisons per post: their shots and test pairs never share a post (so a
+    test prompt is never among the user's shot prompts), and the first n_shot comparisons are the shots."""
+    from perbench.data.checks import check_benchmark, shot_prompt_overlap
+
+    rows = tldr_rows()
+    extra = []
+    for r in rows:
+        if r["info"]["post"]:  # every worker (so the ranking, and who is unseen, stays)
+            for j in (1, 2):  # two more comparisons of the same post by the same worker
+                s = [
+                    dict(x, text=f"{x['text']} (take {j}{'' if i else ', longer still'})")
+                    for i, x in enumerate(r["summaries"])
+                ]
+                extra.append({**r, "summaries": s})
+    bench = load_tldr(write_jsonl(tmp_path / "cmp.jsonl", rows + extra), unseen_min_comparisons=5, n_shot=3)
+    unseen = bench.unseen_users
+    assert set(unseen) == {"w10", "w11", "w12"}
+    for u in unseen:
+        shots, test = bench.fewshot(u), bench.select(split="test", user=u)
+        assert len(shots) >= 3 and test
+        assert not {p.meta["post_id"] for p in shots} & {p.meta["post_id"] for p in test}, u
+        posts = [p.meta["post_id"] for p in shots]
+        assert len(set(posts)) < len(posts)  # several comparisons of one post: the test can fail
+    assert shot_prompt_overlap(bench) == 0
+    assert not [n for n in check_benchmark(bench, needs_train=True) if "share their prompt" in n]
+
+
+# ------------------------------------------------------------------------------------------ equal information
+@pytest.mark.parametrize("name", ["prism", "pref_lamp", "persona", "prb"])
+@pytest.mark.parametrize("cls", [ICL, ICLRAG])
+def test_default_icl_prompts_show_the_rms_shots_and_the_same_profile_items(
+    name: str, cls: type[ICL], benches: dict[str, tuple[Benchmark, list[str]]]
+) -> None:
+    """On benchmarks with user profiles, a default ICL / ICL-RAG prompt shows exactly the few-shot pairs the
+    reward models adapt from (both responses of each) plus the profile items GenARM and the ICL judge read, and
+    ``shown`` counts what it showed."""
+    bench, _ = benches[name]
+    dec = cls()
+    dec.bind_context(bench.context_view(SHOTS))
+    views = bench.user_views()
+    assert any(v.profile for v in views.values()), name
+    checked = 0
+    for u in bench.unseen_users:
+        shots = bench.fewshot(u, SHOTS)
+        profile = [it.item_id for it in views[u].profile[:5]]
+        items = dec.retrieve(GenRequest("What should I do next?", u, 3))
+        assert sorted(it.item_id for it in items if it.source == "pairs") == sorted(p.pair_id for p in shots), u
+        assert sorted(it.item_id for it in items if it.source == "profile") == sorted(profile), u
+        assert dec.shown(u) == {"pairs": len(shots), "profile_items": len(profile)}
+        text = _prompt_text(dec.build_prompt(GenRequest("What should I do next?", u, 3)))
+        for p in shots:
+            assert p.chosen[:100] in text and p.rejected[:100] in text
+        genarm_text = user_text(views[u]) or ""
+        assert all(it.text[:100] in genarm_text for it in views[u].profile[:5])  # the same items GenARM reads
+        checked += bool(shots or profile)
+    assert checked, name
+
+
+def test_the_judges_effective_shot_count_is_what_it_saw(
+    benches: dict[str, tuple[Benchmark, list[str]]], tmp_path: Path
+) -> None:
+    from perbench.config import RunConfig
+    from perbench.runner.methods import MethodHandle
+    from perbench.runner.state import RunState
+    from perbench.runner.units import Units
+    from perbench.runner.upstream import Upstream
+
+    bench, _ = benches["prism"]
+    cfg = RunConfig(methods=[{"name": "icl_judge", "max_examples": 1}], baselines=[], decoders=[])
+    state = RunState(cfg, tmp_path, bench, Units(tmp_path / "units.sqlite"))
+    h = MethodHandle(cfg.methods[0], bench, state.ctx, state.units)
+    users = bench.unseen_users
+    eff = Upstream(state)._effective_shots(h, users, SHOTS)
+    assert any(len(bench.fewshot(u, SHOTS)) > 1 for u in users)
+    assert eff["by_user"] == {u: min(len(bench.fewshot(u, SHOTS)), 1) for u in users}
+    assert eff["max"] == 1 and ICLJudge(max_examples=1).shots_seen(7) == 1

@@ -126,6 +126,14 @@ CASES = [
         "methods:\n  - global_bt\n  - {name: hub_rm, model: org/rm, trust_remote_code: true}\n",
         f"3: methods[1].trust_remote_code: {REMOTE}",
     ),
+    Case(
+        "lore_reg_without_a_reference",
+        "methods:\n  - global_bt\n  - lore_reg\n",
+        "3: methods[1]: lore_reg needs a reference reward model that was not fit on these pairs, given as exactly "
+        "one of anchor_state (a saved global_bt state, .npz, on this RM backbone's features) or anchor_rm (a hub "
+        "reward model id or folder); neither was given. Anchored on global_bt fit on the same pairs it becomes a "
+        "copy of global_bt.",
+    ),
     Case("unknown_key", "seed: 0\nmax_new_token: 3\n", "2: max_new_token: unknown key. Did you mean 'max_new_tokens'?"),
     Case(
         "literal",
@@ -289,7 +297,7 @@ def test_yaml_numbers_in_exponent_form_are_numbers(tmp_path: Path) -> None:
 
 def test_valid_configs_keep_their_result_hash(tmp_path: Path) -> None:
     """The checks change no value: the embedded configs hash as before (runs resume into the same folder)."""
-    assert RunConfig.default().result_hash() == "55c5a98f83d9"  # changes only when the default config does
+    assert RunConfig.default().result_hash() == "0eac97f07563"  # changes only when the default config does
     path = tmp_path / "c.yaml"
     path.write_text("methods: [global_bt, {name: length, unit: chars}]\nguide_with: ['length(unit=chars)']\n")
     cfg = RunConfig.from_yaml(path)
@@ -346,6 +354,7 @@ def test_validate_passes_only_the_options_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import perbench.data.loaders as loaders
+    from perbench.runner import preflight
 
     seen: list[tuple[str, dict[str, object]]] = []
 
@@ -353,7 +362,11 @@ def test_validate_passes_only_the_options_given(
         seen.append((source, options))
         return {"ok": True, "source": source}
 
+    def fake_for_run(cfg: RunConfig, source: str, options: dict[str, object]) -> dict[str, object]:
+        return fake(source, **options)
+
     monkeypatch.setattr(loaders, "validate_file", fake)
+    monkeypatch.setattr(preflight, "validate_for_run", fake_for_run)
     monkeypatch.setattr(loaders, "format_validation", lambda report: "checked")
     data = tmp_path / "pairs.jsonl"
     assert main(["validate", str(data)]) == 0

@@ -221,7 +221,7 @@ CASES: list[Case] = [
         "json_element_not_object",
         "d.json",
         lambda: json.dumps([BASE[0], [1, 2]]).encode(),
-        error=Err(2, None, "expected a JSON object, got list"),
+        error=Err(2, None, "expected a JSON object, got a list of 2 value(s), 0 of them objects"),
     ),
     Case(
         "deep_nesting_jsonl",
@@ -619,7 +619,11 @@ def test_validate_reports_every_count_of_a_skipping_run(tmp_path: Path) -> None:
     }
     assert report["skipped_pairs"] == 4 == bench.skipped.total() and report["pairs_kept"] == 3 == len(bench.pairs)
     text = format_validation(report)
-    for line in ("rows read    : 7 (1 with errors)", "skipped      : 4 pair(s)", "duplicate_pair: 2 pair(s)"):
+    for line in (
+        "rows read    : 7 (1 with errors, 1 row(s) lost)",
+        "skipped      : 4 pair(s)",
+        "duplicate_pair: 2 pair(s)",
+    ):
         assert line in text
 
 
@@ -708,8 +712,9 @@ def test_mirrored_pairs_survive_dedup_with_identical_responses_across_styles(
 
 
 def test_per_pair_dedup_would_break_the_mirror(tmp_path: Path) -> None:
-    """The failure the unit dedup prevents: deduplicating pair by pair keeps one direction of a mirror."""
-    from perbench.data.records import dedup_pairs
+    """The failure the unit dedup prevents: deduplicating pair by pair keeps one direction of a mirror. Every
+    loader's ``dedup_pairs`` matches mirrors first and drops a duplicate's mirror with it (counted)."""
+    from perbench.data.records import dedup_pairs, dedup_units
 
     bench = load_domain_styles(write_jsonl(tmp_path / "dom.jsonl", domain_rows_shared_responses()))
     same = "Photosynthesis turns light into sugar."
@@ -721,8 +726,12 @@ def test_per_pair_dedup_would_break_the_mirror(tmp_path: Path) -> None:
         PreferencePair("3", "formal", q, same, "B", "test"),
         PreferencePair("4", "playful", q, "B", same, "test"),
     ]
-    kept = dedup_pairs(raw, SkipReport())
-    assert half_accuracy(kept, USER_AGNOSTIC["length"]) != 0.5  # 2 of 3 one way round
+    per_pair = dedup_units([[p] for p in raw], SkipReport())
+    assert half_accuracy(per_pair, USER_AGNOSTIC["length"]) != 0.5  # 2 of 3 one way round
+    skipped = SkipReport()
+    kept = dedup_pairs(raw, skipped)
+    assert [p.pair_id for p in kept] == ["1", "2"] and half_accuracy(kept, USER_AGNOSTIC["length"]) == 0.5
+    assert dict(skipped.counts) == {"duplicate_pair": 1, "mirror_of_skipped_pair": 1}
     assert half_accuracy(bench.pairs, USER_AGNOSTIC["length"]) == 0.5
 
 

@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perbench.data.benchmarks.persona import load_domain_styles, load_persona
+from perbench.data.benchmarks.persona import load_domain_styles, load_persona, style_user
 from perbench.data.benchmarks.prb import bm25_rank, load_prb
 from perbench.data.benchmarks.pref_lamp import LAMP5_PREFIX, encode_cached, format_table1, load_pref_lamp
 from perbench.data.benchmarks.prism import load_prism
 from perbench.data.benchmarks.tldr import load_tldr
 from perbench.data.loaders import DataError
 from perbench.data.records import Benchmark, Message, PreferencePair, Prompt, prompt_text
+from perbench.data.user_context import opaque_user_id
 from tests.fixtures_upstream import (
     DOMAIN_STYLES,
     PRB_SECRET,
@@ -434,9 +435,10 @@ def test_tldr_lore_needs_the_split_field(tmp_path: Path) -> None:
 def test_persona_rows_dedup_history_and_rubric(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "persona.jsonl", persona_rows())
     bench = load_persona(path)
-    runner = "I am a health-conscious runner."
-    assert sorted(bench.users) == [runner, "I love baroque music."]
-    assert bench.users[runner].answer_key == {"rubric_text": runner}
+    sentence = "I am a health-conscious runner."
+    runner = opaque_user_id(sentence)  # the persona sentence is the answer key: the id is an opaque hash of it
+    assert sorted(bench.users) == sorted([runner, opaque_user_id("I love baroque music.")])
+    assert bench.users[runner].answer_key == {"rubric_text": sentence}
     assert bench.skipped.counts["duplicate_pair"] == 3  # two repeated rows + one repeated history pair
     assert bench.skipped.counts["history_equals_row_pair"] == 1
     assert [p.prompt for p in bench.train_pairs()] == ["Recommend a snack."]
@@ -466,7 +468,10 @@ def _hash_score(seed: int) -> Callable[[str, Prompt, str], float]:
 
 def test_domain_styles_user_agnostic_scorers_get_exactly_half(tmp_path: Path) -> None:
     bench = load_domain_styles(write_jsonl(tmp_path / "dom.jsonl", domain_rows()))
-    assert sorted(bench.users) == sorted(DOMAIN_STYLES)
+    style = {u: str((r.answer_key or {})["style"]) for u, r in bench.users.items()}
+    assert sorted(style.values()) == sorted(DOMAIN_STYLES) and sorted(bench.users) == sorted(
+        map(style_user, style.values())
+    )
     assert len(bench.pairs) == 5 * 4 * 3
     scorers: dict[str, Callable[[str, Prompt, str], float]] = {
         "length": lambda u, x, y: float(len(y)),
@@ -475,7 +480,7 @@ def test_domain_styles_user_agnostic_scorers_get_exactly_half(tmp_path: Path) ->
     }
     for name, score in scorers.items():
         assert accuracy(bench.pairs, score) == 0.5, name
-    oracle = accuracy(bench.pairs, lambda u, x, y: float(y.startswith(f"[{u}]")))
+    oracle = accuracy(bench.pairs, lambda u, x, y: float(y.startswith(f"[{style[u]}]")))
     assert oracle == 1.0
 
 
@@ -486,7 +491,7 @@ def test_domain_styles_list_form_split_and_errors(tmp_path: Path) -> None:
     ]
     bench = load_domain_styles(write_jsonl(tmp_path / "dom.jsonl", rows), train_fraction=0.4, unseen_styles=["playful"])
     assert len(bench.pairs) == 60 and len(bench.train_pairs()) == 2 * 12 - 6
-    assert bench.unseen_users == ["playful"]
+    assert bench.unseen_users == [style_user("playful")]
     bad = domain_rows()
     bad[2]["responses"]["formal"] = ""  # an empty response drops only the pairs it is in (counted in pairs)
     dropped = load_domain_styles(write_jsonl(tmp_path / "dom2.jsonl", bad))

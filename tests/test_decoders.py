@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from perbench.data.records import Message, PreferencePair, ProfileItem, User
+from perbench.data.user_context import UserView
 from perbench.decoding.args import ARGS
-from perbench.decoding.best_of_n import BestOfN, bon_curve, bon_ns, pick_best, sample_seed
+from perbench.decoding.best_of_n import BestOfN, bon_curve, bon_expected, bon_ns, bon_weights, pick_best, sample_seed
 from perbench.decoding.genarm import GenARMDecoder
 from perbench.decoding.greedy import ZeroShot
 from perbench.decoding.icl import ICL, ICLRAG
@@ -149,12 +150,36 @@ def test_bon_curve_hand_checked() -> None:
     quality = [np.array([0.0, 1.0, 0.2, 0.4]), np.array([0.5, 1.0, 0.0, 1.0])]
     c = bon_curve(rewards, quality)
     assert c["n"] == [1, 2, 4] == bon_ns(4)
-    # n=1: picks (0, 0) -> q 0.0, 0.5; n=2: picks (1, 0) (NaN never wins) -> 1.0, 0.5; n=4: (3, 2) -> 0.4, 0.0
-    assert c["quality"] == pytest.approx([0.25, 0.75, 0.2])
-    assert c["oracle"] == pytest.approx([0.25, 1.0, 1.0])
-    assert c["reward"] == pytest.approx([0.55, 0.95, 2.5])
-    assert pick_best(np.array([1.0, 1.0])) == 0  # ties: the earliest sample
+    # n = 2 from a pool of 4: the items ranked 1..4 by reward win with probability 3/6, 2/6, 1/6, 0 (NaN ranks last)
+    # row 1: .5·.4 + 1/3·1 + 1/6·.2 = .5667; row 2: .5·0 + 1/3·.5 + 1/6·1 = .3333. n = 1: the pool means .4, .625
+    assert c["quality"] == pytest.approx([0.5125, 0.45, 0.2])
+    # the oracle ranks by quality: row 2's two 1.0s tie at the top and share (3/6 + 2/6) / 2 each
+    assert c["oracle"] == pytest.approx([0.5125, (0.5 + 0.4 / 3 + 0.2 / 6 + 5 / 6 + 0.5 / 6) / 2, 1.0])
+    assert c["sample_mean"] == pytest.approx([0.5125] * 3)
+    assert pick_best(np.array([1.0, 1.0])) == 0  # a single decode: ties pick the earliest sample
     assert bon_ns(6) == [1, 2, 4, 6]
+    # tied rewards are ordered at random: each gets half of the winning chance
+    assert bon_expected(np.array([1.0, 1.0, 0.0]), np.array([0.0, 1.0, 1.0]), 3) == pytest.approx(0.5)
+
+
+def test_exact_best_of_n_equals_the_monte_carlo_mean_over_random_subsets() -> None:
+    """The exact expectation over random n-subsets of a pool equals the mean of simulated Best-of-n draws (ties
+    broken uniformly at random), for every n, with tied and NaN rewards in the pool."""
+    rng = np.random.default_rng(7)
+    N, draws = 12, 40_000
+    rewards = rng.integers(0, 5, size=(3, N)).astype(float)  # many ties
+    rewards[0, 3] = np.nan
+    quality = rng.random((3, N))
+    for n in (1, 2, 3, 5, 8, 12):
+        exact = bon_expected(rewards, quality, n)
+        assert bon_weights(rewards, n).sum(1) == pytest.approx(np.ones(3))
+        for row in range(3):
+            r = np.where(np.isnan(rewards[row]), -np.inf, rewards[row])
+            subsets = np.argsort(rng.random((draws, N)), axis=1)[:, :n]
+            sub_r = r[subsets] + rng.random((draws, n)) * 1e-9  # random order among ties
+            picks = subsets[np.arange(draws), np.argmax(sub_r, axis=1)]
+            mc = quality[row][picks]
+            assert abs(mc.mean() - exact[row]) < 4.5 * mc.std() / np.sqrt(draws) + 1e-12, (n, row)
 
 
 # ---------------------------------------------------------------------------------------------- ICL
@@ -167,7 +192,7 @@ PROFILE = (
 
 
 def _icl_users() -> tuple[dict[str, User], list[PreferencePair]]:
-    users = {"u": User("u", profile=PROFILE), "v": User("v")}
+    users = {"u": UserView("u", profile=PROFILE), "v": UserView("v")}
     pairs = [
         PreferencePair(f"t{i}", "v", f"question {i} about {topic}", f"good answer {i}", f"bad answer {i}", "train")
         for i, topic in enumerate(["cats", "sourdough baking", "cars"])
@@ -179,14 +204,20 @@ def _icl_users() -> tuple[dict[str, User], list[PreferencePair]]:
 @pytest.mark.parametrize("retrieval", ["bm25", "dense"])
 def test_icl_rag_retrieves_the_planted_item(retrieval: str) -> None:
     users, pairs = _icl_users()
-    dec = ICLRAG(k=1, retrieval=retrieval)
+    # LaMP-style RAG over the whole profile (profile_pool="all"): the retrieval picks the relevant item
+    dec = ICLRAG(profile_k=1, profile_pool="all", retrieval=retrieval)
     dec.bind(users, pairs)
     q = "How long should I proof my sourdough bread, and how do I keep the starter lively?"
     assert [it.item_id for it in dec.retrieve(GenRequest(q, "u", 0))] == ["p1"]
     q2 = "What do qubits in a quantum computer do?"
     assert dec.retrieve(GenRequest(q2, "u", 0))[0].item_id == "p3"
-    # preference-pair format reads the user's train pairs (never the test pair)
-    dec_pairs = ICLRAG(k=1, retrieval=retrieval, format="pairs")
+    # by default every profile item every method reads is shown, the relevant one first
+    default = ICLRAG(retrieval=retrieval)
+    default.bind(users, pairs)
+    assert default.retrieve(GenRequest(q, "u", 0))[0].item_id == "p1"
+    assert default.shown("u") == {"pairs": 0, "profile_items": 4}
+    # preference pairs: the user's train pairs (never the test pair), the relevant one first
+    dec_pairs = ICLRAG(k=1, retrieval=retrieval)
     dec_pairs.bind(users, pairs)
     got = dec_pairs.retrieve(GenRequest("any tips for sourdough baking?", "v", 0))
     assert [it.item_id for it in got] == ["t1"] and "bad answer 1" in got[0].text
@@ -199,15 +230,21 @@ def test_icl_rag_retrieves_the_planted_item(retrieval: str) -> None:
 
 def test_icl_random_is_seeded_and_generates(tiny_lm) -> None:  # type: ignore[no-untyped-def]
     users, pairs = _icl_users()
-    dec = ICL(k=2)
-    assert dec.retrieval == "random" and ICLRAG().retrieval == "bm25"
+    dec = ICL(k=2, format="chosen")
+    assert dec.retrieval == "random" and ICLRAG().retrieval == "bm25" and ICL().format == "pairs"
     dec.bind(users, pairs)
-    a = [it.item_id for it in dec.retrieve(GenRequest("q", "u", 3))]
-    assert a == [it.item_id for it in dec.retrieve(GenRequest("q", "u", 3))] and len(set(a)) == 2
-    assert len({tuple(it.item_id for it in dec.retrieve(GenRequest("q", "u", s))) for s in range(8)}) > 1
+    a = [it.item_id for it in dec.retrieve(GenRequest("q", "v", 3))]
+    assert a == [it.item_id for it in dec.retrieve(GenRequest("q", "v", 3))] and len(set(a)) == 2
+    assert len({tuple(it.item_id for it in dec.retrieve(GenRequest("q", "v", s))) for s in range(8)}) > 1
     chosen_only = dec.build_prompt(GenRequest("a question", "v", 0))  # no profile: own pairs, chosen only
     assert isinstance(chosen_only, str) and "good answer" in chosen_only and "bad answer" not in chosen_only
     assert dec.build_prompt(GenRequest("q", "nobody", 0)) == "q"  # no items: the plain prompt
+    both = ICL()
+    both.bind({**users, "v": UserView("v", profile=PROFILE[:2])}, pairs)
+    prompt = both.build_prompt(GenRequest("q", "v", 0))  # profile items and all pairs, with both responses
+    assert isinstance(prompt, str) and prompt.index("profile") < prompt.index("Preferred response")
+    assert all(f"good answer {i}" in prompt and f"bad answer {i}" in prompt for i in range(3))
+    assert both.shown("v") == {"pairs": 3, "profile_items": 2}
     gens = dec.generate(tiny_lm, [GenRequest("q", "u", 0), GenRequest("q", "v", 0)], None, max_new_tokens=3)
     assert len(gens) == 2
     with pytest.raises(RuntimeError, match="bind"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -213,6 +214,7 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
         max_new_tokens=6,
         max_test_prompts=2,
         max_gen_users=2,
+        max_pool_prompts=2,  # Best-of-N: every user on 2 test prompts (GenARM scores each user's pool anew)
         pa_rgd=True,
         shot_curve=[1],
     )
@@ -236,17 +238,36 @@ def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: igno
         if not label.startswith(("zero_shot", "icl_rag")):
             assert 0.0 <= d["rm_win"]["mean"] <= 1.0 and d["rm_win"]["n"] == d["n"]
             assert "rubric_satisfaction" in d["vs"]["icl_rag(k=2)"]
+    # ICL-RAG's effective context: how many pairs and profile items its prompts held, per decoder and per row
+    ctx = down["icl_rag(k=2)"]["effective_context"]
+    assert 1 <= ctx["pairs"]["max"] <= 2 and ctx["profile_items"]["max"] == 0 and ctx["shots"] == cfg.shots
+    rows = [json.loads(x) for x in (cfg.run_dir() / "samples.jsonl").read_text().splitlines()]
+    icl_rows = [r for r in rows if r.get("decoder") == "icl_rag(k=2)"]
+    assert icl_rows and all(0 <= r["context_pairs"] <= 2 and r["context_profile_items"] == 0 for r in icl_rows)
     bons = ("best_of_n(n=4)[global_bt]", f"best_of_n(n=4)[{g}]")
     for label in bons:
         c = down[label]["bon_curve"]["rubric_satisfaction"]
         assert c["n"] == [1, 2, 4]
         assert all(o >= q - 1e-12 for o, q in zip(c["oracle"], c["quality"], strict=True))
+        # every user on each of the 2 pool prompts, from one pool per prompt
+        assert down[label]["n"] == 2 * 32 and down[label]["pool"] == {**down[label]["pool"], "prompts": 2, "pool": 4}
     # both RMs re-ranked the same pool: identical oracle curves, and N = 1 is the same sample for both
     a, b = (down[x]["bon_curve"]["rubric_satisfaction"] for x in bons)
     assert a["oracle"] == b["oracle"] and a["quality"][0] == b["quality"][0]
     pa = res["upstream"]["global_bt"]["policy_accuracy"]["seen"]
-    assert pa["headline"] == "mean" and pa["w0"] == pa["policy_mean"]
+    assert pa["headline"] == "tilt" and pa["w0"] == pa["policy_sum"]
     assert 0.0 <= pa["miss_rate"] <= 1.0 and pa["k"] == 4 and "rgd_mean" in pa  # w, k of the deployed ARGS
+    # one weight per RM: each guided row is reported next to the policy accuracy at its decoder's own weight,
+    # ARGS's w on r; GenARM's α on log π_r, which is α/β on GenARM's reward r = β·log π_r (β = 0.1 here)
+    assert pa["w"] == 1.0 and "args(k=4,w=1.0)" in pa["w_source"]
+    gen_pa = res["upstream"][g]["policy_accuracy"]
+    assert gen_pa["seen"]["w"] == pytest.approx(1.0 / 0.1) and "genarm" in gen_pa["seen"]["w_source"]
+    paired = {label: d.get("policy_accuracy") for label, d in down.items()}
+    assert paired["args(k=4,w=1.0)[global_bt]"]["w"] == 1.0
+    assert paired[f"genarm[{g}]"]["w"] == pytest.approx(10.0)
+    assert paired["args(k=4,w=1.0)[global_bt]"]["seen"]["tilt"] == pa["tilt"]
+    assert paired[f"genarm[{g}]"]["unseen"]["tilt"] == gen_pa["unseen"]["tilt"]
+    assert all(paired[x] is None for x in ("zero_shot", "icl_rag(k=2)", *bons))  # no weight on a reward
     again = run(cfg)
     html = (again.run_dir / "report.html").read_text()
     assert "Best-of-N" in html and "difference to zero-shot" in html and "RGD-induced" in html

@@ -75,7 +75,11 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path) -> None:
             acc = up[label]["rm_accuracy"][group]
             assert 0.0 <= acc["accuracy"] <= 1.0 and acc["n_pairs"] > 0 and "ties" in acc
     assert set(up["global_bt"]["policy_accuracy"]) == {"seen", "unseen"}
-    assert {"sum", "mean"} <= set(up["global_bt"]["policy_accuracy"]["seen"])
+    assert {"tilt", "prefix_sum", "prefix_mean"} <= set(up["global_bt"]["policy_accuracy"]["seen"])
+    assert up["global_bt"]["policy_accuracy"]["seen"]["headline"] == "tilt"
+    # the sequence tilt needs only the whole response's reward: baselines have it, not the per-prefix variants
+    length_pa = up["length"]["policy_accuracy"]["seen"]
+    assert "tilt" in length_pa and "prefix_sum" not in length_pa and length_pa["variants_not_applicable"]
     down = res["downstream"]
     assert set(down) == {"zero_shot", "args(k=10,w=1.0)[global_bt]"}
     for d in down.values():
@@ -192,7 +196,7 @@ def test_decoders_by_reward_models_by_policies(tiny_pool: Path, tmp_path: Path) 
     assert all(r["decoder"].endswith("@" + r["policy"]) for r in gens)
     # policy accuracy depends on the policy: computed under each one, and each (policy, method) system has its own
     other = res["upstream"]["global_bt"]["policy_accuracy_by_policy"]["tiny-random:1"]
-    assert set(other) == {"seen", "unseen"} and other["seen"]["headline"] == "mean"
+    assert set(other) == {"seen", "unseen"} and other["seen"]["headline"] == "tilt"
     cells = [json.loads(x) for x in (cfg.run_dir() / "cells.jsonl").read_text().splitlines()]
     pa = {}
     for c in cells:

@@ -69,6 +69,15 @@ def ctx(tiny_lm, tmp_path_factory) -> RMContext:  # type: ignore[no-untyped-def]
     return RMContext(features=FeatureExtractor(tiny_lm, store), seed=0, extra={"policy": tiny_lm})
 
 
+@pytest.fixture(scope="module")
+def anchor(ctx: RMContext, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """lore_reg's reference RM on the tiny backbone's features: a head fit on none of these pairs."""
+    from tests.synthetic import anchor_state
+
+    assert ctx.features is not None
+    return anchor_state(tmp_path_factory.mktemp("anchor"), ctx.features.dim)
+
+
 def _fit(name: str, ctx: RMContext, **kw: Any) -> Any:
     rm = reward_models.get(name)(**kw)
     rm.fit(_pairs(), ctx)
@@ -101,8 +110,8 @@ def _check_prefix_consistency(rm: Any, item: ScoreItem, tokenizer: Any) -> None:
 
 
 @pytest.mark.parametrize("name", FEATURE_METHODS)
-def test_feature_rm_guides_with_the_reward_it_is_scored_with(name: str, ctx: RMContext) -> None:
-    rm = _fit(name, ctx)
+def test_feature_rm_guides_with_the_reward_it_is_scored_with(name: str, ctx: RMContext, anchor: str) -> None:
+    rm = _fit(name, ctx, **({"anchor_state": anchor} if name == "lore_reg" else {}))
     assert isinstance(rm, FeatureRM)
     for item in ITEMS:
         score = float(rm.score([item])[0])
@@ -178,43 +187,78 @@ def test_pal_a_is_an_ideal_point_model_whose_new_users_learn_only_their_weights(
     assert torch.equal(W_before, rm.W)  # the seen users' weights untouched
     w_u = rm.user_weights(new_user)
     assert w_u.shape == (rm.K,) and abs(float(w_u.sum()) - 1) < 1e-5 and not np.allclose(w_u, fallback)
-    # r = −‖f(z) − a_u‖ with a_u = Σ_k w_uk p_k: the user's ideal point is a mixture of the free prototypes
+    # r = −‖f(z) − a_u‖ with a_u = f(Σ_k w_uk p_k): the user's ideal point is the mapped mixture of the free
+    # prototypes, which live in the feature space (the reference's default f(Pw) user learner)
+    assert rm.net.P.shape == (rm.K, prob.ext.dim)
     feats = torch.from_numpy(prob.ext.last([(p.prompt, p.chosen) for p in prob.test_seen[:6]]))
     users = [p.user_id for p in prob.test_seen[:6]]
     r = rm.rewards(users, ["prompt A"] * 6, feats)
     with torch.no_grad():
         fz = rm.net.f(rm.std(feats))
-        points = torch.stack([torch.from_numpy(rm.user_weights(u)) @ rm.net.P for u in users])
+        points = torch.stack([rm.net.f(torch.from_numpy(rm.user_weights(u)) @ rm.net.P) for u in users])
     torch.testing.assert_close(r, -(fz - points).norm(dim=-1), rtol=1e-5, atol=1e-5)
     # the prompt reaches the reward only through φ(x, y): same features, other prompts, same rewards
     torch.testing.assert_close(rm.rewards(users, [f"prompt {i}" for i in range(6)], feats), r)
 
 
+def test_pal_a_trains_on_the_reference_hinge_and_bounds_the_ideal_points() -> None:
+    """The reference's PAL-A loss: hinge max(0, 1 − (d_l − d_w)) averaged over pairs, plus λ·Σ relu(‖a_u‖ − 4)
+    over a batch's user ideal points (4 pairs) — the bound is on a_u, not on the prototypes."""
+    rm = reward_models.get("pal_a")(bound_weight=1.0)
+    fw = torch.tensor([[0.0, 0.0], [0.0, 0.0]])
+    fl = torch.tensor([[3.0, 4.0], [0.0, 0.5]])  # distances to the ideal point (0, 0): d_w = 0, d_l = 5 / 0.5
+    inside = torch.zeros(2, 2)
+    # pair 1: margin 5 ≥ 1, no loss; pair 2: margin 0.5, hinge 0.5 -> mean 0.25; ideal points inside the bound
+    assert float(rm.loss(fw, fl, inside)) == pytest.approx(0.25, abs=1e-5)
+    outside = torch.tensor([[6.0, 8.0], [0.0, 0.0]])  # ‖a‖ = 10 for pair 1: relu(10 − 4) = 6, mean 3, × 4 pairs
+    d = torch.linalg.norm(fl - outside, dim=-1) - torch.linalg.norm(fw - outside, dim=-1)
+    hinge = float(torch.relu(1 - d).mean())
+    assert float(rm.loss(fw, fl, outside)) == pytest.approx(hinge + 4 * 3.0, abs=1e-5)
+
+
 # ---- lore_reg: the reference defaults ------------------------------------------------------------------------
-def test_lore_reg_anchors_on_the_global_rm_with_the_reference_alpha() -> None:
+def test_lore_reg_anchors_on_a_reference_rm_with_the_reference_alpha(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The pull is toward a reference RM not fit on these pairs: a saved global_bt state fit elsewhere on the same
+    features, read in this fit's standardisation (r_ref = w·(φ − μ_ref)/σ_ref = Σ_i w_i σ_i/σ_ref,i · z_i + c)."""
+    from perbench.cache import pack_arrays, unpack_arrays
+    from perbench.rewards.lore import save_anchor
     from tests.synthetic import make_problem
 
     prob = make_problem("lowrank")
-    rm = reward_models.get("lore_reg")()
+    ref_pairs = make_problem("lowrank", seed=3, n_seen=4, n_unseen=2).train  # other texts, other users
+    ref = reward_models.get("global_bt")()
+    ref.fit(ref_pairs, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    path = save_anchor(ref, tmp_path / "ref.npz")
+    rm = reward_models.get("lore_reg")(anchor_state=str(path))
     assert rm.alpha == 1e4
     rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
-    glob = reward_models.get("global_bt")()
-    glob.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
-    np.testing.assert_allclose(rm.v_global, glob.w, rtol=1e-4, atol=1e-5)  # the deployed global RM's head
+    assert not np.allclose(ref.std.sd, rm.std.sd)  # the two standardisations differ: the conversion matters
+    np.testing.assert_allclose(rm.v_global, ref.w * rm.std.sd / ref.std.sd, rtol=1e-5, atol=1e-6)
     Vp = torch.randn(rm.V.shape[0], 3)
     assert rm._penalty(Vp, 19, 100) is None  # the ramp starts at 20 %
     mid = float(rm._penalty(Vp, 50, 100))
     full = float(rm._penalty(Vp, 80, 100))
     assert full == pytest.approx(2 * mid, rel=1e-5) and full == pytest.approx(float(rm._penalty(Vp, 99, 100)))
+    # an anchor fit on another backbone is refused
+    other = tmp_path / "other.npz"
+    state = unpack_arrays(path.read_bytes())
+    assert str(state["backbone"]) == prob.ext.fingerprint
+    other.write_bytes(pack_arrays(**{**state, "backbone": np.asarray("another-backbone")}))
+    with pytest.raises(ValueError, match="backbone"):
+        reward_models.get("lore_reg")(anchor_state=str(other)).fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
 
 
 # ---- PReF: active shot selection ----------------------------------------------------------------------------
 def test_pref_select_shots_follows_the_reference_rule() -> None:
+    """First pick at random from the seed; then argmax σ'(uᵀv)²·vᵀΣ⁻¹v with Σ = λI + Σ_picked σ'(uᵀv) v vᵀ,
+    λ = 1e-3, u re-estimated from the answers revealed so far."""
+    from perbench.rewards.personal import fit_logistic, user_seed
     from tests.synthetic import make_problem
 
     prob = make_problem("lowrank")
     rm = reward_models.get("pref")()
-    rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    assert rm.select_lambda == 1e-3
+    rm.fit(prob.train, RMContext(features=prob.ext, seed=4))  # type: ignore[arg-type]
     user = prob.unseen[0]
     pool = prob.shots[user]
     picks = rm.select_shots(user, pool, 5)
@@ -222,21 +266,20 @@ def test_pref_select_shots_follows_the_reference_rule() -> None:
     assert rm.select_shots(user, pool, 5) == picks  # deterministic
     assert rm.select_shots(user, pool, 100)[:5] == picks and len(rm.select_shots(user, pool, 100)) == len(pool)
     assert rm.select_shots(user, [], 3) == [] and rm.select_shots(user, pool, 0) == []
-    # first shot: u = the mean seen user, Σ = λI -> the largest σ'(uᵀv)·‖v‖² (v = A(z_w − z_l))
+    # first shot: drawn at random from the pool with the fit's seed and the user
+    assert picks[0] is pool[int(np.random.default_rng(user_seed(4, user)).integers(len(pool)))]
+    firsts = {rm.select_shots(u, prob.shots[u], 1)[0].pair_id.split(":")[1].split("-shot")[1] for u in prob.unseen}
+    assert len(firsts) > 1  # not the same position for every user: a random draw, not a rule
+    # second shot: the user's answer to the first is revealed, u is re-estimated, Σ includes the first pick
     fw, fl = prob.ext.last([(p.prompt, p.chosen) for p in pool]), prob.ext.last([(p.prompt, p.rejected) for p in pool])
-    A, u = rm.A.double().numpy(), rm.U.mean(0).double().numpy()
+    A = rm.A.double().numpy()
     z = lambda f: (f - rm.std.mu) / rm.std.sd  # noqa: E731
     V = (z(fw) - z(fl)) @ A.T
-    s = 1 / (1 + np.exp(-(V @ u)))
-    assert picks[0] is pool[int(np.argmax(s * (1 - s) * (V**2).sum(1)))]
-    # second shot: the user's answer to the first is revealed, u is re-estimated, Σ includes the first pick
-    from perbench.rewards.personal import fit_logistic
-
     i0 = pool.index(picks[0])
     u1 = fit_logistic(torch.from_numpy(V[[i0]]).float(), l2=rm.adapt_l2, center=rm.U.mean(0)).double().numpy()
     s1 = 1 / (1 + np.exp(-(V @ u1)))
     c1 = s1 * (1 - s1)
-    sigma = rm.select_lambda * np.eye(rm.J) + c1[i0] * np.outer(V[i0], V[i0])
-    info = c1 * np.einsum("ij,jk,ik->i", V, np.linalg.inv(sigma), V)
+    sigma = 1e-3 * np.eye(rm.J) + c1[i0] * np.outer(V[i0], V[i0])
+    info = c1**2 * np.einsum("ij,jk,ik->i", V, np.linalg.inv(sigma), V)
     info[i0] = -np.inf
     assert picks[1] is pool[int(np.argmax(info))]

@@ -58,7 +58,7 @@ def test_invalid_json_and_non_objects_are_located(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"bad\.jsonl:2: invalid JSON"):
         list(read_rows(p))
     q = write_json(tmp_path / "list.json", [ROWS[0], [1, 2]])
-    with pytest.raises(DataError, match=r"list\.json:2: expected a JSON object, got list"):
+    with pytest.raises(DataError, match=r"list\.json:2: expected a JSON object, got a list of 2 value"):
         list(read_rows(q))
     r = write_json(tmp_path / "obj.json", {"rows": ROWS})
     with pytest.raises(DataError, match=r"obj\.json: expected a list of objects"):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from perbench.data.records import PreferencePair, ProfileItem, User
+from perbench.data.user_context import UserView, user_views
 from perbench.models.chat import encode_pair, encode_prompt
 from perbench.registry import reward_models
 from perbench.rewards.base import RMContext, ScoreItem
@@ -51,7 +52,7 @@ USERS = {
 
 
 def ctx_for(lm: Any, store: Any, seed: int = 0) -> RMContext:
-    return RMContext(features=FeatureExtractor(lm, store), seed=seed, extra={"users": USERS, "policy": lm})
+    return RMContext(features=FeatureExtractor(lm, store), seed=seed, extra={"users": user_views(USERS), "policy": lm})
 
 
 def new(name: str, **kw: Any) -> Any:
@@ -228,7 +229,7 @@ def test_lm_rms_forward_each_distinct_item_once(tiny_lm, store, monkeypatch) -> 
     genarm = new("genarm", steps=2)
     genarm.fit(TRAIN, ctx_for(tiny_lm, store))
     before = genarm.score(probe()[:2])  # u0, conditioned on their profile
-    genarm.set_users({"u0": User("u0")})  # u0 now has no text: the plain prompt, like a stranger
+    genarm.set_users({"u0": UserView("u0")})  # u0 now has no text: the plain prompt, like a stranger
     after = genarm.score(probe()[:2])
     plain = genarm.score([ScoreItem("zz", it.prompt, it.response) for it in probe()[:2]])
     assert not np.allclose(before, after)
@@ -272,6 +273,19 @@ def test_hub_rm_batched_scores_match_single_sequences(tiny_lm, tmp_path) -> None
         assert abs(ref - s) < 1e-4
     assert rm.tokenizer.decode(rm.encode(items[0])).count("<|im_start|>assistant") == 1
     assert rm.model.config.pad_token_id == tiny_lm.tokenizer.pad_token_id  # restored
+
+
+def test_hub_rm_refuses_a_checkpoint_without_its_score_head(tiny_lm, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A language model folder read as a reward model gets a random score head from transformers: its scores are
+    noise, so it is refused unless the config says allow_untrained_head: true."""
+    from perbench.errors import ConfigError
+
+    folder = _save_tiny(tiny_lm, tmp_path / "lm", "lm", 0)
+    with pytest.raises(ConfigError, match=r"has no trained weights for score\.weight.*allow_untrained_head: true"):
+        new("hub_rm", model=folder).fit([], RMContext())
+    rm = new("hub_rm", model=folder, allow_untrained_head=True)
+    rm.fit([], RMContext())
+    assert rm.score(probe()).shape == (len(probe()),) and rm.params["allow_untrained_head"] is True
 
 
 def test_dpo_implicit_variants(tiny_lm, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -330,13 +344,16 @@ FAST = {
 }
 
 
-def test_feature_methods_on_a_real_backbone(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]
+def test_feature_methods_on_a_real_backbone(tiny_lm, store, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Every frozen-feature method fits on real hidden states, scores per token (partial responses) and
     stays under its parameter budget (factorized ranker)."""
+    from tests.synthetic import anchor_state
+
     ctx = ctx_for(tiny_lm, store)
     items = probe()
+    anchor = {"anchor_state": anchor_state(tmp_path, tiny_lm.hidden_size)}
     for name, kw in FAST.items():
-        rm = new(name, **kw)
+        rm = new(name, **kw, **(anchor if name == "lore_reg" else {}))
         rm.fit(TRAIN, ctx)
         rm.adapt("u2", TRAIN[:3])
         s = rm.score(items)
@@ -387,7 +404,9 @@ def test_lm_methods_personalize_only_through_the_user(tiny_lm, store, monkeypatc
     user-agnostic global_bt_v2 scores exactly 0.5 everywhere (ties ½)."""
     from tests.synthetic import pair_accuracy
 
-    ctx = RMContext(features=FeatureExtractor(tiny_lm, store), seed=0, extra={"users": M_USERS, "policy": tiny_lm})
+    ctx = RMContext(
+        features=FeatureExtractor(tiny_lm, store), seed=0, extra={"users": user_views(M_USERS), "policy": tiny_lm}
+    )
     rm = new(name, **kw)
     rm.fit(M_TRAIN, ctx)
     with monkeypatch.context() as m:
@@ -423,3 +442,18 @@ def test_chunked_token_logprobs_match_log_softmax_with_gradients() -> None:
     assert torch.allclose(g_ref, g_got, atol=1e-6)
     with torch.no_grad():
         assert torch.allclose(token_logprobs(head, hs, tgt, chunk=7), ref, atol=1e-5)
+
+
+def test_lore_reg_anchored_on_a_hub_rm_follows_its_scores(tiny_lm, store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """anchor_rm: the reference hub RM's scores of the train responses, regressed on their standardised features
+    (labels unread), give the direction lore_reg is pulled toward: it reproduces those scores."""
+    folder = _save_tiny(tiny_lm, tmp_path / "rm", "cls", 3)
+    rm = new("lore_reg", anchor_rm=folder, steps=20, adapt_steps=5, anchor_ridge=1e-3)
+    ctx = ctx_for(tiny_lm, store)
+    rm.fit(TRAIN, ctx)
+    texts = sorted({(p.prompt, y) for p in TRAIN for y in (p.chosen, p.rejected)})
+    hub = new("hub_rm", model=folder)
+    ref = hub.score([ScoreItem("u0", x, y) for x, y in texts])
+    z = rm.std(torch.from_numpy(ctx.features.last(texts))).double().numpy()  # type: ignore[union-attr]
+    fit = z @ rm.v_global.astype(np.float64)
+    assert np.corrcoef(fit, ref)[0, 1] > 0.99  # few texts, many dims: the regression reproduces the reference

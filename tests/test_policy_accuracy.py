@@ -1,5 +1,7 @@
-"""Policy accuracy variants: the headline (RGD-induced policy) cannot be moved by a constant added to the
-reward, the labelled ``sum`` variant can; w = 0 is the policy alone; tokens outside the top-k are misses."""
+"""Policy accuracy: the headline is the sequence tilt log π(y|x) + w·r_u(x, y) (r on the whole response), which
+a constant added to the reward cannot move; the labelled prefix-sum variant can; on a hand-computed pair the
+old prefix-sum / length reading and the tilt disagree, and the headline follows the tilt; w = 0 is the policy
+alone; tokens outside the top-k are misses of the top-k RGD-induced-policy variant."""
 
 from __future__ import annotations
 
@@ -16,11 +18,14 @@ from perbench.metrics.policy_accuracy import (
     policy_accuracy_from_scores,
     policy_accuracy_problem,
     policy_accuracy_scores,
+    sequence_tilt,
+    teacher_forced_scores,
 )
 from perbench.models.chat import encode_response
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.features import FeatureExtractor
 
+PAIRS_SIDES = ("chosen", "rejected")
 PAIRS = [  # chosen and rejected differ in length, in both directions
     PreferencePair("a", "u", "How do I boil an egg?", "Boil it.", "Put the egg in boiling water for seven minutes."),
     PreferencePair("b", "u", "Name three colours.", "Red, green, blue, yellow, purple and orange too.", "Red."),
@@ -82,23 +87,29 @@ def test_headline_cannot_be_moved_by_a_constant_but_sum_can(tiny_lm) -> None:  #
     out = {c: _scores(tiny_lm, TokenTableRM(tiny_lm, shift=c), w=w, k=V) for c in (0.0, 2.0, -2.0)}
     base_w, base_l = out[0.0]
     assert np.isfinite(base_w[HEADLINE]).all() and (base_w["misses"] == 0).all()  # k = V: nothing missed
+    assert HEADLINE == "tilt"
     for c in (2.0, -2.0):
         sw, sl = out[c]
         for v in ("rgd_mean", "rgd_sum", "w0_mean", "policy_sum"):
             np.testing.assert_allclose(sw[v], base_w[v], rtol=1e-9, atol=1e-9)
             np.testing.assert_array_equal(sw[v] > sl[v], base_w[v] > base_l[v])
-        for v in ("mean",):  # moves by w·c on both sides: the comparison stays
+        for v in ("tilt", "prefix_mean"):  # move by w·c on both sides: the comparison stays
             np.testing.assert_allclose(sw[v] - sl[v], base_w[v] - base_l[v], rtol=1e-9, atol=1e-9)
-    # the sum variant's per-pair outcomes flip with the sign of the constant (so the test above is meaningful)
-    up = out[2.0][0]["sum"] > out[2.0][1]["sum"]
-    down = out[-2.0][0]["sum"] > out[-2.0][1]["sum"]
+    # the prefix-sum variant's per-pair outcomes flip with the sign of the constant (so the test is meaningful)
+    up = out[2.0][0]["prefix_sum"] > out[2.0][1]["prefix_sum"]
+    down = out[-2.0][0]["prefix_sum"] > out[-2.0][1]["prefix_sum"]
     assert (up != down).any()
     users = [p.user_id for p in PAIRS]
     acc = {c: policy_accuracy_from_scores(*out[c], users, w, V, n_boot=0) for c in out}
     assert acc[2.0][HEADLINE]["accuracy"] == acc[-2.0][HEADLINE]["accuracy"] == acc[0.0][HEADLINE]["accuracy"]
-    # chosen is the longer response in half of the pairs: +2 makes "sum" pick the longer one, −2 the shorter
-    assert acc[2.0]["sum"]["accuracy"] + acc[-2.0]["sum"]["accuracy"] == pytest.approx(1.0)
-    assert acc[0.0]["headline"] == HEADLINE and acc[0.0]["w0"] == acc[0.0]["policy_mean"]
+    # chosen is the longer response in half of the pairs: +2 makes "prefix_sum" pick the longer one, −2 the shorter
+    assert acc[2.0]["prefix_sum"]["accuracy"] + acc[-2.0]["prefix_sum"]["accuracy"] == pytest.approx(1.0)
+    assert acc[0.0]["headline"] == HEADLINE and acc[0.0]["w0"] == acc[0.0]["policy_sum"]
+    # the headline is log π(y|x) + w·r(x, y) with r the RM's score of the whole response
+    for side, sc in zip(PAIRS_SIDES, (base_w, base_l), strict=True):
+        items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in PAIRS]
+        r = TokenTableRM(tiny_lm).score(items)
+        np.testing.assert_allclose(sc["tilt"], sc["policy_sum"] + w * r, rtol=1e-9, atol=1e-9)
     for c in (2.0, -2.0):  # the top-k RGD-induced policy's variant cannot be moved either
         assert acc[c]["rgd_mean"]["accuracy"] == acc[0.0]["rgd_mean"]["accuracy"]
 
@@ -116,10 +127,12 @@ def test_w0_is_the_policy_alone(tiny_lm, store) -> None:  # type: ignore[no-unty
     np.testing.assert_allclose(s["policy_sum"], own, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(s["rgd_sum"], own, rtol=1e-5, atol=1e-4)  # w = 0, full vocabulary: π itself
     np.testing.assert_allclose(s["w0_sum"], own, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(s["sum"], own, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(s["prefix_sum"], own, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(s["tilt"], own, rtol=1e-5, atol=1e-4)  # the headline at w = 0: log π(y|x)
     guided = policy_accuracy_scores(tiny_lm, TokenTableRM(tiny_lm, scale=1.0), items, w=1.0, k=V)
     np.testing.assert_allclose(guided["w0_sum"], own, rtol=1e-5, atol=1e-4)  # reported beside the headline
-    assert not np.allclose(guided["rgd_sum"], own, atol=1e-2)  # and the reward does move the headline
+    assert not np.allclose(guided["rgd_sum"], own, atol=1e-2)  # and the reward does move the RGD variant
+    assert not np.allclose(guided["tilt"], own, atol=1e-2)  # and the headline
 
 
 def test_tokens_outside_the_top_k_are_misses(tiny_lm) -> None:  # type: ignore[no-untyped-def]
@@ -145,3 +158,64 @@ def test_methods_without_a_prefix_reward_are_not_applicable(tiny_lm) -> None:  #
     with pytest.raises(TypeError, match="partial response"):
         policy_accuracy_scores(tiny_lm, LengthRM(), [ScoreItem("u", "hi", "hello")], w=1.0, k=5)
     assert policy_accuracy_problem(tiny_lm, TokenTableRM(tiny_lm)) is None
+
+
+def test_the_headline_is_the_sequence_tilt_where_the_prefix_mean_reading_disagrees() -> None:
+    """Two responses of equal length (T = 2), w = 1, by hand:
+
+    chosen:   log π = (−1, −1), r(x, y_≤1) = 0, r(x, y_≤2) = r(x, y) = 3
+              tilt = −2 + 3 = 1;            prefix-sum / length = (−2 + 0 + 3) / 2 = 0.5
+    rejected: log π = (−1, −1), r(x, y_≤1) = 2, r(x, y_≤2) = r(x, y) = 2
+              tilt = −2 + 2 = 0;            prefix-sum / length = (−2 + 2 + 2) / 2 = 1.0
+
+    The tilted policy π·exp(w·r) prefers the chosen response (e^1 vs e^0); the old prefix-sum / length
+    headline preferred the rejected one. The headline must be the tilt."""
+    lp = [np.array([-1.0, -1.0])]
+    cw = teacher_forced_scores(lp, [np.array([0.0, 3.0])], 1.0)
+    cl = teacher_forced_scores(lp, [np.array([2.0, 2.0])], 1.0)
+    assert (float(cw["tilt"][0]), float(cl["tilt"][0])) == (1.0, 0.0)
+    assert (float(cw["prefix_mean"][0]), float(cl["prefix_mean"][0])) == (0.5, 1.0)
+    acc = policy_accuracy_from_scores(cw, cl, ["u"], 1.0, 10, n_boot=0)
+    assert acc["headline"] == "tilt" and acc[acc["headline"]]["accuracy"] == 1.0
+    assert acc["prefix_mean"]["accuracy"] == 0.0  # the labelled variant keeps its own (opposite) answer
+    assert acc["w0"]["accuracy"] == 0.0  # equal log π(y|x): a tie, wrong under the strict rule
+    # the tilt is the sequence-level weight of the RGD-adapted policy: log π(y|x) + w·r_u(x, y)
+    np.testing.assert_allclose(sequence_tilt(np.array([-2.0, -2.0]), np.array([3.0, 2.0]), 1.0), [1.0, 0.0])
+
+
+def test_each_guided_decoder_pairs_with_the_policy_accuracy_at_its_own_weight(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One weight per RM: the w of a method's policy accuracy is the weight its decoder applies to the reward
+    (ARGS's w; GenARM's α on log π_r = α/β on r), one per guiding decoder, the first being the headline's;
+    a method no weighted decoder uses falls back to ``pa_weight``."""
+    from perbench.config import RunConfig
+    from perbench.data.records import Benchmark, User
+    from perbench.runner.state import PAWeight, RunState
+    from perbench.runner.units import Units
+
+    bench = Benchmark(
+        "b",
+        [PreferencePair(p.pair_id, p.user_id, p.prompt, p.chosen, p.rejected, "train") for p in PAIRS] + PAIRS,
+        {"u": User("u"), "v": User("v")},
+    )
+    cfg = RunConfig(
+        methods=[{"name": "global_bt"}, {"name": "genarm", "beta": 0.25}],
+        baselines=["length"],
+        decoders=[
+            "zero_shot",
+            {"name": "args", "k": 5, "w": 2.0},
+            {"name": "args", "w": 0.5},
+            {"name": "genarm", "alpha": 0.5},
+            {"name": "best_of_n", "n": 2},
+        ],
+        pa_weight=3.0,
+    )
+    state = RunState(cfg, tmp_path, bench, Units(tmp_path / "units.sqlite"))
+    h = {x.label: x for x in state.method_handles()}
+    assert state.pa_weights(h["global_bt"]) == [
+        PAWeight(2.0, 5, "args(k=5,w=2.0)"),
+        PAWeight(0.5, 10, "args(w=0.5)"),
+    ]
+    assert state.pa_weights(h["genarm(beta=0.25)"]) == [PAWeight(0.5 / 0.25, 5, "genarm(alpha=0.5)")]
+    assert state.pa_weights(h["length"]) == [PAWeight(3.0, 5, None)]  # Best-of-N applies no weight
+    only = RunState(cfg.override(guide_with=["length"]), tmp_path, bench, Units(tmp_path / "u2.sqlite"))
+    assert only.pa_weights(h["global_bt"]) == [PAWeight(3.0, 5, None)]  # guides nothing in that run

@@ -307,6 +307,15 @@ def test_sections_degrade_without_data() -> None:
     assert render_markdown(None, "t").count("n/a") == 1
 
 
+@pytest.mark.parametrize(("policy", "rule"), [("strict", "as wrong (0)"), ("half", "as half right (½)")])
+def test_the_report_states_the_tie_rule(policy: str, rule: str) -> None:
+    entry = {"accuracy": 0.5, "ci": [0.4, 0.6], "ties": 2, "tie_policy": policy}
+    results = {"config": {"tie_policy": policy}, "upstream": {"length": {"rm_accuracy": {"seen": entry, "all": entry}}}}
+    html = render(results)
+    assert f"Tie rule: a pair whose chosen and rejected responses score equal counts {rule}" in html
+    assert f"(tie_policy: {policy})" in html and "always counts a tie ½" in html
+
+
 def test_best_is_never_a_point_estimate() -> None:
     analysis = make_analysis(make_cells("b|p|seed0", 2))
     metric = analysis["verdict"]["metric"]

@@ -302,3 +302,19 @@ def test_second_run_waits_for_the_first(tmp_path: Path, capfd: pytest.CaptureFix
     t.join(10)
     assert order == ["first", "second"]
     assert err == f"another perbench run (pid {os.getpid()}) is using {tmp_path}; waiting…\n"
+
+
+def test_a_stateless_fit_is_read_back_without_a_warning(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A method without state stores an empty array bundle (a zip holding only its end record): a rerun reads it
+    as a fit, not as a corrupt value to delete and recompute."""
+    units = Units(tmp_path / "units.sqlite")
+    calls = Calls()
+
+    def stateless() -> dict[str, np.ndarray]:
+        calls.n += 1
+        return {}
+
+    assert units.arrays("fit", "k", stateless) == {} and calls.n == 1
+    assert units.arrays("fit", "k", stateless) == {} and calls.n == 1
+    assert units.summary()["recovered"] == {} and "k" not in units.store.discarded
+    assert "perbench: warning" not in capfd.readouterr().err

@@ -222,3 +222,39 @@ def test_predictors_on_disjoint_systems_are_named_not_compared() -> None:
     [e] = v["differences"]
     assert e["n_systems"] == 0 and e["na"] and "need 3" in e["text"]
     assert len(v["verdict"]["order"]) == 2 and "fewer than 3 systems have both" in v["verdict"]["text"]
+
+
+def test_every_grid_system_is_a_predictor_system_and_reference_lines_are_left_out() -> None:
+    rng = np.random.default_rng(6)
+    q = rng.normal(0, 1, 12)
+    truths = {"rm_acc_pers_only": q, "rm_acc_consensus": q + rng.normal(0, 1, 12)}
+    # systems of a grid (one method's variants), two registered baselines and an oracle among them
+    names = {
+        "m00": "random",
+        "m01": "length",
+        "m02": "icl_judge_oracle",
+        "m03": "mpu",
+        "m04": "mpu(train_fraction=0.25)",
+        "m05": "mpu(train_fraction=0.5)",
+    }
+    cells = [
+        Cell(c.group, names.get(c.method, c.method), c.metric, c.user, c.prompt, c.value)
+        for c in crossed(rng, truths, q, users=8, prompts=4)
+    ]
+    a = analyze(cells, n_boot=100, seed=0)
+    v = a["validity"]
+    assert v["reference_lines"] == ["icl_judge_oracle", "length", "random"] and "left out" in v["systems"]
+    entry = v["by_downstream"][DOWN]
+    assert {r["n_systems"] for r in entry["predictors"]} == {9} and entry["differences"][0]["n_systems"] == 9
+    # the selection itself still correlates over all 12; validity's numbers are its entries on the 9 deployable
+    sel = {(p["upstream"], p["downstream"]): p for p in a["selection"]["pairs"]}
+    assert sel[("rm_acc_pers_only", DOWN)]["n_systems"] == 12
+    est = Estimates(cells, None, None, "", 100, 0, 0.95, None)
+    deployable = sorted(
+        set(names.values()) - {"random", "length", "icl_judge_oracle"} | {f"m{i:02d}" for i in range(6, 12)}
+    )
+    own = {p["upstream"]: p for p in selection(est, deployable)[0]["pairs"] if p["downstream"] == DOWN}
+    for row in entry["predictors"]:
+        assert row["kendall_tau_b"] == own[row["upstream"]]["kendall_tau_b"]
+    # without roles (a direct call) every method is a system
+    assert validity(est, selection(est)[0])["reference_lines"] == []

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from perbench.errors import StoreError
-from perbench.io import FIX_SPACE, FIX_WRITABLE, _default, os_error_message, warn
+from perbench.io import FIX_SPACE, FIX_WRITABLE, _default, os_error_message, refuse_links, warn
 
 T = TypeVar("T")
 
@@ -102,6 +102,8 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StoreError(os_error_message(self.path, "create the folder of", e)) from e
+        for part in ("", "-wal", "-shm"):  # inside a run directory, SQLite must not write through a planted link
+            refuse_links(f"{self.path}{part}")
         problem = header_problem(self.path)
         if problem is not None:
             self._move_aside(problem)

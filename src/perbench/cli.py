@@ -144,26 +144,39 @@ def _config_path(name: str) -> str:
     raise MissingConfigError(f"config {name!r} is neither a file nor an embedded config (embedded: {', '.join(known)})")
 
 
+def _accuracy_text(entry: dict[str, Any]) -> str:
+    acc = entry.get("accuracy")
+    if isinstance(acc, int | float) and math.isfinite(acc):
+        return f"{100 * acc:.1f}"
+    return "n/a" if entry.get("not_applicable") else "–"
+
+
 def _print_summary(results: dict[str, Any]) -> None:
+    """The run's headline numbers on stdout. It runs after results.json is written, so it reads every field as
+    optional: a method that is not applicable (no train pairs, an evaluation-only benchmark) shows its reason."""
+    from perbench.report.extract import _d, rl_summary
+    from perbench.report.fmt import ci_text, num
     from perbench.runner.results import print_validity
 
     print("\nRM accuracy (seen / unseen):")
-    for label, r in results["upstream"].items():
-        acc = r["rm_accuracy"]
-        s = " / ".join(f"{100 * acc[g]['accuracy']:.1f}" if g in acc else "–" for g in ("seen", "unseen"))
-        print(f"  {label:<28} {s}")
-    from perbench.report.extract import rl_summary
-    from perbench.report.fmt import ci_text, num
-
-    if results["downstream"]:
+    for label, r in _d(results.get("upstream")).items():
+        r = _d(r)
+        if "rm_accuracy" not in r:
+            print(f"  {label:<28} not applicable: {r.get('not_applicable') or 'no accuracy computed'}")
+            continue
+        acc = _d(r.get("rm_accuracy"))
+        print(f"  {label:<28} {' / '.join(_accuracy_text(_d(acc.get(g))) for g in ('seen', 'unseen'))}")
+    downstream = _d(results.get("downstream"))
+    if downstream:
         # rows may cover different cells (an rl row: its trained users only); a paired gain compares like with like
         print(
             "Downstream rubric satisfaction / ROUGE-L (generations; paired rubric gain vs zero_shot on the same cells):"
         )
-        for label, d in results["downstream"].items():
-            rs = d.get("rubric_satisfaction", {}).get("mean")
-            rl = d.get("rougeL", {}).get("mean")
-            gain = d.get("vs", {}).get("zero_shot", {}).get("rubric_satisfaction", {})
+        for label, d in downstream.items():
+            d = _d(d)
+            rs = _d(d.get("rubric_satisfaction")).get("mean")
+            rl = _d(d.get("rougeL")).get("mean")
+            gain = _d(_d(_d(d.get("vs")).get("zero_shot")).get("rubric_satisfaction"))
             line = f"  {label:<40} {num(rs)} / {num(rl)}  ({d.get('n', 0)})"
             if gain.get("delta") is not None:
                 line += f"  {num(gain['delta'], signed=True)} {ci_text(gain.get('ci'), signed=True)} on {gain.get('n')}"
@@ -177,7 +190,7 @@ def _print_summary(results: dict[str, Any]) -> None:
             kl = "–" if r["kl_end"] is None else f"{r['kl_end']:.4f}"
             gain_text = f"{num(g.get('delta'), signed=True)} {ci_text(g.get('ci'), signed=True)}"
             print(f"  {r['label']:<28} {reward} / {gain_text} / {kl}")
-    print_validity(results.get("analysis") or {})
+    print_validity(_d(results.get("analysis")))
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -246,6 +259,8 @@ _VALIDATE_FLAGS = {
     "test_fraction": "test_fraction",
     "default_user": "default_user",
     "max_chars": "max_chars",
+    "max_pairs": "max_pairs",
+    "max_prompts": "max_prompts",
     "seed": "seed",
     "format": "fmt",
     "split": "split",
@@ -253,23 +268,27 @@ _VALIDATE_FLAGS = {
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """``perbench validate``: the file as a run would load it; with ``--config``, checked as that run checks it."""
     from perbench.data.loaders import format_validation, validate_file
+    from perbench.runner import preflight
 
-    source, options = _validate_options(args)
+    source, options, cfg = _validate_options(args)
     takes = inspect.signature(validate_file).parameters
     any_keyword = any(p.kind is p.VAR_KEYWORD for p in takes.values())
     unsupported = [] if any_keyword else sorted(k for k in options if k not in takes)
     if unsupported:
         raise ConfigError(f"validate: this version's loader has no option {unsupported[0]!r}")
-    report = validate_file(source, **options)
+    report = validate_file(source, **options) if cfg is None else preflight.validate_for_run(cfg, source, options)
     print(format_validation(report))
     return 0 if report.get("ok") else 1
 
 
-def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """-> (the file, the loader options): a run config's ``file`` benchmark params, then the flags given."""
+def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any], Any]:
+    """-> (the file, the loader options, the run config or None): a run config's ``file`` benchmark params, then
+    the flags given."""
     options: dict[str, Any] = {}
     source = args.file
+    cfg = None
     if args.config:
         from perbench.config import RunConfig
 
@@ -288,7 +307,7 @@ def _validate_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         value = getattr(args, flag)
         if value is not None:
             options[option] = value
-    return str(source), options
+    return str(source), options, cfg
 
 
 def _fraction(text: str) -> float:
@@ -345,6 +364,8 @@ def _add_validate(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--test-fraction", type=_fraction, help="seeded per-user test share (no split field)")
     p.add_argument("--default-user", help="the one user of a file without a user field")
     p.add_argument("--max-chars", type=int, help="texts longer than this are cut (and counted)")
+    p.add_argument("--max-pairs", type=int, help="keep a seeded choice of this many pairs (mirrors together)")
+    p.add_argument("--max-prompts", type=int, help="keep the pairs of a seeded choice of this many prompts")
     p.add_argument("--seed", type=int, help="seed of the unseen-user and test splits")
     p.add_argument("--format", help="json | jsonl | csv | parquet | hub (default: from the file name)")
     p.add_argument("--split", help="split of a hub dataset")

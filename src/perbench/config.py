@@ -12,8 +12,10 @@ naming the file, line (for YAML) and key, what is allowed, and a "Did you mean" 
 - model names (a bundled alias, ``tiny-random[:SEED]``, an existing folder or ``.gguf`` file, or a hub id
   ``org/name``), ``device``, ``dtype``, ``run_name`` (one plain path component), ``guide_with`` (methods of this
   config), ``verdict_metric`` (a configured decoder);
-- YAML: syntax errors with their line, duplicate keys, a directory or missing file as config. An empty file
-  means the embedded default run. ``1e-3`` reads as a number (plain YAML 1.1 reads it as text).
+- YAML: syntax errors with their line, duplicate keys, a directory, a missing or non-regular file as config, an
+  alias expansion too large to be a config. An empty file means the embedded default run. Numbers follow YAML 1.2
+  (``0100`` is 100, ``0o17`` octal, ``1:30`` text, ``1e-3`` a number); PyYAML's YAML 1.1 rules would read
+  ``0100`` as 64 and ``1:30`` as 90.
 
 Every value that shapes a result goes into the config hash that names the run directory, so the same config
 resumes the same run.
@@ -87,11 +89,43 @@ class Where:
 
 
 # ------------------------------------------------------------------------------------------------------- YAML
+#: nodes a config may expand to through aliases (a "billion laughs" file expands to 10⁹)
+MAX_NODES = 100_000
+
+
 class ConfigLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader that records each key's and item's line, refuses duplicate keys, and reads numbers in
-    exponent form without a dot (``1e-3``) as numbers."""
+    """PyYAML's SafeLoader that records each key's and item's line, refuses duplicate keys, reads integers and
+    floats by YAML 1.2's rules, and refuses a document whose aliases expand it beyond :data:`MAX_NODES` nodes."""
 
     source = "config"
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {}, self.source)
+        return node
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], source: str) -> int:
+    """Nodes in ``node`` with every alias expanded (memoised per node, so shared subtrees cost once to count)."""
+    known = memo.get(id(node))
+    if known is not None:
+        if known < 0:
+            raise ConfigError(f"{source}:{node.start_mark.line + 1}: an alias refers to itself (a recursive value)")
+        return known
+    memo[id(node)] = -1
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, memo, source) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo, source) + _expanded_size(v, memo, source) for k, v in node.value)
+    if size > MAX_NODES:
+        raise ConfigError(
+            f"{source}:{node.start_mark.line + 1}: its aliases expand to over {MAX_NODES} values; a run config "
+            "is small: write the values out"
+        )
+    memo[id(node)] = size
+    return size
 
 
 def _construct_map(loader: ConfigLoader, node: yaml.MappingNode) -> Iterator[LinedDict]:
@@ -125,11 +159,30 @@ def _construct_seq(loader: ConfigLoader, node: yaml.SequenceNode) -> Iterator[Li
     data.item_lines = [n.start_mark.line + 1 for n in node.value]
 
 
+def _construct_int(loader: ConfigLoader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 integer: decimal (leading zeros are decimal), ``0o`` octal or ``0x`` hexadecimal."""
+    text = str(loader.construct_scalar(node))
+    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text.lstrip("+"))
+    base = {"0o": 8, "0x": 16}.get(digits[:2], 10)
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+ConfigLoader.yaml_implicit_resolvers = {  # YAML 1.1's int and float rules out, YAML 1.2's (core schema) in
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ConfigLoader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+ConfigLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+ConfigLoader.add_constructor(_INT, _construct_int)  # type: ignore[arg-type]
 ConfigLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)  # type: ignore[arg-type]
 ConfigLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)  # type: ignore[arg-type]
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
 
 
 def load_yaml(text: str, source: str) -> Any:
@@ -164,9 +217,14 @@ def load_yaml(text: str, source: str) -> Any:
 
 def read_yaml(path: str | Path) -> Any:
     """The parsed content of a YAML file; a missing file, a directory or unreadable text is a ConfigError."""
+    from perbench.io import special_file
+
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{p}: is a directory; a run config is a YAML file")
+    what = special_file(p)
+    if what is not None:
+        raise ConfigError(f"{p}: is {what}, not a file; a run config is a YAML file")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -289,6 +347,8 @@ def _quote_hint(value: Any, tp: Any) -> str:
     if not isinstance(value, str):
         return ""
     wanted = set(_leaf_types(tp))
+    if wanted & {int, float} and re.fullmatch(r"[-+]?[0-9][0-9_:]*(\.[0-9_]*)?", value) and {"_", ":"} & set(value):
+        return " (YAML 1.2 reads digits with _ or : as text: write the plain number, e.g. 1000 or 90)"
     if wanted & {int, float}:
         try:
             float(value)
@@ -456,8 +516,15 @@ def _model_problem(v: str) -> str | None:
     return model_name_problem(v)
 
 
+#: the longest file name most file systems allow, in bytes
+NAME_MAX = 255
+
+
 def _run_name_problem(v: str) -> str | None:
     plain = v not in ("", ".", "..") and "/" not in v and "\\" not in v and "\0" not in v and ":" not in v[:2]
+    size = len(v.encode("utf-8", "surrogatepass"))
+    if plain and size > NAME_MAX:
+        return f"a folder name of {size} bytes; file systems allow at most {NAME_MAX}: choose a shorter run_name"
     if plain:
         return None
     return (
@@ -487,6 +554,7 @@ _DECODER_BOUNDS: dict[str, Bound] = {
     "temperature": Bound(0, lo_open=True),
     "top_p": Bound(0, 1, lo_open=True),
     "sample_batch": Bound(1),
+    "pool": Bound(1),
     "max_item_chars": Bound(1),
 }
 _DECODER_OVERRIDES: dict[str, dict[str, Bound]] = {"icl": {"k": Bound(0)}, "icl_rag": {"k": Bound(0)}}
@@ -630,22 +698,25 @@ class RunConfig:
     policy: Annotated[str, MODEL] = "smollm2"
     rm_backbone: Annotated[str, MODEL] = "smollm2"
     methods: list[Component] = field(default_factory=lambda: [Component("global_bt")])
-    baselines: list[str] = field(default_factory=lambda: ["length", "random"])
+    #: reference lines scored like methods, never recommended: names, or ``{name: length, unit: chars}``
+    baselines: list[Component] = field(default_factory=lambda: [Component("length"), Component("random")])
     decoders: list[Component] = field(
         default_factory=lambda: [Component("zero_shot"), Component("args", {"k": 10, "w": 1.0})]
     )
-    #: which methods steer reward-guided decoders (default: every method the decoder can use); each entry is a
-    #: method's label (``name`` or ``name(param=value,…)``) or a baseline
+    #: which systems steer the decoders that generate per (user, prompt), e.g. ARGS and GenARM (default: every
+    #: system the decoder can use); each entry is a system's label (``name``, ``name(param=value,…)``) or a
+    #: baseline. Best-of-N re-ranks its shared pool with every system whatever this says (scoring is cheap).
     guide_with: list[str] | None = None
     #: few-shot adaptation of unseen users: main number of shots and the curve
     shots: Annotated[int, NON_NEGATIVE] = 10
     shot_curve: list[Annotated[int, POSITIVE]] = field(default_factory=lambda: [1, 2, 5, 10, 20])
-    #: weight of the reward in policy accuracy's teacher-forced RGD score
+    #: the weight w on the reward in policy accuracy (log π(y|x) + w·r(x, y)) for a method that no weighted decoder
+    #: guides; a method that steers ARGS or GenARM is measured at that decoder's weight
     pa_weight: float = 1.0
-    #: policy accuracy also under the RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's k);
-    #: costs one tree forward of k candidates per response token and method
+    #: policy accuracy also under the top-k RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's
+    #: k), a labelled variant; costs one tree forward of k candidates per response token and method
     pa_rgd: bool = False
-    #: k of that top-k when no ``args`` decoder is configured (w is then ``pa_weight``)
+    #: k of that top-k for methods that do not guide an ``args`` decoder (default: the first ARGS's k, else 10)
     pa_rgd_k: Annotated[int, POSITIVE] | None = None
     tie_policy: Literal["strict", "half"] = "strict"
     #: bootstrap resamples of every CI (0: no CIs)
@@ -669,7 +740,8 @@ class RunConfig:
     #: the downstream metric the verdict ranks methods by (``DECODER:QUALITY``); None: the first present of
     #: args/best_of_n rubric satisfaction, judge score, ROUGE-L
     verdict_metric: str | None = None
-    #: the user-agnostic RM that per-user gains and "minority users" are measured against
+    #: the user-agnostic RM that per-user gains and "minority users" are measured against (a method or baseline
+    #: label of this config; the default may be absent, then the report says there is no reference)
     reference_method: str = "global_bt"
     #: more upstream benchmarks whose test pairs every system is also scored on, as predictors of the downstream
     #: ranking (cells ``rm_acc_on_NAME``, NAME = the loaded benchmark's name): each entry is a benchmark like
@@ -685,6 +757,16 @@ class RunConfig:
     #: the training-time downstream phase: GRPO (+ LoRA) of the policy against each RM, evaluated like a decoder
     #: (``perbench.training.RLSpec`` fields plus ``methods: [...]``, default every method); None: off
     rl: dict[str, Any] | None = None
+    #: reward-model populations: each method crossed with train fractions, fit seeds, shots and its own
+    #: parameter grids (``perbench.systems``); None: one system per method
+    systems: dict[str, Any] | None = None
+    #: adaptive rounds for the decoders that generate per (user, prompt) (ARGS, GenARM, ICL): ``budget``
+    #: (generations per decoder, or minutes as "4min"), ``round`` (cells per round), ``metric`` (a quality;
+    #: default the verdict metric's); None: every eligible cell at once
+    adaptive: dict[str, Any] | None = None
+    #: test prompts that get a shared Best-of-N pool (and zero-shot output) for every user with ground truth
+    #: on them (None: every test prompt); ``max_test_prompts`` / ``max_gen_users`` limit per-user decoders only
+    max_pool_prompts: Annotated[int, POSITIVE] | None = None
     #: how the run's units are computed (``perbench list executors``)
     executor: str = "local"
     #: auto | cpu | cuda | cuda:N | mps
@@ -700,6 +782,12 @@ class RunConfig:
         values = _validate({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, Where("RunConfig"))
         for k, v in values.items():
             setattr(self, k, v)
+        #: where each key was given (``run.yaml:3: device``, ``command line: seed``), for checks made at run time
+        self._origins: dict[str, str] = {}
+
+    def where(self, key: str) -> str:
+        """Where ``key`` was given, as errors name it: ``FILE:LINE: key``, ``command line: key`` or ``key``."""
+        return self._origins.get(key, key)
 
     # ------------------------------------------------------------------ front doors
     @classmethod
@@ -708,7 +796,9 @@ class RunConfig:
         src = where if isinstance(where, Where) else Where(where)
         if not isinstance(data, Mapping):
             raise src.error(f"a run config is a mapping of keys (benchmark:, methods:, …), got {_show(data)}")
-        return cls(**_validate(data, src))
+        cfg = cls(**_validate(data, src))
+        cfg._origins = {k: str(src.at(k, data)) for k in data if isinstance(k, str)}
+        return cfg
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
@@ -732,14 +822,19 @@ class RunConfig:
         """A copy with ``changes`` applied (None values are ignored); ``where`` (positional) names them in error
         messages."""
         data = self.to_dict()
-        data.update({k: v for k, v in changes.items() if v is not None})
-        return RunConfig.from_dict(data, where=where)
+        given = {k: v for k, v in changes.items() if v is not None}
+        data.update(given)
+        cfg = RunConfig.from_dict(data, where=where)
+        cfg._origins = {**self._origins, **{k: str(Where(where).at(k)) for k in given}}
+        return cfg
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             out[f.name] = _plain(v)
+        # a baseline without parameters is written as its name, as configs always wrote it (and as hashes read it)
+        out["baselines"] = [b.name if not b.params else _plain(b) for b in self.baselines]
         return out
 
     def result_hash(self) -> str:
@@ -756,6 +851,9 @@ class RunConfig:
             "equivalence_margin",
             "rl",
             "upstream_benchmarks",
+            "systems",
+            "adaptive",
+            "max_pool_prompts",
         ):  # optional extras: absent = the hash configs had before they existed
             if d.get(k) is None:
                 d.pop(k, None)
@@ -797,12 +895,12 @@ def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
             where, value = src.at(key, data), data[key]
             if key == "benchmark":
                 values[key] = _component(value, where, "benchmark")
-            elif key in ("methods", "decoders", "upstream_benchmarks"):
+            elif key in ("methods", "decoders", "baselines", "upstream_benchmarks"):
                 if value is None and key == "upstream_benchmarks":
                     continue
                 if not isinstance(value, list | tuple):
                     raise where.error(f"expected a list of {key}, got {_show(value)}")
-                kind = {"methods": "method", "decoders": "decoder"}.get(key, "benchmark")
+                kind = {"decoders": "decoder", "upstream_benchmarks": "benchmark"}.get(key, "method")
                 values[key] = [_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
             else:
                 check_value(value, hints[key], where)
@@ -820,22 +918,19 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
     def at(key: str) -> Where:
         return src.at(key, data)
 
-    for i, b in enumerate(v["baselines"]):
-        try:
-            registry.reward_models.entry(b)
-        except registry.UnknownNameError as e:
-            raise at("baselines").at(i, data.get("baselines")).error(str(e)) from None
     try:
         registry.executors.entry(v["executor"])
     except registry.UnknownNameError as e:
         raise at("executor").error(str(e)) from None
-    labels = [m.label() for m in v["methods"]] + list(v["baselines"])
+    labels = [m.label() for m in v["methods"] + v["baselines"]]
     seen: set[str] = set()
     for i, label in enumerate(labels):
         if label in seen:
             where = at("methods") if i < len(v["methods"]) else at("baselines")
             raise where.error(f"{label!r} is listed twice (as a method or baseline); list each once")
         seen.add(label)
+    labels = _system_labels(v, data, src)
+    seen = set(labels)
     for i, g in enumerate(v["guide_with"] or []):
         if g not in seen:
             close = difflib.get_close_matches(g, labels, n=1)
@@ -848,10 +943,22 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
                     f"Allowed: {', '.join(labels) or 'none'}"
                 )
             )
+    ref = v["reference_method"]
+    if ref not in labels and ref != _defaults()["reference_method"]:
+        close = difflib.get_close_matches(ref, labels, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise at("reference_method").error(
+            f"{ref!r} is not one of this config's methods or baselines, so per-user gains and minority users would "
+            f"be measured against nothing.{hint} Allowed: {', '.join(labels) or 'none'}"
+        )
     if v["rl"] is not None:
         from perbench.training.spec import RLPhase
 
         RLPhase.from_dict(v["rl"], where=str(at("rl"))).check_methods(labels, where=str(at("rl")))
+    if v["adaptive"] is not None:
+        from perbench.runner.adaptive import AdaptiveSpec
+
+        AdaptiveSpec.from_dict(v["adaptive"], at("adaptive"))
     metric = v["verdict_metric"]
     if metric is not None:
         decoder, sep, quality = metric.partition(":")
@@ -866,6 +973,50 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
         dup = sorted({s for s in seeds if seeds.count(s) > 1})
         if dup:
             raise at("seeds").error(f"seed {dup[0]} is listed twice")
+
+
+def _system_labels(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> list[str]:
+    """The labels of every system the config expands to (``perbench.systems``), each variant's parameters checked
+    like a method's."""
+    from perbench.systems import SystemsSpec, expand
+
+    raw = v["systems"]
+    spec = None
+    if raw is not None:
+        where = src.at("systems", data)
+        spec = SystemsSpec.from_dict(raw, where)
+        names = {m.name for m in v["methods"]} | {m.label() for m in v["methods"]}
+        for i, m in enumerate(spec.methods or ()):
+            if m not in names:
+                close = difflib.get_close_matches(m, sorted(names), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise (
+                    where.at("methods", raw)
+                    .at(i, raw.get("methods"))
+                    .error(f"{m!r} is not one of this config's methods.{hint}")
+                )
+        for m in spec.params:
+            if m not in names:
+                close = difflib.get_close_matches(m, sorted(names), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise (
+                    where.at("params", raw)
+                    .at(m, raw.get("params"))
+                    .error(f"{m!r} is not one of this config's methods, so its grid would expand nothing.{hint}")
+                )
+    try:
+        systems = expand(v["methods"], v["baselines"], spec, seed=v["seed"], shots=v["shots"])
+    except ValueError as e:
+        raise src.at("systems" if raw is not None else "methods", data).error(str(e)) from None
+    if spec is not None and spec.params:
+        where = src.at("systems", data).at("params", raw)
+        checked: set[str] = set()
+        for sd in systems:
+            if sd.baseline or sd.method.label() in checked:
+                continue
+            checked.add(sd.method.label())
+            _component(sd.method, where.at(sd.method.name, raw.get("params")), "method")
+    return [sd.label for sd in systems]
 
 
 def parse_set(values: list[str]) -> dict[str, Any]:

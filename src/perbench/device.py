@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from perbench.errors import ConfigError
+
 if TYPE_CHECKING:
     import torch
 
@@ -43,12 +45,22 @@ def resolve_device(device: str | None = None, dtype: str | None = None) -> Devic
     dtype = dtype or os.environ.get("PERBENCH_DTYPE") or "auto"
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} requested but CUDA is not available")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            built = "" if torch.version.cuda else ", a build without CUDA"
+            raise ConfigError(
+                f"device {device!r}: CUDA is not available here (torch {torch.__version__}{built}); use device: cpu "
+                "or auto"
+            )
+        index = device.partition(":")[2]
+        if index and int(index) >= torch.cuda.device_count():
+            raise ConfigError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device 'mps': Apple's MPS is not available here; use device: cpu or auto")
     if dtype == "auto":
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(set(_DTYPES))}")
+        raise ConfigError(f"unknown dtype {dtype!r}; use one of {sorted(set(_DTYPES))}")
     return DevicePolicy(device=device, dtype=_DTYPES[dtype])
 
 

@@ -1,10 +1,17 @@
-"""Atomic writes, JSON(L) helpers, the cache directory, the run lock, and OS errors told as perbench errors."""
+"""Atomic writes, JSON(L) helpers, the cache directory, the run lock, and OS errors told as perbench errors.
+
+Inside a run directory (the block of :func:`writing_inside`) nothing is written through a symbolic link: a
+link planted in a received run directory (``.lock``, ``plots/``, ``units.sqlite``, …) is refused, named, and its
+target left alone.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import json
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -72,14 +79,68 @@ def current_umask() -> int:
     return mask
 
 
+def special_file(path: str | Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (reading a named pipe would wait
+    forever, ``/dev/zero`` never ends): "a named pipe", "a character device", …; None otherwise."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kinds = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((what for test, what in kinds if test(mode)), "a socket" if stat.S_ISSOCK(mode) else "not a file")
+
+
+_ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("perbench_write_root", default=None)
+
+
+@contextmanager
+def writing_inside(root: str | Path) -> Iterator[None]:
+    """While the block runs, every write below ``root`` (a run or report directory) refuses symbolic links."""
+    token = _ROOT.set(Path(root))
+    try:
+        yield
+    finally:
+        _ROOT.reset(token)
+
+
+def refuse_links(path: str | Path, root: str | Path | None = None) -> None:
+    """StoreError naming the first symbolic link among ``path`` and its folders below ``root`` (default: the root
+    of :func:`writing_inside`; nothing is checked outside it). ``root`` itself may be a link: the user named it."""
+    root = Path(root) if root is not None else _ROOT.get()
+    if root is None:
+        return
+    path = Path(path)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return
+    current = root
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            try:
+                target = f" (to {os.readlink(current)})"
+            except OSError:
+                target = ""
+            raise StoreError(
+                f"{current} is a symbolic link{target}; perbench never writes through a link inside a run "
+                "directory, so nothing outside it is touched: remove the link (or copy the directory without "
+                "links) and rerun"
+            )
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, then ``os.replace``: readers never see half a file.
 
     The file gets the permissions of any newly created file (``0o666`` less the umask), not the temp file's
     ``0o600``. An OS error (disk full, read-only folder) becomes a StoreError naming the file; the temp file
-    is removed and an existing file at ``path`` is left as it was.
+    is removed and an existing file at ``path`` is left as it was. Inside :func:`writing_inside`, a symbolic link
+    at ``path`` or among its folders is refused (:func:`refuse_links`).
     """
     path = Path(path)
+    refuse_links(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -125,12 +186,20 @@ def run_lock(run_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
 
     run_dir = Path(run_dir)
     path = run_dir / ".lock"
+    refuse_links(path, run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        # never follows a link (one planted after the check above fails here with ELOOP)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            refuse_links(path, run_dir)
         raise StoreError(os_error_message(path, "create the run lock", e)) from e
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            what = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a plain file"
+            raise StoreError(f"{path} is {what}; perbench would write into it: remove it and rerun")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -377,7 +377,7 @@ metrics.register(
 metrics.register(
     "bon_curve",
     "perbench.decoding.best_of_n:bon_curve",
-    help="ground-truth quality of Best-of-n vs n (first n samples)",
+    help="ground-truth quality of Best-of-n vs n (exact over random n-subsets of a pool)",
 )
 
 executors.register("local", "perbench.runner.executors:LocalExecutor", help="in-process, sequential")

@@ -8,6 +8,7 @@ notes for the report. ``perbench validate`` runs the same checks (with ``needs_t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from perbench.data.policies import demote_untrained, demotion_note
@@ -82,12 +83,69 @@ def check_benchmark(bench: Benchmark, *, needs_train: bool) -> list[str]:
             f"{len(no_shots)} unseen user(s) have no few-shot pairs: methods that adapt from shots report them "
             "as not applicable"
         )
+    shared = shot_prompt_overlap(bench)
+    if shared:
+        notes.append(
+            f"{shared} test pair(s) of unseen users share their prompt with one of the same user's few-shot pairs "
+            "(the split does not keep shot and test prompts apart)"
+        )
     dropped = bench.skipped.total()
     if dropped:
         notes.append(f"{dropped} pair(s) dropped while loading ({_dropped(bench)})")
     notes = list(dict.fromkeys(notes))
     bench.meta["notes"] = notes  # results.json carries the benchmark's meta
     return notes
+
+
+def shot_prompt_overlap(bench: Benchmark) -> int:
+    """How many unseen users' test pairs have a prompt that is also the prompt of one of that user's shots."""
+    from perbench.data.records import prompt_key
+
+    unseen = set(bench.unseen_users)
+    shots: dict[str, set[str]] = {}
+    tests: list[tuple[str, str]] = []
+    for p in bench.pairs:
+        if p.user_id in unseen:
+            if p.split == "train":
+                shots.setdefault(p.user_id, set()).add(prompt_key(p.prompt))
+            else:
+                tests.append((p.user_id, prompt_key(p.prompt)))
+    return sum(key in shots.get(u, ()) for u, key in tests)
+
+
+def data_warnings(bench: Benchmark, methods: Sequence[str] | None = None) -> list[str]:
+    """What ``perbench validate`` warns about: the methods (of ``methods``, default every registered one) that this
+    data leaves without train pairs to fit on or without shots to adapt from."""
+    from perbench import registry
+
+    def classes() -> dict[str, Any]:
+        names = list(dict.fromkeys(methods if methods is not None else registry.reward_models.names()))
+        return {n: registry.reward_models.get(n) for n in names}
+
+    out: list[str] = []
+    if not bench.train_pairs():
+        fit = [n for n, c in classes().items() if c.needs_train_pairs]
+        why = "no seen users" if not bench.seen_users else "no train pairs for seen users"
+        if fit:
+            outcome = (
+                "are reported not applicable"
+                if bench.meta.get("evaluation_only")
+                else "cannot run: a run that lists any of them stops with an error"
+            )
+            out.append(f"{why}: the methods that fit on train pairs ({', '.join(fit)}) {outcome}")
+    no_shots = [u for u in bench.unseen_users if not bench.fewshot(u, 1)]
+    if no_shots:
+        adapt = [
+            n
+            for n, c in classes().items()
+            if not c.user_agnostic and c.uses_shots and not getattr(c, "scores_without_shots", False)
+        ]
+        if adapt:
+            out.append(
+                f"{len(no_shots)} unseen user(s) have no train pairs to adapt from (e.g. {no_shots[0]!r}): methods "
+                f"that adapt from shots ({', '.join(adapt)}) report them not applicable"
+            )
+    return out
 
 
 def _policy(bench: Benchmark, key: str) -> str:

@@ -1,7 +1,8 @@
 """Load any preference file into a :class:`~perbench.data.records.Benchmark`, with loud, located errors.
 
-Formats: JSONL, JSON (a list of objects or ``{"data": [...]}``), CSV/TSV, Parquet, a Hugging Face dataset
-folder written by ``save_to_disk``, or (with network) a hub id ``org/name``. A :class:`FieldMap` says which
+Formats: JSONL, JSON (a list of objects or ``{"data": [...]}``; an object holding rows under other keys too is
+refused), CSV/TSV, Parquet, a Hugging Face dataset folder written by ``save_to_disk``, or (with network) a hub
+id ``org/name``. Named pipes and devices are refused before reading. A :class:`FieldMap` says which
 source column feeds each canonical field, e.g. ``"user_id=ground_truth_persona,prompt=question"``.
 
 Row numbers: JSONL and CSV report the 1-based line in the file; JSON arrays, Parquet and HF datasets report
@@ -22,27 +23,36 @@ Policies (recorded in ``Benchmark.meta``):
   ``unseen_fraction`` of the sorted user ids; default: every user is seen. When the benchmark has train
   pairs, a seen user without any is evaluated as unseen (never seen in training: few-shot adaptation only),
   listed in ``meta["seen_users_without_train"]`` and ``meta["notes"]``.
-* user ids: a string or an integer, surrounding whitespace stripped, so ``1``, ``"1"`` and ``" 1 "`` are one
-  user; when a file writes one id in several forms the merge is counted in ``meta["user_id_merges"]``.
+* user ids: a string or an integer in Unicode NFC, surrounding whitespace and zero-width characters stripped, so
+  ``1``, ``"1"`` and ``" 1 "`` are one user; when a file writes one id in several forms the merge is counted in
+  ``meta["user_id_merges"]``.
+* conversations: when chosen and rejected are conversations their turns before the response must agree, and a
+  prompt column must ask their last user turn's question; otherwise the row is an error.
   ``default_user`` puts every pair of a file without a user field under one user.
 * degenerate pairs: an empty (or whitespace-only) response, or chosen equal to rejected up to whitespace,
   is dropped and counted (``empty_response``, ``chosen_equals_rejected``) -- the pair holds no preference.
-* duplicates: pairs are deduplicated on (user, prompt, chosen, rejected), whitespace differences ignored, and
-  counted, so metrics are pair-weighted; ``dedup=False`` keeps duplicates (row-weighted).
+* duplicates: pairs are deduplicated on (user, prompt, chosen, rejected), whitespace and Unicode-form differences
+  ignored, and counted, so metrics are pair-weighted; ``dedup=False`` keeps duplicates (row-weighted).
+* mirrors: a pair and another user's pair the other way round (same prompt and split) are matched one to one;
+  dedup, ``test_fraction`` and the caps keep them together, and the matched pairs form the
+  ``personalization_only`` subset (any user-agnostic scorer gets exactly ½ on it, ties ½).
+* caps: ``max_prompts`` keeps a seeded choice of prompts, ``max_pairs`` a seeded choice of pairs (mirrors
+  together); recorded in ``meta["cap"]``.
 * long texts: a response over ``max_chars`` characters (default :data:`DEFAULT_MAX_CHARS`) keeps its first
   ``max_chars``; a prompt (each message of a chat prompt) keeps its last ``max_chars``. Truncated pairs are
   counted in ``meta["truncated"]``; ``max_chars=None`` keeps every text whole.
 * skip counts are pairs (``SkipReport``): in this loader one row holds one pair (plus its history pairs in
-  persona files).
+  persona files); a record that holds several rows (a JSON array on one JSONL line) counts every one, in
+  ``meta["rows_skipped"]`` too. A skip that would remove a user entirely is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from perbench.data.checks import check_benchmark
+from perbench.data.checks import check_benchmark, data_warnings
 from perbench.data.fields import FieldMap
 from perbench.data.loading import LoadOptions, LoadStats, load_with_stats
 from perbench.data.policies import DEFAULT_MAX_CHARS, assign_unseen
@@ -70,6 +80,8 @@ def load_benchmark_file(
     test_fraction: float | None = None,
     default_user: str | None = None,
     max_chars: int | None = DEFAULT_MAX_CHARS,
+    max_pairs: int | None = None,
+    max_prompts: int | None = None,
 ) -> Benchmark:
     """Load any supported file/dataset with a field mapping into a :class:`Benchmark`.
 
@@ -92,6 +104,8 @@ def load_benchmark_file(
         test_fraction=test_fraction,
         default_user=default_user,
         max_chars=max_chars,
+        max_pairs=max_pairs,
+        max_prompts=max_prompts,
     )
     bench, _ = load_with_stats(source, opts)
     return bench
@@ -114,6 +128,8 @@ def validate_file(
     test_fraction: float | None = None,
     default_user: str | None = None,
     max_chars: int | None = DEFAULT_MAX_CHARS,
+    max_pairs: int | None = None,
+    max_prompts: int | None = None,
 ) -> dict[str, Any]:
     """Load ``source`` exactly as :func:`load_benchmark_file` would with the same options, run the benchmark
     checks every run makes (:func:`perbench.data.checks.check_benchmark`), and report (``perbench validate``).
@@ -122,13 +138,44 @@ def validate_file(
     the error a run would print, and -- when that error is a bad row under ``on_error="raise"`` -- the counts
     come from a second pass with ``on_error="skip"`` (``diagnosis``) so the report still shows every problem.
     """
+    options = dict(
+        mapping=mapping,
+        name=name,
+        unseen_users=unseen_users,
+        unseen_fraction=unseen_fraction,
+        seed=seed,
+        fmt=fmt,
+        split=split,
+        config=config,
+        on_error=on_error,
+        dedup=dedup,
+        test_fraction=test_fraction,
+        default_user=default_user,
+        max_chars=max_chars,
+        max_pairs=max_pairs,
+        max_prompts=max_prompts,
+    )
+    return validate_with(source, options)
+
+
+RunChecks = Callable[[Benchmark], None]
+"""What a run checks beyond :func:`check_benchmark` (a config's methods, token limits); raises to fail."""
+
+
+def validate_with(
+    source: Source, options: Mapping[str, Any], run_checks: RunChecks | None = None, methods: list[str] | None = None
+) -> dict[str, Any]:
+    """:func:`validate_file` with the loader ``options`` as a mapping, plus a run config's own checks
+    (``run_checks``) and the names of its methods (``methods``: what the warnings list; default every registered
+    method)."""
     report: dict[str, Any] = {
         "source": source_label(source),
-        "format": fmt,
+        "format": options.get("fmt"),
         "mapping": None,
-        "on_error": on_error,
+        "on_error": options.get("on_error", "raise"),
         "rows_read": 0,
         "rows_with_errors": 0,
+        "rows_skipped": 0,
         "pairs_kept": 0,
         "users": 0,
         "users_seen": 0,
@@ -138,35 +185,24 @@ def validate_file(
         "skipped": {},
         "skipped_pairs": 0,
         "truncated": None,
+        "cap": None,
+        "mirrored_pairs": 0,
         "user_id_merges": None,
         "seen_users_without_train": None,
         "notes": [],
+        "warnings": [],
         "first_error": None,
         "fatal": None,
         "diagnosis": None,
         "ok": False,
-        "weighting": "pair" if dedup is not False else "row",
+        "weighting": "pair" if options.get("dedup") is not False else "row",
         "split_policy": None,
         "seen_policy": None,
         "user_policy": None,
         "references": 0,
     }
     try:
-        opts = LoadOptions.build(
-            mapping=mapping,
-            name=name,
-            unseen_users=unseen_users,
-            unseen_fraction=unseen_fraction,
-            seed=seed,
-            fmt=fmt,
-            split=split,
-            config=config,
-            on_error=on_error,
-            dedup=dedup,
-            test_fraction=test_fraction,
-            default_user=default_user,
-            max_chars=max_chars,
-        )
+        opts = LoadOptions.build(**options)
     except PerbenchError as e:
         report["fatal"] = report["first_error"] = str(e)
         return report
@@ -174,6 +210,8 @@ def validate_file(
     try:
         bench, stats = load_with_stats(source, opts)
         notes = check_benchmark(bench, needs_train=False)
+        if run_checks is not None:
+            run_checks(bench)
     except (PerbenchError, OSError) as e:
         report["fatal"] = report["first_error"] = str(e)
         if opts.on_error == "raise" and isinstance(e, DataError) and e.message.endswith(SKIP_HINT):
@@ -181,19 +219,22 @@ def validate_file(
                 bench, stats = load_with_stats(source, replace(opts, on_error="skip"))
             except (PerbenchError, OSError):
                 return report
-            _fill(report, bench, stats, list(bench.meta.get("notes", [])))
+            _fill(report, bench, stats, list(bench.meta.get("notes", [])), methods)
             report["diagnosis"] = "counts from a second pass with on_error: skip (a run with on_error: raise stops)"
         return report
-    _fill(report, bench, stats, notes)
+    _fill(report, bench, stats, notes, methods)
     report["ok"] = True
     return report
 
 
-def _fill(report: dict[str, Any], bench: Benchmark, stats: LoadStats, notes: list[str]) -> None:
+def _fill(
+    report: dict[str, Any], bench: Benchmark, stats: LoadStats, notes: list[str], methods: list[str] | None
+) -> None:
     report.update(
         format=stats.fmt,
         rows_read=stats.rows_read,
         rows_with_errors=stats.rows_with_errors,
+        rows_skipped=stats.rows_skipped,
         pairs_kept=len(bench.pairs),
         users=len(bench.users),
         users_seen=len(bench.seen_users),
@@ -206,6 +247,9 @@ def _fill(report: dict[str, Any], bench: Benchmark, stats: LoadStats, notes: lis
         },
         skipped_pairs=bench.skipped.total(),
         truncated=bench.meta.get("truncated"),
+        cap=bench.meta.get("cap"),
+        mirrored_pairs=len(bench.subsets.get("personalization_only", ())),
+        warnings=data_warnings(bench, methods),
         user_id_merges=bench.meta.get("user_id_merges"),
         seen_users_without_train=bench.meta.get("seen_users_without_train"),
         notes=notes,
@@ -227,7 +271,8 @@ def format_validation(report: Mapping[str, Any]) -> str:
         return "\n".join(lines)
     splits = report.get("splits", {})
     lines += [
-        f"  rows read    : {report['rows_read']} ({report.get('rows_with_errors', 0)} with errors)",
+        f"  rows read    : {report['rows_read']} ({report.get('rows_with_errors', 0)} with errors, "
+        f"{report.get('rows_skipped', 0)} row(s) lost)",
         f"  pairs kept   : {report['pairs_kept']} ({report['weighting']}-weighted)",
         f"  users        : {report['users']} ({report['users_seen']} seen, {report['users_unseen']} unseen;"
         f" {report.get('seen_policy')})",
@@ -241,6 +286,11 @@ def format_validation(report: Mapping[str, Any]) -> str:
     merges = report.get("user_id_merges") or {}
     if merges.get("count"):
         lines.append(f"  id merges    : {merges['count']} user id(s) written in several forms")
+    if report.get("mirrored_pairs"):
+        lines.append(f"  mirrors      : {report['mirrored_pairs']} pair(s) whose mirror another user holds")
+    cap = report.get("cap") or {}
+    if cap:
+        lines.append(f"  cap          : {cap['pairs'][1]} of {cap['pairs'][0]} pairs kept (seed {cap['seed']})")
     cut = report.get("truncated") or {}
     if cut.get("pairs"):
         lines.append(f"  truncated    : {cut['pairs']} pair(s) over max_chars={cut['max_chars']} {cut['parts']}")
@@ -251,6 +301,8 @@ def format_validation(report: Mapping[str, Any]) -> str:
         lines.append(f"    {reason}: {info['count']} {info.get('unit', 'pair')}(s){example}")
     for note in report.get("notes") or []:
         lines.append(f"  note         : {note}")
+    for warning in report.get("warnings") or []:
+        lines.append(f"  warning      : {warning}")
     if report.get("first_error"):
         lines.append(f"  first error  : {report['first_error']}")
     if report.get("ok"):

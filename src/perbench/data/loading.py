@@ -12,6 +12,7 @@ from typing import Any
 from perbench.data.fields import FieldMap
 from perbench.data.policies import (
     DEFAULT_MAX_CHARS,
+    Cap,
     Truncations,
     assign_test_split,
     assign_unseen,
@@ -21,6 +22,7 @@ from perbench.data.policies import (
 from perbench.data.reading import FORMATS, Source, detect_format, iter_records, source_label
 from perbench.data.records import (
     Benchmark,
+    Message,
     PreferencePair,
     ProfileItem,
     Prompt,
@@ -30,8 +32,12 @@ from perbench.data.records import (
     User,
     content_hash,
     dedup_pairs,
+    mirrored_ids,
+    normalize_text,
     pair_identity,
+    prompt_identity,
     prompt_key,
+    prompt_text,
 )
 from perbench.data.rows import (
     MISSING,
@@ -49,7 +55,7 @@ from perbench.data.rows import (
     parse_split,
     resolve,
 )
-from perbench.data.user_context import describe_user_context, withhold_answer_key
+from perbench.data.user_context import describe_user_context, opaque_user_id, withhold_answer_key
 from perbench.errors import ConfigError
 
 
@@ -75,6 +81,8 @@ class LoadOptions:
     test_fraction: float | None = None
     default_user: str | None = None
     max_chars: int | None = DEFAULT_MAX_CHARS
+    max_pairs: int | None = None
+    max_prompts: int | None = None
 
     @classmethod
     def build(
@@ -107,6 +115,10 @@ class LoadOptions:
             raise ConfigError(
                 f"max_chars must be a positive integer, or None to keep texts whole, got {self.max_chars!r}"
             )
+        for key in ("max_pairs", "max_prompts"):
+            cap = getattr(self, key)
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+                raise ConfigError(f"{key} must be a positive integer, or None for no cap, got {cap!r}")
         if self.fmt is not None and self.fmt not in FORMATS:
             raise ConfigError(f"unknown format {self.fmt!r}; use one of {', '.join(FORMATS)}")
         if self.default_user is not None:
@@ -138,6 +150,12 @@ class _Parsed:
     user_raw: Any
 
 
+def ids_are_answer_keys(fmap: FieldMap) -> bool:
+    """The user id field is also the answer-key field (a persona sentence that names the user and decides the
+    labels): such ids are replaced by :func:`~perbench.data.user_context.opaque_user_id`."""
+    return not fmap.disabled("answer_key") and fmap.source("answer_key") == fmap.source("user_id")
+
+
 def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = None) -> _Parsed:
     def optional(canonical: str) -> Any:
         """Explicitly mapped -> required; otherwise used when present; empty string = absent."""
@@ -152,6 +170,7 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
         return value
 
     user_path = fmap.source("user_id")
+    id_is_key = ids_are_answer_keys(fmap)
     if default_user is not None:
         if resolve(row.data, user_path) is not MISSING:
             raise row.error(
@@ -163,9 +182,17 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
     else:
         user_raw = row.require(user_path)
         user = check_ident(row, user_path, user_raw)
+        if id_is_key:  # the id is the answer key (e.g. a persona sentence): methods get an opaque id
+            user = opaque_user_id(user)
     chosen_path, rejected_path = fmap.source("chosen"), fmap.source("rejected")
     chosen, chosen_ctx = parse_response(row, chosen_path, row.require(chosen_path))
-    rejected, _ = parse_response(row, rejected_path, row.require(rejected_path))
+    rejected, rejected_ctx = parse_response(row, rejected_path, row.require(rejected_path))
+    if chosen_ctx and rejected_ctx and prompt_identity(chosen_ctx) != prompt_identity(rejected_ctx):
+        raise row.error(
+            rejected_path,
+            f"its conversation before the response differs from {chosen_path!r}'s "
+            f"({_first_difference(chosen_ctx, rejected_ctx)}): the two responses answer different questions",
+        )
     prompt_path = fmap.source("prompt")
     raw_prompt = resolve(row.data, prompt_path)
     prompt: Prompt
@@ -173,6 +200,14 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
         prompt = chosen_ctx  # implicit prompt: the conversation before the chosen response
     else:
         prompt = parse_prompt(row, prompt_path, row.require(prompt_path))
+        context = chosen_ctx or rejected_ctx
+        if context and normalize_text(prompt_text(prompt)) != normalize_text(prompt_text(context)):
+            side = chosen_path if chosen_ctx else rejected_path
+            raise row.error(
+                prompt_path,
+                f"its question differs from the user turn in {side!r}'s conversation "
+                f"({prompt_text(prompt)[:40]!r} vs {prompt_text(context)[:40]!r}); the row must ask one question",
+            )
     split_value = optional("split")
     split: Split = "test" if split_value is None else parse_split(row, fmap.source("split"), split_value)
     seen_value = optional("seen")
@@ -190,6 +225,30 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
     return _Parsed(pair, seen, profile, answer_key, reference, row.where, split_value is not None, user_raw)
 
 
+def _note_user(users: dict[str, str], row: Row, fmap: FieldMap, default_user: str | None) -> None:
+    """Record the user a skipped row names, when it names one readably (``users``: id -> where)."""
+    if default_user is not None:
+        users.setdefault(default_user, row.where)
+        return
+    path = fmap.source("user_id")
+    value = resolve(row.data, path)
+    if value is MISSING or value is None:
+        return
+    try:
+        user = check_ident(row, path, value)
+    except DataError:
+        return
+    # the id pairs carry: an answer-key id (a persona sentence) becomes its opaque id, as in _parse_row
+    users.setdefault(opaque_user_id(user) if ids_are_answer_keys(fmap) else user, row.where)
+
+
+def _first_difference(a: tuple[Message, ...], b: tuple[Message, ...]) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x.role != y.role or normalize_text(x.content) != normalize_text(y.content):
+            return f"first at message {i}: {x.content[:30]!r} vs {y.content[:30]!r}"
+    return f"{len(a)} vs {len(b)} messages"
+
+
 RowHook = Callable[[Row, PreferencePair], list[PreferencePair]]
 """Extra (history) pairs derived from a row and its parsed pair; they must not repeat a row's own pair."""
 RowSize = Callable[[Row], int]
@@ -199,7 +258,10 @@ RowSize = Callable[[Row], int]
 @dataclass
 class LoadStats:
     rows_read: int = 0
+    #: records (lines, array elements) that could not be used
     rows_with_errors: int = 0
+    #: source rows those records held (a JSON array on one line holds several)
+    rows_skipped: int = 0
     first_error: str | None = None
     fmt: str = ""
 
@@ -224,11 +286,16 @@ def load_with_stats(
     extras: list[PreferencePair] = []
     user_seen: dict[str, tuple[bool, str]] = {}
     id_forms: dict[str, dict[str, str]] = {}
+    #: users named by skipped rows -> where: a user whose every row is skipped must not vanish unnoticed
+    skipped_users: dict[str, str] = {}
     for file_label, line, data in iter_records(source, fmt=fmt, split=opts.split, config=opts.config):
         stats.rows_read += 1
         if isinstance(data, DataError):
             stats.rows_with_errors += 1
-            sink(data)
+            stats.rows_skipped += data.rows
+            sink(data, n=data.rows)  # one row holds one pair here
+            for held in data.held:
+                _note_user(skipped_users, Row(file_label, line, held), fmap, opts.default_user)
             continue
         row = Row(file_label, line, data)
         try:
@@ -242,7 +309,9 @@ def load_with_stats(
                     )
         except DataError as e:
             stats.rows_with_errors += 1
+            stats.rows_skipped += 1
             sink(e, n=row_size(row) if row_size is not None else 1)
+            _note_user(skipped_users, row, fmap, opts.default_user)
             continue
         if opts.test_fraction is not None and item.split_given:
             raise row.error(
@@ -274,14 +343,14 @@ def load_with_stats(
             skipped.add("history_equals_row_pair", p.pair_id)
         else:
             kept_extras.append(p)
-    pairs = dedup_pairs(row_pairs + kept_extras, skipped, dedup=opts.dedup)
     first_seen: dict[str, tuple[str, str]] = {}
     unique_ids = []
-    for p in pairs:
+    for p in row_pairs + kept_extras:  # before dedup, so that dedup keeps mirrored pairs together
         key, where = p.content_key(), str(p.meta.get("source", ""))
         prior = first_seen.setdefault(p.pair_id, (key, where))
         if prior[0] != key:
             stats.rows_with_errors += 1
+            stats.rows_skipped += 1
             sink(
                 DataError(
                     label,
@@ -290,14 +359,27 @@ def load_with_stats(
                     f"duplicate pair id {p.pair_id!r} with different content (first at {prior[1]})",
                 )
             )
+            skipped_users.setdefault(p.user_id, where)
             continue
         unique_ids.append(p)
-    pairs = unique_ids
+    pairs = dedup_pairs(unique_ids, skipped, dedup=opts.dedup)
     stats.first_error = sink.first
+    cap = Cap(opts.max_pairs, opts.max_prompts, opts.seed)
+    pairs = cap.apply(pairs)
     if opts.test_fraction is not None:
         pairs = assign_test_split(pairs, opts.test_fraction, opts.seed, {item.pair.pair_id for item in parsed})
     with_pairs = {p.user_id for p in pairs}
-    for uid in sorted(set(profiles) - with_pairs):
+    lost = {u: w for u, w in skipped_users.items() if u not in with_pairs and u not in cap.dropped_users}
+    if lost:
+        shown = ", ".join(f"{u!r} ({w})" for u, w in list(lost.items())[:3])
+        raise DataError(
+            label,
+            None,
+            fmap.source("user_id"),
+            f"skipping bad rows would remove {len(lost)} user(s) entirely, e.g. {shown}: every row of theirs is "
+            "bad, so they would vanish from the per-user results; fix those rows (or delete the user's rows)",
+        )
+    for uid in sorted(set(profiles) - with_pairs - cap.dropped_users):
         skipped.add("user_without_pairs", uid)
     user_ids = sorted(with_pairs)
 
@@ -307,10 +389,15 @@ def load_with_stats(
         unseen = {u for u, (s, _) in user_seen.items() if not s}
         seen_policy = f"from field '{fmap.source('seen')}' (users without a value are seen)"
     elif opts.unseen_users is not None:
-        unknown = sorted(set(opts.unseen_users) - set(profiles))
+        # with opaque ids, unseen users may be named by their label (the persona sentence) or their opaque id
+        named = {
+            opaque_user_id(u) if ids_are_answer_keys(fmap) and opaque_user_id(u) in profiles else u
+            for u in opts.unseen_users
+        }
+        unknown = sorted(named - set(profiles))
         if unknown:
             raise DataError(label, None, "unseen_users", f"unknown user(s) {unknown[:5]} (not in the file)")
-        unseen = set(opts.unseen_users)
+        unseen = named
         seen_policy = "unseen_users list"
     else:
         unseen = assign_unseen(user_ids, opts.unseen_fraction, opts.seed)
@@ -335,8 +422,9 @@ def load_with_stats(
 
     references: list[Reference] = []
     ref_keys: set[str] = set()
+    kept_prompts = {(p.user_id, prompt_key(p.prompt)) for p in pairs}
     for item in parsed:
-        if item.reference is None or item.pair.user_id not in users:
+        if item.reference is None or (item.pair.user_id, prompt_key(item.pair.prompt)) not in kept_prompts:
             continue
         key = content_hash(item.pair.user_id, prompt_key(item.pair.prompt))
         if key not in ref_keys:
@@ -348,14 +436,17 @@ def load_with_stats(
     if merges:
         example = next(iter(merges.items()))
         notes.append(
-            f"{len(merges)} user id(s) written in several forms were merged (ids are strings, surrounding "
-            f"whitespace stripped), e.g. {example[0]!r}: "
+            f"{len(merges)} user id(s) written in several forms were merged (ids are strings in Unicode NFC, "
+            f"surrounding whitespace and zero-width characters stripped), e.g. {example[0]!r}: "
             + ", ".join(f"{form} at {where}" for form, where in example[1].items())
         )
     if demoted:
         notes.append(demotion_note(demoted))
     if truncations.note():
         notes.append(str(truncations.note()))
+    if cap.note():
+        notes.append(str(cap.note()))
+    mirrored = mirrored_ids(pairs)
     meta = {
         "source": label,
         "format": fmt,
@@ -371,7 +462,15 @@ def load_with_stats(
         ),
         "rows_read": stats.rows_read,
         "rows_with_errors": stats.rows_with_errors,
+        "rows_skipped": stats.rows_skipped,
         "dedup": opts.dedup,
+        "mirrors": {
+            "pairs": len(mirrored),
+            "rule": "a pair (u, x, a > b) and the pair (v, x, b > a) of another user in the same split are matched "
+            "one to one in file order; dedup, caps and test_fraction keep or move them together (a dropped "
+            "pair's mirror is counted as mirror_of_skipped_pair); the matched pairs are the personalization_only "
+            "subset",
+        },
         "truncated": truncations.to_dict(),
         "user_id_merges": {
             "count": len(merges),
@@ -384,13 +483,20 @@ def load_with_stats(
             users,
             included=(["profile"] if any(u.profile for u in users.values()) else []) + ["own train pairs"],
             withheld=[f"answer_key (from '{fmap.source('answer_key')}')"] if keys else [],
-            note="user ids are labels for reports and never reach a prompt",
+            note=(
+                f"the user id field ('{fmap.source('user_id')}') is the answer key: user ids are opaque hashes "
+                "of it (the text is in User.answer_key)"
+                if ids_are_answer_keys(fmap)
+                else "user ids are labels for reports and never reach a prompt"
+            ),
         ),
     }
     if opts.test_fraction is not None:
         meta["test_fraction"] = opts.test_fraction
     if opts.default_user is not None:
         meta["default_user"] = opts.default_user
+    if cap.active:
+        meta["cap"] = cap.to_dict()
     bench = Benchmark(
         name=opts.name or (Path(label).stem if isinstance(source, str | Path) else "rows"),
         pairs=pairs,
@@ -399,6 +505,7 @@ def load_with_stats(
         skipped=skipped,
         meta=meta,
         weighting="pair" if opts.dedup else "row",
+        subsets={"personalization_only": mirrored} if mirrored else {},
     )
     return bench, stats
 
@@ -407,7 +514,7 @@ def _split_policy(fmap: FieldMap, parsed: list[_Parsed], opts: LoadOptions) -> s
     if opts.test_fraction is not None:
         return (
             f"seeded per-user split: round({opts.test_fraction}·n) of each user's pairs test, at least one train "
-            f"and one test pair for a user with two or more (seed {opts.seed})"
+            f"and one test pair for a user with two or more (seed {opts.seed}); a pair and its mirror share a split"
         )
     if fmap.disabled("split"):
         return "all test (split field switched off)"

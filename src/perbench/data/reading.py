@@ -25,6 +25,7 @@ from typing import Any
 
 from perbench.data.rows import DataError, MissingFileError, type_name
 from perbench.errors import ConfigError
+from perbench.io import special_file
 
 Source = str | Path | Sequence[Mapping[str, Any]]
 
@@ -55,11 +56,20 @@ _BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
+def check_regular(label: str, path: str | Path) -> None:
+    """A :class:`DataError` for a path that is not a regular file or folder: reading a named pipe waits for a
+    writer forever and ``/dev/zero`` never ends, so neither is read."""
+    what = special_file(path)
+    if what is not None:
+        raise DataError(label, None, None, f"is {what}, not a regular file; save the data to a file and load that")
+
+
 def detect_format(source: Source) -> str:
     """One of :data:`FORMATS`, from the suffix / folder layout / hub-id shape."""
     if not isinstance(source, str | Path):
         return "rows"
     path = Path(source)
+    check_regular(str(source), path)
     if path.is_dir():
         if any((path / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
             return "hf_disk"
@@ -113,6 +123,7 @@ def read_text(path: str | Path, expected: str = "text") -> str:
     Every failure is a :class:`DataError` naming the file: unreadable, a Git LFS pointer, a binary file, a NUL
     byte, or bytes that are not UTF-8 (with the line and offset of the first bad byte)."""
     label = str(path)
+    check_regular(label, path)
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
@@ -183,10 +194,39 @@ def parse_json(label: str, line: int | None, text: str) -> Any:
         raise _json_error(label, line, e) from None
 
 
-def _as_dict(label: str, line: int, row: Any) -> dict[str, Any] | DataError:
+def unreadable(err: DataError, held: Sequence[Any]) -> DataError:
+    """``err`` for a record that holds several rows (``held``, e.g. a JSON array on one JSONL line): a skip of it
+    counts every one of them, and the users they name (``DataError.held``) count as lost if nothing else holds
+    them."""
+    err.held = tuple(r for r in held if isinstance(r, Mapping))
+    err.rows = max(1, len(err.held))
+    return err
+
+
+def _as_dict(label: str, line: int, row: Any, *, jsonl: bool = False) -> dict[str, Any] | DataError:
+    if isinstance(row, list | tuple):
+        objects = sum(isinstance(r, Mapping) for r in row)
+        held = f"a list of {len(row)} value(s), {objects} of them objects"
+        fix = "; JSON Lines holds one object per line" if jsonl else "; each element of the list is one row"
+        return unreadable(DataError(label, line, None, f"expected a JSON object, got {held}{fix}"), row)
     if not isinstance(row, Mapping):
         return DataError(label, line, None, f"expected a JSON object, got {type_name(row)}")
     return dict(row)
+
+
+def _values_on_line(line: str) -> list[Any] | None:
+    """The JSON values written one after another on one line (``{…}{…}``), or None when it is no such line."""
+    decoder = json.JSONDecoder(object_pairs_hook=_unique_keys)
+    values, pos = [], 0
+    try:
+        while pos < len(line):
+            value, pos = decoder.raw_decode(line, pos)
+            values.append(value)
+            while pos < len(line) and line[pos] in " \t\r,":
+                pos += 1
+    except (ValueError, RecursionError, _DuplicateKey):
+        return None
+    return values if len(values) > 1 else None
 
 
 def _read_jsonl_text(label: str, text: str) -> Iterator[Record]:
@@ -197,9 +237,13 @@ def _read_jsonl_text(label: str, text: str) -> Iterator[Record]:
         try:
             obj = parse_json(label, i, line)
         except DataError as e:
+            several = _values_on_line(line.strip()) if "Extra data" in e.message else None
+            if several is not None:
+                e = DataError(label, i, None, f"{len(several)} JSON values on one line; JSON Lines holds one per line")
+                e = unreadable(e, several)
             yield label, i, e
             continue
-        yield label, i, _as_dict(label, i, obj)
+        yield label, i, _as_dict(label, i, obj, jsonl=True)
 
 
 def _read_json(label: str, text: str) -> Iterator[Record]:
@@ -214,6 +258,16 @@ def _read_json(label: str, text: str) -> Iterator[Record]:
         raise _json_error(label, None, e) from None
     if isinstance(obj, Mapping):
         if isinstance(obj.get("data"), list):
+            others = {k: v for k, v in obj.items() if k != "data" and _rows_like(v)}
+            if others:
+                listed = ", ".join(f"{k!r} ({len(v)} objects)" for k, v in others.items())
+                raise DataError(
+                    label,
+                    None,
+                    None,
+                    f'the top-level object holds rows under several keys: "data" ({len(obj["data"])} items) is read, '
+                    f'{listed} would not be. Put every row in the one list under "data" (or one list per file)',
+                )
             obj = obj["data"]
         else:
             raise DataError(
@@ -226,6 +280,11 @@ def _read_json(label: str, text: str) -> Iterator[Record]:
         raise DataError(label, None, None, f"expected a list of objects, got {type_name(obj)}")
     for i, row in enumerate(obj, 1):
         yield label, i, _as_dict(label, i, row)
+
+
+def _rows_like(value: Any) -> bool:
+    """A non-empty list of JSON objects: what a list of rows looks like."""
+    return isinstance(value, list) and bool(value) and any(isinstance(v, Mapping) for v in value)
 
 
 def _read_csv(label: str, text: str, delimiter: str) -> Iterator[Record]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from perbench.data.user_context import derived_user_context
+from perbench.data.user_context import UserView, derived_user_context, user_views
 
 Split = Literal["train", "test"]
 #: the pair set (``Benchmark.pair_sets``) of consensus pairs: every user of the benchmark prefers chosen to rejected
@@ -103,6 +104,17 @@ class User:
             meta = dict(self.meta)
             object.__setattr__(self, "answer_key", meta.pop("answer_key"))
             object.__setattr__(self, "meta", meta)
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """What a decoder that reads users' own data (ICL, ICL-RAG) is handed: each user's :class:`UserView` and the
+    train pairs it may show — a seen user's train pairs (those the RMs are fit on), an unseen user's first
+    ``shots`` (those every RM adapts from; all when ``shots`` is None). No answer key, no test pair."""
+
+    users: Mapping[str, UserView]
+    pairs: Mapping[str, tuple[PreferencePair, ...]]
+    shots: int | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +277,21 @@ class Benchmark:
     def test_pairs(self, seen: bool | None = None) -> list[PreferencePair]:
         return self.select(split="test", seen=seen)
 
+    def user_views(self) -> dict[str, UserView]:
+        """What methods, judges and decoders are handed about each user (no answer key)."""
+        return user_views(self.users)
+
+    def context_view(self, shots: int | None = None) -> ContextView:
+        """The users' views and the train pairs a decoder may show: seen users all of theirs, unseen users their
+        first ``shots`` (:meth:`fewshot`; None: all)."""
+        if shots is not None and shots < 0:
+            raise ValueError(f"shots must be ≥ 0 or None, got {shots}")
+        pairs: dict[str, tuple[PreferencePair, ...]] = {}
+        for uid, u in self.users.items():
+            mine = self.fewshot(uid)
+            pairs[uid] = tuple(mine if u.seen or shots is None else mine[:shots])
+        return ContextView(self.user_views(), pairs, shots)
+
     def reference(self, user_id: str, prompt: Prompt) -> Reference | None:
         key = prompt_key(prompt)
         for r in self.references:
@@ -323,19 +350,67 @@ class Benchmark:
         }
 
 
+#: characters that change no visible text: zero-width space, (non-)joiners, word joiner, byte-order mark
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
+
+
+def canonical_text(text: str) -> str:
+    """``text`` in Unicode NFC without zero-width characters: two spellings that look identical agree."""
+    return unicodedata.normalize("NFC", text).translate(_ZERO_WIDTH)
+
+
 def normalize_text(text: str) -> str:
-    """Whitespace-insensitive form of a text: runs of whitespace become one space, ends stripped."""
-    return " ".join(text.split())
+    """The form texts are compared in: :func:`canonical_text`, runs of whitespace as one space, ends stripped."""
+    return " ".join(canonical_text(text).split())
+
+
+def prompt_identity(prompt: Prompt) -> str:
+    """A prompt as deduplication compares it: every text in :func:`normalize_text` form."""
+    if isinstance(prompt, str):
+        return prompt_key(normalize_text(prompt))
+    return prompt_key(tuple(Message(m.role.strip(), normalize_text(m.content)) for m in prompt))
 
 
 def pair_identity(pair: PreferencePair) -> str:
-    """What deduplication compares: (user, prompt, chosen, rejected), whitespace differences ignored."""
-    prompt = (
-        normalize_text(pair.prompt)
-        if isinstance(pair.prompt, str)
-        else tuple(Message(m.role, normalize_text(m.content)) for m in pair.prompt)
+    """What deduplication compares: (user, prompt, chosen, rejected), whitespace and Unicode-form differences
+    ignored (:func:`normalize_text`)."""
+    return content_hash(
+        pair.user_id, prompt_identity(pair.prompt), normalize_text(pair.chosen), normalize_text(pair.rejected)
     )
-    return content_hash(pair.user_id, prompt_key(prompt), normalize_text(pair.chosen), normalize_text(pair.rejected))
+
+
+def mirror_units(pairs: Sequence[PreferencePair]) -> list[list[int]]:
+    """The pairs (by index) grouped as deduplication, splits and caps must keep them together.
+
+    A pair (u, x, a ≻ b) is matched, one to one and in order, with the earliest unmatched pair (v, x, b ≻ a) of
+    another user in the same split: its *mirror*. On a benchmark whose pairs come in such mirrors any
+    user-agnostic scorer gets exactly ½ (ties ½), and only while both halves stay together. A unit is a matched
+    pair of indices or one unmatched index, in the order of its first index. Texts compare as
+    :func:`normalize_text`.
+    """
+    waiting: dict[tuple[str, bool], list[int]] = {}
+    partner: dict[int, int] = {}
+    for i, p in enumerate(pairs):
+        a, b = normalize_text(p.chosen), normalize_text(p.rejected)
+        if a == b:
+            continue
+        lo, hi = sorted((a, b))
+        key = content_hash(p.split, prompt_identity(p.prompt), lo, hi)
+        forward = a < b
+        queue = waiting.get((key, not forward), [])
+        j = next((k for k, q in enumerate(queue) if pairs[q].user_id != p.user_id), None)
+        if j is None:
+            waiting.setdefault((key, forward), []).append(i)
+        else:
+            q = queue.pop(j)
+            partner[q], partner[i] = i, q
+    return [[i, partner[i]] if i in partner else [i] for i in range(len(pairs)) if partner.get(i, len(pairs)) > i]
+
+
+def mirrored_ids(pairs: Sequence[PreferencePair]) -> frozenset[str]:
+    """Ids of the pairs whose mirror another user holds in the same split: the personalization-only subset, on
+    which any user-agnostic scorer gets exactly ½ (ties ½)."""
+    return frozenset(pairs[i].pair_id for unit in mirror_units(pairs) if len(unit) == 2 for i in unit)
 
 
 def degenerate_reason(pair: PreferencePair) -> str | None:
@@ -382,8 +457,12 @@ def dedup_units(
 
 
 def dedup_pairs(pairs: Iterable[PreferencePair], skipped: SkipReport, *, dedup: bool = True) -> list[PreferencePair]:
-    """Drop degenerate pairs and (``dedup``) duplicates, each pair on its own; counts go to ``skipped``."""
-    return dedup_units(([p] for p in pairs), skipped, dedup=dedup)
+    """Drop degenerate pairs and (``dedup``) duplicates, keeping mirrored pairs together (:func:`mirror_units`): a
+    duplicate's mirror goes with it, counted as ``mirror_of_skipped_pair``. Order kept; counts go to ``skipped``."""
+    pairs = list(pairs)
+    units = [[pairs[i] for i in unit] for unit in mirror_units(pairs)]
+    position = {id(p): i for i, p in enumerate(pairs)}
+    return sorted(dedup_units(units, skipped, dedup=dedup), key=lambda p: position[id(p)])
 
 
 def untrained_seen_users(pairs: Iterable[PreferencePair], seen: Mapping[str, bool]) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from perbench.data.records import Message, ProfileItem, Prompt, SkipReport, Split
+from perbench.data.records import Message, ProfileItem, Prompt, SkipReport, Split, canonical_text
 from perbench.errors import ConfigError, PerbenchError
 
 OnError = Literal["raise", "skip"]
@@ -39,7 +39,13 @@ _FALSE = {"false", "0", "no", "n", "unseen"}
 
 # --------------------------------------------------------------------------------------------------- errors
 class DataError(PerbenchError, ValueError):
-    """Bad input, located: ``data.jsonl:7: field 'chosen': expected a string, got int``."""
+    """Bad input, located: ``data.jsonl:7: field 'chosen': expected a string, got int``.
+
+    ``rows`` is how many source rows the located record holds (more than one for a JSON array on one line) and
+    ``held`` the row objects it holds, so a skip of it counts what it loses."""
+
+    rows: int = 1
+    held: tuple[Mapping[str, Any], ...] = ()
 
     def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
         self.path = str(path)
@@ -217,10 +223,11 @@ def check_text(row: Row, path: str, value: Any, *, allow_empty: bool = False) ->
 
 
 def check_ident(row: Row, path: str, value: Any) -> str:
-    """An id: a string or an integer, surrounding whitespace stripped (so ``1``, ``"1"`` and ``" 1"`` agree)."""
+    """An id: a string or an integer in Unicode NFC, zero-width characters and surrounding whitespace stripped (so
+    ``1``, ``"1"`` and ``" 1"`` agree, and so do ids that look identical but differ in Unicode form)."""
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise row.error(path, f"expected a string or integer id, got {type_name(value)}")
-    text = check_unicode(row, path, str(value)).strip()
+    text = canonical_text(check_unicode(row, path, str(value))).strip()
     if not text:
         raise row.error(path, "empty id")
     return text

@@ -6,19 +6,28 @@ the labels -- a rubric, a labelling rule ("prefers shorter summaries"), the styl
 response, Personalized-RewardBench's rubric aspects and narrative. The answer key lives only in
 ``User.answer_key`` (and the checkable poles in ``User.rubric``, read only by the downstream checker).
 
-Every consumer that puts something about a user into a model's input -- GenARM's user conditioning, the ICL
-judge, the ICL / ICL-RAG decoders -- goes through :func:`context_items` / :func:`user_text`, which read the
-profile only. :func:`oracle_user_text` is the one way to put the answer key in context; only a separately
-named oracle method (``icl_judge_oracle``) calls it.
+**Isolation by construction.** Methods, judges and decoders are never handed a :class:`~perbench.data.records.User`
+(which holds the answer key): the runner hands them a :class:`UserView` per user (``RMContext.extra["users"]``,
+:meth:`~perbench.data.records.Benchmark.user_views`) and decoders that read users' own data a
+:class:`~perbench.data.records.ContextView`. A view holds the user id, whether the user is seen and the
+declared user context (the profile items) -- nothing else, so the answer key is not reachable from it. The
+consumers that put something about a user into a model's input -- GenARM's user conditioning, the ICL judge,
+the ICL / ICL-RAG decoders -- refuse a full record (:func:`require_views`) and read the profile through
+:func:`context_items` / :func:`user_text`. :func:`oracle_user_text` is the one way to put the answer key in
+context; only a separately named oracle method (``icl_judge_oracle``) calls it, with the answer keys the
+runner gives oracle methods alone (``RMContext.extra["answer_keys"]``, :func:`method_inputs`). Where a
+loader's user id *is* the answer key (a persona sentence, a style name), the loader replaces it by an opaque
+id (:func:`opaque_user_id`), so not even the id carries it.
 
 Each loader records its policy with :func:`describe_user_context` in ``Benchmark.meta["user_context"]``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,12 +44,68 @@ POLICIES: dict[str, str] = {
 }
 
 
-def context_items(user: User | None) -> tuple[ProfileItem, ...]:
+@dataclass(frozen=True)
+class UserView:
+    """What a method, a judge or a decoder is handed about a user: the id, whether the user is seen, and the
+    declared user context (the profile items). It does not hold the answer key (nor ``User.meta``)."""
+
+    user_id: str
+    seen: bool = True
+    profile: tuple[ProfileItem, ...] = ()
+
+
+def user_view(user: User) -> UserView:
+    """The view of ``user`` that methods receive."""
+    return UserView(user.user_id, user.seen, tuple(user.profile))
+
+
+def user_views(users: Mapping[str, User]) -> dict[str, UserView]:
+    return {uid: user_view(u) for uid, u in users.items()}
+
+
+def require_views(users: Mapping[str, Any], who: str) -> dict[str, UserView]:
+    """``users`` if every value is a :class:`UserView`; a full record is refused (it holds the answer key)."""
+    bad = [uid for uid, u in users.items() if not isinstance(u, UserView)]
+    if bad:
+        raise TypeError(
+            f"{who} takes user views (Benchmark.user_views(), perbench.data.user_context.user_views), not full "
+            f"user records, which hold the answer key; got {type(users[bad[0]]).__name__} for {bad[0]!r}"
+        )
+    return dict(users)
+
+
+def answer_keys(users: Mapping[str, User]) -> dict[str, str]:
+    """Each user's answer key as a readable statement (:func:`answer_key_summary`): for oracle methods only."""
+    out = {}
+    for uid, u in users.items():
+        key = answer_key_summary(u)
+        if key is not None:
+            out[uid] = key
+    return out
+
+
+def method_inputs(users: Mapping[str, User], *, oracle: bool = False) -> dict[str, Any]:
+    """What a method's ``RMContext.extra`` holds about the users: their views, and for a method named as an
+    oracle (``oracle = True``) also their answer keys."""
+    out: dict[str, Any] = {"users": user_views(users)}
+    if oracle:
+        out["answer_keys"] = answer_keys(users)
+    return out
+
+
+def opaque_user_id(label: str, prefix: str = "user") -> str:
+    """A stable id for a user whose natural id is their answer key (a persona sentence, a style name)."""
+    return f"{prefix}-{hashlib.sha256(label.strip().encode('utf-8')).hexdigest()[:10]}"
+
+
+def context_items(user: UserView | User | None) -> tuple[ProfileItem, ...]:
     """The profile items a method may read about ``user`` (never the answer key)."""
     return () if user is None else tuple(user.profile)
 
 
-def user_text(user: User | None, mode: str = "auto", profile_k: int = 5, max_chars: int = 2000) -> str | None:
+def user_text(
+    user: UserView | User | None, mode: str = "auto", profile_k: int = 5, max_chars: int = 2000
+) -> str | None:
     """The text that describes ``user`` to a model: their first ``profile_k`` profile items as ``- item`` lines,
     cut to ``max_chars``; None when there is nothing (or ``mode="none"``).
 
@@ -75,18 +140,19 @@ def answer_key_summary(user: User) -> str | None:
     return "; ".join(texts) if texts else None
 
 
-def oracle_user_text(user: User | None, profile_k: int = 5, max_chars: int = 2000) -> str | None:
+def oracle_user_text(
+    user: UserView | User | None, answer_key: str | None, profile_k: int = 5, max_chars: int = 2000
+) -> str | None:
     """Answer key + user context, for an oracle upper bound only (the answer key is never cut off)."""
     if user is None:
         return None
-    key = answer_key_summary(user)
     context = user_text(user, "auto", profile_k, max_chars)
-    if key is None:
+    if answer_key is None:
         return context
-    text = f"{ORACLE_HEADER}\n{key}"
+    text = f"{ORACLE_HEADER}\n{answer_key}"
     if context:
         text += f"\n{CONTEXT_HEADER}\n{context}"
-    return text[: max(max_chars, len(ORACLE_HEADER) + 1 + len(key))]
+    return text[: max(max_chars, len(ORACLE_HEADER) + 1 + len(answer_key))]
 
 
 def _leaves(value: Any) -> Iterator[str]:
@@ -110,7 +176,9 @@ def answer_key_texts(user: User) -> list[str]:
 
 
 def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().casefold()
+    """Case, punctuation and whitespace ignored: word characters only, single spaces, padded (so a phrase
+    matches whole words)."""
+    return " " + " ".join(re.sub(r"[\W_]+", " ", text.casefold()).split()) + " "
 
 
 def is_phrase(text: str) -> bool:
@@ -120,9 +188,9 @@ def is_phrase(text: str) -> bool:
 
 
 def leaked_answer_keys(user: User, text: str) -> list[str]:
-    """The answer-key phrases of ``user`` that occur in ``text`` (case and whitespace ignored)."""
+    """The answer-key phrases of ``user`` that occur in ``text`` (case, punctuation and whitespace ignored)."""
     haystack = _norm(text)
-    return [k for k in answer_key_texts(user) if is_phrase(k) and _norm(k) in haystack]
+    return [k for k in answer_key_texts(user) if is_phrase(k) and _norm(k).strip() and _norm(k) in haystack]
 
 
 def withhold_answer_key(user: User, skipped: SkipReport) -> User:

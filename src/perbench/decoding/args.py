@@ -78,6 +78,10 @@ class ARGS(Decoder):
         self.candidates_scored += cands.shape[0] * width
         return top_lp[:, :width], cands[:, :width], keep[:, :width]
 
+    def reward_weight(self, rm: object) -> float | None:
+        """ARGS adds w·r_u to each candidate's log-probability."""
+        return float(self.w)
+
     @classmethod
     def rm_problem(cls, rm_cls: type) -> str | None:
         """Why this RM class cannot guide ARGS (None: it can)."""

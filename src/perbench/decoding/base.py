@@ -27,6 +27,12 @@ class Decoder(ABC):
         extra = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
         return f"{self.name}({extra})" if extra else self.name
 
+    def reward_weight(self, rm: object) -> float | None:
+        """The weight w this decoder puts on the guiding RM's reward r_u: the decoder approximates the tilted
+        policy π(y | x)·exp(w·r_u(x, y)), and policy accuracy compares chosen and rejected under that same w.
+        None: the decoder applies no weight (no RM, or a pick by r_u alone as in Best-of-N)."""
+        return None
+
     @abstractmethod
     def generate(
         self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | None, *, max_new_tokens: int

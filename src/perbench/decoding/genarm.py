@@ -96,6 +96,12 @@ class GenARMDecoder(Decoder):
         super().__init__(**p, **params)
         self.alpha, self.sample, self.temperature, self.top_p = alpha, sample, temperature, top_p
 
+    def reward_weight(self, rm: object) -> float | None:
+        """α on log π_r: the GenARM reward is r = β·log π_r (β = the RM's ``beta``), so the weight on r is α/β
+        (α itself for a guide without a ``beta``, whose reward is log π_r)."""
+        beta = getattr(rm, "beta", None)
+        return float(self.alpha) / float(beta) if beta else float(self.alpha)
+
     @classmethod
     def rm_problem(cls, rm_cls: type) -> str | None:
         """Why this RM class cannot guide GenARM decoding (None: it can)."""

@@ -1,29 +1,32 @@
-"""ICL and ICL-RAG: the policy alone, with k of the user's own items in the prompt (no reward model).
+"""ICL and ICL-RAG: the policy alone, with the user's own context in the prompt (no reward model).
 
-Where the items come from (train data only — test pairs never reach a prompt):
+**Equal information by default.** What the prompt shows about a user is what the reward models get:
 
-* ``format="chosen"``: the user's profile (``User.profile``, e.g. LaMP's ``"<title>" is a title for
-  "<abstract>"`` items or past posts); for users without a profile, their own train pairs rendered as
-  request + the response they preferred;
-* ``format="pairs"``: the user's own train pairs as preference pairs (request, preferred, dispreferred);
-  users without train pairs fall back to their profile items.
+* the user's **pairs** — an unseen user's first ``shots`` train pairs, exactly ``Benchmark.fewshot(user, shots)``,
+  the set every reward model adapts from (the runner binds them with :meth:`ICL.bind_context` and
+  :meth:`~perbench.data.records.Benchmark.context_view`); a seen user's train pairs (those the RMs are fit on),
+  of which as many as the run's ``shots`` are shown. ``k=None`` (default) shows all of them; an integer ``k``
+  shows that many, picked by the retrieval;
+* the user's **profile items** — by default (``profile_pool="context"``) the first ``profile_k`` (5) items, the
+  same items GenARM and the ICL judge read (:func:`perbench.data.user_context.user_text`); with
+  ``profile_pool="all"`` the retrieval picks ``profile_k`` items from the whole profile (LaMP-style RAG, which
+  gives the decoder more of the profile than the reward models read — a labelled choice, not the default).
 
-How the k items are picked: ``retrieval="random"`` (seeded by the request's seed and the user), ``bm25``
-(``bm25s``, English stopwords, ties keep the user's order) or ``dense`` (cosine of the bundled MiniLM
-encoder's unit-norm embeddings, or any encoder ``load_encoder`` accepts). The query is the request's text
-(the last user turn); an item's retrieval key is its text (a pair: request + preferred response).
-Retrieved items are listed best first. ``icl`` defaults to random items, ``icl_rag`` to BM25.
+Train data only: a test pair never reaches a prompt. ``format="pairs"`` (default) shows each pair as request +
+preferred + dispreferred response (what the reward models learn from); ``format="chosen"`` the request and
+the preferred response only. :meth:`ICL.shown` gives the effective count of each (pairs, profile items) for a
+user; the runner records it per generation (samples.jsonl) and per decoder (results.json,
+``effective_context``).
 
-What a user's items may contain: the user context only (:func:`perbench.data.user_context.context_items`:
-profile items, never the answer key) and the user's own train pairs. Which train pairs
-(:meth:`ICL.bind_benchmark` with the run's ``shots``): a seen user's train pairs, all of them (the pairs the
-reward models are fit on; ``k`` caps what one prompt shows); an unseen user's first ``shots`` train pairs,
-exactly ``Benchmark.fewshot(user, shots)``, the set every reward model adapts from. ``shots=None`` gives
-unseen users all their train pairs (standalone use only; a run passes its ``shots``).
+How the items are picked and ordered, within each kind: ``retrieval="random"`` (seeded by the request's seed
+and the user), ``bm25`` (``bm25s``, English stopwords, ties keep the user's order) or ``dense`` (cosine of
+the bundled MiniLM encoder's unit-norm embeddings, or any encoder ``load_encoder`` accepts). The query is the
+request's text (the last user turn); an item's retrieval key is its text (a pair: request + preferred
+response). Retrieved items are listed best first. ``icl`` defaults to random, ``icl_rag`` to BM25.
 
-The decoder needs the users' data: call :meth:`ICL.bind` (or :meth:`ICL.bind_benchmark`) before
-:meth:`generate`. Decoding itself is :class:`~perbench.decoding.greedy.ZeroShot` on the augmented prompt
-(greedy by default, or sampled).
+The decoder needs the users' data: call :meth:`ICL.bind_context` (or :meth:`ICL.bind` with user views, or
+:meth:`ICL.bind_benchmark`) before :meth:`generate`. Decoding itself is
+:class:`~perbench.decoding.greedy.ZeroShot` on the augmented prompt (greedy by default, or sampled).
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from perbench.data.records import Message, PreferencePair, Prompt, User, prompt_text
-from perbench.data.user_context import context_items
+from perbench.data.records import ContextView, Message, PreferencePair, Prompt, prompt_text
+from perbench.data.user_context import UserView, context_items, require_views
 from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
 from perbench.models.generate import Generation, GenRequest
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 
 RETRIEVALS = ("random", "bm25", "dense")
 FORMATS = ("chosen", "pairs")
+PROFILE_POOLS = ("context", "all")
 HEADERS = {
     "profile": "Here are some items from this user's profile:",
     "chosen": "Here are earlier requests from this user, each with the response they preferred:",
@@ -79,9 +83,11 @@ class ICL(Decoder):
 
     def __init__(
         self,
-        k: int = 4,
+        k: int | None = None,
         retrieval: str | None = None,
-        format: str = "chosen",
+        format: str = "pairs",
+        profile_k: int = 5,
+        profile_pool: str = "context",
         sample: bool = False,
         temperature: float = 1.0,
         top_p: float = 1.0,
@@ -94,9 +100,19 @@ class ICL(Decoder):
             raise ValueError(f"{self.name}: retrieval must be one of {RETRIEVALS}, got {retrieval!r}")
         if format not in FORMATS:
             raise ValueError(f"{self.name}: format must be one of {FORMATS}, got {format!r}")
-        if k < 0:
-            raise ValueError(f"{self.name}: k must be ≥ 0, got {k}")
-        p: dict[str, Any] = {"k": k, "retrieval": retrieval, "format": format}
+        if profile_pool not in PROFILE_POOLS:
+            raise ValueError(f"{self.name}: profile_pool must be one of {PROFILE_POOLS}, got {profile_pool!r}")
+        if k is not None and k < 0:
+            raise ValueError(f"{self.name}: k must be ≥ 0 (or unset: every pair the reward models get), got {k}")
+        if profile_k < 0:
+            raise ValueError(f"{self.name}: profile_k must be ≥ 0, got {profile_k}")
+        p: dict[str, Any] = {"retrieval": retrieval, "format": format}
+        if k is not None:
+            p["k"] = k
+        if profile_k != 5:
+            p["profile_k"] = profile_k
+        if profile_pool != "context":
+            p["profile_pool"] = profile_pool
         if sample:
             p.update(sample=True, temperature=temperature, top_p=top_p)
         if encoder != "minilm" and retrieval == "dense":
@@ -111,17 +127,19 @@ class ICL(Decoder):
             max_item_chars,
             encoder,
         )
+        self.profile_k, self.profile_pool = profile_k, profile_pool
         self.decoder = ZeroShot(sample=sample, temperature=temperature, top_p=top_p)
-        self.users: dict[str, User] | None = None
+        self.users: dict[str, UserView] | None = None
         self.pairs: dict[str, list[PreferencePair]] = {}
-        self.shots: int | None = None  # the unseen users' shot count bound by bind_benchmark
+        self.shots: int | None = None  # the unseen users' shot count bound by bind_context
         self._bm25: dict[str, Any] = {}
         self._emb: dict[str, np.ndarray] = {}
 
     # ---------------------------------------------------------------- data
-    def bind(self, users: Mapping[str, User], pairs: Sequence[PreferencePair]) -> None:
-        """The users and their pairs; only ``split == "train"`` pairs are ever used."""
-        self.users = dict(users)
+    def bind(self, users: Mapping[str, UserView], pairs: Sequence[PreferencePair]) -> None:
+        """The users' views and their pairs; only ``split == "train"`` pairs are ever used. A full user record
+        (which holds the answer key) is refused."""
+        self.users = require_views(users, self.name)
         self.shots = None
         self.pairs = {}
         for p in pairs:
@@ -129,19 +147,16 @@ class ICL(Decoder):
                 self.pairs.setdefault(p.user_id, []).append(p)
         self._bm25.clear()
 
+    def bind_context(self, view: ContextView) -> None:
+        """Bind what the runner hands a decoder (:meth:`~perbench.data.records.Benchmark.context_view`): the
+        users' views, seen users with all their train pairs, unseen users with their first ``shots`` train pairs
+        (what the reward models adapt from)."""
+        self.bind(view.users, [p for mine in view.pairs.values() for p in mine])
+        self.shots = view.shots
+
     def bind_benchmark(self, bench: Benchmark, shots: int | None = None) -> None:
-        """Bind ``bench``: seen users with all their train pairs, unseen users with their first ``shots``
-        train pairs (``bench.fewshot(user, shots)``, what the reward models adapt from; None: all)."""
-        if shots is not None and shots < 0:
-            raise ValueError(f"{self.name}: shots must be ≥ 0 or None, got {shots}")
-        train: dict[str, list[PreferencePair]] = {}
-        for p in bench.select(split="train"):
-            train.setdefault(p.user_id, []).append(p)
-        pairs: list[PreferencePair] = []
-        for uid, mine in train.items():
-            pairs += mine if bench.users[uid].seen or shots is None else mine[:shots]
-        self.bind(bench.users, pairs)
-        self.shots = shots
+        """:meth:`bind_context` of ``bench.context_view(shots)`` (None: unseen users with all their pairs)."""
+        self.bind_context(bench.context_view(shots))
 
     def config_key(self) -> str:
         """Parameters plus the bound shot count: generations from different few-shot sets are cached apart."""
@@ -150,17 +165,28 @@ class ICL(Decoder):
         blob = json.dumps([self.name, self.params, {"shots": self.shots}], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def candidates(self, user_id: str) -> list[ContextItem]:
-        """Every item this user could show, in the user's own order."""
+    def _require_bound(self) -> dict[str, UserView]:
         if self.users is None:
-            raise RuntimeError(f"{self.name}: call bind(users, pairs) or bind_benchmark(bench) first")
-        profile = list(context_items(self.users.get(user_id)))
-        pairs = self.pairs.get(user_id, [])
+            raise RuntimeError(
+                f"{self.name}: call bind_context(view), bind(users, pairs) or bind_benchmark(bench) first"
+            )
+        return self.users
+
+    def profile_candidates(self, user_id: str) -> list[ContextItem]:
+        """The profile items this user's prompt may show, in the user's order: the first ``profile_k`` (the items
+        every method reads), or with ``profile_pool="all"`` the whole profile."""
+        items = list(context_items(self._require_bound().get(user_id)))
+        if self.profile_pool == "context":
+            items = items[: self.profile_k]
         n = self.max_item_chars
-        if (self.format == "chosen" and profile) or (self.format == "pairs" and not pairs):
-            return [ContextItem(it.item_id, _clip(it.text, n), it.text, "profile") for it in profile]
+        return [ContextItem(it.item_id, _clip(it.text, n), it.text, "profile") for it in items]
+
+    def pair_candidates(self, user_id: str) -> list[ContextItem]:
+        """The user's bound train pairs as prompt items, in the user's order."""
+        self._require_bound()
+        n = self.max_item_chars
         out = []
-        for p in pairs:
+        for p in self.pairs.get(user_id, []):
             x = _clip(prompt_text(p.prompt), n)
             if self.format == "chosen":
                 text = f"Request: {x}\nResponse this user preferred: {_clip(p.chosen, n)}"
@@ -172,29 +198,55 @@ class ICL(Decoder):
             out.append(ContextItem(p.pair_id, text, f"{prompt_text(p.prompt)}\n{p.chosen}", self.format))
         return out
 
+    def candidates(self, user_id: str) -> list[ContextItem]:
+        """Every item this user's prompt could show: profile items, then pairs, each in the user's order."""
+        return self.profile_candidates(user_id) + self.pair_candidates(user_id)
+
+    def _pair_budget(self, available: int) -> int:
+        """How many pairs a prompt shows: ``k``, or (``k=None``) all the user's bound pairs, at most ``shots``
+        (a seen user's train pairs are more than the shots an unseen user gets)."""
+        if self.k is not None:
+            return min(self.k, available)
+        return available if self.shots is None else min(self.shots, available)
+
+    def shown(self, user_id: str) -> dict[str, int]:
+        """The effective context of this user's prompts: how many pairs and profile items they show (the same for
+        every request: the retrieval picks which, not how many)."""
+        n_profile = len(self.profile_candidates(user_id))
+        if self.profile_pool == "all":
+            n_profile = min(self.profile_k, n_profile)
+        return {"pairs": self._pair_budget(len(self.pairs.get(user_id, []))), "profile_items": n_profile}
+
     # ---------------------------------------------------------------- retrieval
     def retrieve(self, request: GenRequest) -> list[ContextItem]:
-        items = self.candidates(request.user_id)
-        k = min(self.k, len(items))
+        """The items shown for this request: profile items, then pairs, each kind picked and ordered by the
+        retrieval (best first)."""
+        shown = self.shown(request.user_id)
+        profile = self._pick(request, self.profile_candidates(request.user_id), shown["profile_items"], "profile")
+        pairs = self._pick(request, self.pair_candidates(request.user_id), shown["pairs"], "pairs")
+        return profile + pairs
+
+    def _pick(self, request: GenRequest, items: list[ContextItem], k: int, kind: str) -> list[ContextItem]:
+        k = min(k, len(items))
         if k == 0:
             return []
         if self.retrieval == "random":
-            h = int(hashlib.sha256(f"icl|{request.seed}|{request.user_id}".encode()).hexdigest()[:8], 16)
+            h = int(hashlib.sha256(f"icl|{request.seed}|{request.user_id}|{kind}".encode()).hexdigest()[:8], 16)
             picks = np.random.default_rng(h).choice(len(items), size=k, replace=False)
             return [items[int(i)] for i in picks]
         query = prompt_text(request.prompt)
         scores = (
-            self._bm25_scores(request.user_id, items, query)
+            self._bm25_scores(f"{request.user_id}|{kind}", items, query)
             if self.retrieval == "bm25"
             else self._dense_scores(items, query)
         )
         order = sorted(range(len(items)), key=lambda i: (-float(scores[i]), i))[:k]
         return [items[i] for i in order]
 
-    def _bm25_scores(self, user_id: str, items: Sequence[ContextItem], query: str) -> np.ndarray:
+    def _bm25_scores(self, pool: str, items: Sequence[ContextItem], query: str) -> np.ndarray:
         import bm25s
 
-        cache_key = f"{user_id}|{self.format}|{len(items)}"
+        cache_key = f"{pool}|{self.format}|{len(items)}"
         if cache_key not in self._bm25:
             toks = bm25s.tokenize([it.key for it in items], stopwords="en", show_progress=False, return_ids=False)
             toks = [t or ["\x00empty"] for t in toks]  # bm25s cannot index an empty document
@@ -221,8 +273,13 @@ class ICL(Decoder):
         items = self.retrieve(request)
         if not items:
             return request.prompt
-        blocks = "\n\n".join(f"[{i}] {it.text}" for i, it in enumerate(items, 1))
-        context = f"{HEADERS[items[0].source]}\n\n{blocks}\n\n{INSTRUCTION}\n\n"
+        blocks = []
+        for source in ("profile", self.format):
+            mine = [it for it in items if it.source == source]
+            if mine:
+                listed = "\n\n".join(f"[{i}] {it.text}" for i, it in enumerate(mine, 1))
+                blocks.append(f"{HEADERS[source]}\n\n{listed}")
+        context = "\n\n".join(blocks) + f"\n\n{INSTRUCTION}\n\n"
         if isinstance(request.prompt, str):
             return context + request.prompt
         msgs = list(request.prompt)

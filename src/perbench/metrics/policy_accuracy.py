@@ -1,25 +1,29 @@
 """Policy accuracy (Rezk et al.): does the reward-guided policy prefer the user's chosen response?
 
-The exact formula is not public; these are our documented readings. For a response y of T tokens
-(teacher-forced, policy π, reward r_u with a value for every prefix, ARGS weight w and top-k):
+The exact formula is not public; these are our documented readings. The RGD-adapted policy is the tilt
+π_RGD(y | x) ∝ π(y | x)·exp(w·r_u(x, y)), with w the weight the paired decoder puts on the reward (ARGS's
+w; GenARM's α on log π_r, i.e. α/β on r = β·log π_r). For a response y of T tokens (teacher-forced):
 
-- **headline** ``mean``: S_u(y) / T with S_u(y) = Σ_t [log π(y_t | x, y_<t) + w·r_u(x, y_≤t)]; a constant c added
-  to r adds w·c to both sides of a pair, so it cannot move the comparison (the shift test); w = 0 gives
-  ``policy_mean``, the policy alone, reported beside it.
-- ``rgd_mean`` (and ``rgd_sum``, with ``pa_rgd``): the log-probability of y under the RGD-induced policy — the
-  policy ARGS samples from, log π_RGD(y_t) = log-softmax over the policy's top-k candidates v of
-  (log π(v | x, y_<t) + w·r_u(x, y_<t ⊕ v)); a token outside the top-k is a miss (the response's value is
-  −inf and the miss is counted). ``rgd_sum`` = Σ_t log π_RGD(y_t), ``rgd_mean`` = rgd_sum / T. A constant
-  added to r cancels in every softmax, so a constant cannot move either (the shift test).
-- ``w0_sum`` / ``w0_mean``: the same at w = 0 — the policy alone (renormalised over its own top-k), the
-  value to compare the headline with. ``policy_sum`` / ``policy_mean``: Σ_t log π(y_t), untruncated.
-- ``sum`` (labelled, not headline): S_u(y). **Not shift-invariant**: r + c adds c·w·T, and chosen and
-  rejected differ in T.
+- **headline** ``tilt`` (the *sequence tilt*): S_u(y) = log π(y | x) + w·r_u(x, y), r_u taken once on the
+  whole response (the reward ``score`` gives); comparing chosen with rejected, the normaliser cancels. A
+  constant c added to r adds w·c to both sides (shift-invariant as it stands) and no length division is
+  needed; at w = 0 it compares sequence probabilities, ``policy_sum`` (reported beside it). It needs no
+  reward for a partial response: every RM that scores single responses has one.
+- ``prefix_sum`` / ``prefix_mean`` (labelled variants, from an earlier reading): Σ_t [log π(y_t | x, y_<t) +
+  w·r_u(x, y_≤t)], and that divided by T. ``prefix_sum`` is not shift-invariant (r + c adds c·w·T);
+  ``prefix_mean`` can flip a pair of equal length against the tilt and is moved by per-step offsets that
+  leave ARGS unchanged. ``policy_mean`` = mean_t log π(y_t) is its w = 0 value.
+- ``rgd_mean`` (and ``rgd_sum``, with ``pa_rgd``): the log-probability of y under the top-k RGD-induced
+  policy — the policy ARGS samples from, log π_RGD(y_t) = log-softmax over the policy's top-k candidates v
+  of (log π(v | x, y_<t) + w·r_u(x, y_<t ⊕ v)); a token outside the top-k is a miss (the response's value is
+  −inf and the miss is counted). A constant added to r cancels in every softmax. ``w0_sum`` / ``w0_mean``:
+  the same at w = 0 (the policy alone, renormalised over its own top-k).
 
-:func:`policy_accuracy_scores` computes every variant per response for any RM whose
-``no_prefix_reward`` is None (frozen-feature heads, GenARM, the LoRA RMs) or that is a token-level scorer;
-:func:`policy_accuracy_problem` says why a method cannot be scored (reported as not applicable);
-:func:`policy_accuracy_from_scores` turns the chosen / rejected arrays into accuracies.
+:func:`sequence_tilt` is the headline; :func:`policy_accuracy_scores` computes every variant per response
+for any RM whose ``no_prefix_reward`` is None (frozen-feature heads, GenARM, the LoRA RMs) or that is a
+token-level scorer; :func:`policy_accuracy_problem` says why the per-prefix variants cannot be computed
+(reported as not applicable); :func:`policy_accuracy_from_scores` turns the chosen / rejected arrays into
+accuracies.
 """
 
 from __future__ import annotations
@@ -35,24 +39,30 @@ if TYPE_CHECKING:
     from perbench.rewards.base import RewardModel, ScoreItem
 
 
-def rgd_scores(
-    logprobs: Sequence[np.ndarray], rewards: Sequence[np.ndarray], w: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """-> (sum variant, length-normalised variant) of S_u(y) per response."""
-    s = np.array([float(np.sum(lp) + w * np.sum(r)) for lp, r in zip(logprobs, rewards, strict=True)])
-    T = np.array([max(len(lp), 1) for lp in logprobs], dtype=np.float64)
-    return s, s / T
+def sequence_tilt(logprob_sums: np.ndarray, rewards: np.ndarray, w: float) -> np.ndarray:
+    """The headline per response: log π(y | x) + w·r_u(x, y) (``logprob_sums`` = Σ_t log π(y_t | x, y_<t),
+    ``rewards`` = the reward of the whole response)."""
+    return np.asarray(logprob_sums, np.float64) + w * np.asarray(rewards, np.float64)
 
 
 def teacher_forced_scores(
     logprobs: Sequence[np.ndarray], rewards: Sequence[np.ndarray], w: float
 ) -> dict[str, np.ndarray]:
-    """The variants that need no top-k candidates (one teacher-forced pass): ``mean`` (the headline), ``sum``,
-    ``policy_mean`` / ``policy_sum`` (w = 0) and ``T``, per response."""
+    """What one teacher-forced pass gives, per response: the headline ``tilt`` (the last per-prefix reward is
+    the whole response's), the labelled ``prefix_sum`` / ``prefix_mean``, ``policy_sum`` / ``policy_mean``
+    (w = 0) and ``T``."""
     lp_sum = np.array([float(np.sum(lp)) for lp in logprobs])
-    s, mean = rgd_scores(logprobs, rewards, w)
+    final = np.array([float(r[-1]) if len(r) else 0.0 for r in rewards])
+    prefix = np.array([float(np.sum(lp) + w * np.sum(r)) for lp, r in zip(logprobs, rewards, strict=True)])
     T = np.array([max(len(lp), 1) for lp in logprobs], dtype=np.float64)
-    return {"sum": s, "mean": mean, "policy_sum": lp_sum, "policy_mean": lp_sum / T, "T": T}
+    return {
+        "tilt": sequence_tilt(lp_sum, final, w),
+        "prefix_sum": prefix,
+        "prefix_mean": prefix / T,
+        "policy_sum": lp_sum,
+        "policy_mean": lp_sum / T,
+        "T": T,
+    }
 
 
 def policy_accuracy(
@@ -240,24 +250,32 @@ def rgd_policy_inputs(
 # ------------------------------------------------------------------------------------------------------------
 # Every variant in one pass, for the runner.
 
-#: The variant reported first: the length-normalised RGD score, which a constant added to the reward cannot
-#: move and which needs no top-k truncation (real responses often leave the policy's top-k at some token, and
-#: one such miss makes ``rgd_mean`` −inf, a tie with any other miss). ``rgd_*`` come with ``pa_rgd``.
-HEADLINE = "mean"
-#: the headline's value for the policy alone (w = 0)
-W0 = {"mean": "policy_mean", "rgd_mean": "w0_mean"}
+#: The variant reported first: the sequence tilt log π(y | x) + w·r_u(x, y) (see the module docstring).
+HEADLINE = "tilt"
+#: each variant's value for the policy alone (w = 0)
+W0 = {"tilt": "policy_sum", "prefix_mean": "policy_mean", "prefix_sum": "policy_sum", "rgd_mean": "w0_mean"}
 #: Variants of :func:`policy_accuracy_scores` that are compared chosen vs rejected.
-VARIANTS = ("rgd_mean", "rgd_sum", "w0_mean", "w0_sum", "policy_mean", "policy_sum", "mean", "sum")
+VARIANTS = (
+    "tilt",
+    "policy_sum",
+    "prefix_mean",
+    "prefix_sum",
+    "policy_mean",
+    "rgd_mean",
+    "rgd_sum",
+    "w0_mean",
+    "w0_sum",
+)
 VARIANT_DOC = {
-    "rgd_mean": "mean_t log π_RGD(y_t), the RGD-induced policy (top-k softmax of log π + w·r); "
-    "a constant added to r cannot move it",
-    "rgd_sum": "Σ_t log π_RGD(y_t) (shift-invariant)",
-    "w0_mean": "the same at w = 0: the policy alone over its top-k",
+    "tilt": "headline, the sequence tilt: log π(y|x) + w·r(x, y), r on the whole response (shift-invariant)",
+    "policy_sum": "log π(y|x): the policy alone (the headline at w = 0)",
+    "prefix_mean": "variant: (Σ_t log π(y_t) + w·r(x, y_≤t)) / T, the prefix-sum / length reading",
+    "prefix_sum": "variant: Σ_t [log π(y_t) + w·r(x, y_≤t)] — changes when a constant is added to r (c·w·T)",
+    "policy_mean": "mean_t log π(y_t): the prefix-mean variant at w = 0",
+    "rgd_mean": "variant: mean_t log π_RGD(y_t), the top-k RGD-induced policy (top-k softmax of log π + w·r)",
+    "rgd_sum": "variant: Σ_t log π_RGD(y_t), the top-k RGD-induced policy",
+    "w0_mean": "the top-k RGD-induced policy at w = 0: the policy alone over its top-k",
     "w0_sum": "Σ_t of the same at w = 0",
-    "policy_mean": "mean_t log π(y_t): the policy alone, untruncated",
-    "policy_sum": "Σ_t log π(y_t)",
-    "mean": "headline: (Σ_t log π(y_t) + w·r(x, y_≤t)) / T — a constant c adds w·c to both sides: shift-invariant",
-    "sum": "Σ_t [log π(y_t) + w·r(x, y_≤t)] — changes when a constant is added to r (c·w·T)",
 }
 
 
@@ -311,8 +329,9 @@ def policy_accuracy_scores(
     chunk_tokens: int = 512,
 ) -> dict[str, np.ndarray]:
     """Per response (one entry per item): every variant of :data:`VARIANTS`, plus ``misses`` (tokens
-    outside the policy's top-k) and ``T`` (response tokens). ``w`` and ``k`` are those of the deployed
-    ARGS decoder. Raises TypeError when :func:`policy_accuracy_problem` gives a reason."""
+    outside the policy's top-k) and ``T`` (response tokens). ``w`` is the weight of the paired decoder,
+    ``k`` the top-k of the RGD-induced policy. Raises TypeError when :func:`policy_accuracy_problem` gives a
+    reason."""
     problem = policy_accuracy_problem(policy, rm)
     if problem is not None:
         raise TypeError(f"policy accuracy for {type(rm).__name__}: {problem}")
@@ -322,7 +341,7 @@ def policy_accuracy_scores(
     tok_r = rm.token_rewards(items)
     lp_y = _response_logprobs(policy, items, max_length)
     out: dict[str, list[float]] = {v: [] for v in (*VARIANTS, "misses", "T")}
-    for inp, r, lp in zip(inputs, tok_r, lp_y, strict=True):
+    for inp, r, lp, whole in zip(inputs, tok_r, lp_y, rm.score(items), strict=True):
         T = len(inp.hit)
         if len(r) != T or len(lp) != T:
             raise ValueError(f"policy accuracy: {T} policy tokens but {len(r)} reward / {len(lp)} log-prob values")
@@ -331,14 +350,15 @@ def policy_accuracy_scores(
         g0, _ = rgd_policy_logprob(inp, 0.0)
         s = float(np.sum(lp) + w * np.sum(r))
         vals = {
+            "tilt": float(np.sum(lp)) + w * float(whole),
             "rgd_sum": g,
             "rgd_mean": g / n,
             "w0_sum": g0,
             "w0_mean": g0 / n,
             "policy_sum": float(np.sum(lp)),
             "policy_mean": float(np.sum(lp)) / n,
-            "sum": s,
-            "mean": s / n,
+            "prefix_sum": s,
+            "prefix_mean": s / n,
             "misses": float(miss),
             "T": float(T),
         }
@@ -380,10 +400,12 @@ def policy_accuracy_from_scores(
     seed: int = 0,
     prompts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Accuracy of every variant (mean 1[S(y_w) > S(y_l)] under the tie rule) from
-    :func:`policy_accuracy_scores` of the chosen and rejected sides, with the miss accounting.
-    ``headline`` names the shift-invariant variant; ``w0`` is its value for the policy alone."""
-    out: dict[str, Any] = {"w": w, "k": k, "headline": HEADLINE, "variants": dict(VARIANT_DOC)}
+    """Accuracy of every variant present (mean 1[S(y_w) > S(y_l)] under the tie rule) from
+    :func:`policy_accuracy_scores` (or :func:`teacher_forced_scores`, or just ``tilt`` and ``policy_sum``) of
+    the chosen and rejected sides, with the miss accounting when the top-k variants are there.
+    ``headline`` names the sequence tilt; ``w0`` is its value for the policy alone."""
+    docs = {v: VARIANT_DOC[v] for v in VARIANTS if v in chosen}
+    out: dict[str, Any] = {"w": w, "k": k, "headline": HEADLINE, "variants": docs}
     for variant in (v for v in VARIANTS if v in chosen):
         a = policy_accuracy(
             chosen[variant], rejected[variant], users, tie=tie, n_boot=n_boot, seed=seed, prompts=prompts

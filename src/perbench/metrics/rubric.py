@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from perbench.data.records import User
 
 
-def rubric_satisfaction(text: str, user: User) -> dict[str, float]:
-    """Fraction of the user's aspect poles met, and whether all are met (1.0 / 0.0)."""
-    from perbench.data.rubrics.aspects import satisfaction, satisfies_all
+def rubric_satisfaction(text: str, user: User, annotations: Mapping[str, str | None] | None = None) -> dict[str, float]:
+    """Fraction of the user's aspect poles met, and whether all are met (1.0 / 0.0). ``annotations``: the text's
+    ``annotate(text)`` verdicts when already computed (a text shared by many users is checked once)."""
+    from perbench.data.rubrics.aspects import annotate, rubric_scores
 
     if not user.rubric:
         raise ValueError(f"user {user.user_id!r} has no checkable rubric")
-    return {"satisfaction": satisfaction(text, user.rubric), "all": float(satisfies_all(text, user.rubric))}
+    sat, every = rubric_scores(annotate(text) if annotations is None else annotations, user.rubric)
+    return {"satisfaction": sat, "all": float(every)}
 
 
 def aspect_report(text: str, user: User) -> list[dict[str, object]]:

@@ -12,9 +12,22 @@ import numpy as np
 
 @lru_cache(maxsize=1)
 def _rouge_scorer() -> Any:
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer, tokenizers
 
-    return rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    class OncePerText(tokenizers.Tokenizer):  # type: ignore[misc]
+        """rouge-score's own stemmed tokenizer, run once per distinct text of a :func:`rouge` call (a sample
+        pool compares each text with many references; stemming is most of the cost)."""
+
+        def __init__(self) -> None:
+            self.inner = tokenizers.DefaultTokenizer(use_stemmer=True)
+            self.memo: dict[str, list[str]] = {}
+
+        def tokenize(self, text: str) -> list[str]:
+            if text not in self.memo:
+                self.memo[text] = self.inner.tokenize(text)
+            return self.memo[text]
+
+    return rouge_scorer.RougeScorer(["rouge1", "rougeL"], tokenizer=OncePerText())
 
 
 def rouge(predictions: Sequence[str], references: Sequence[str]) -> dict[str, np.ndarray]:
@@ -22,6 +35,7 @@ def rouge(predictions: Sequence[str], references: Sequence[str]) -> dict[str, np
     if len(predictions) != len(references):
         raise ValueError(f"rouge: {len(predictions)} predictions vs {len(references)} references")
     scorer = _rouge_scorer()
+    scorer._tokenizer.memo.clear()  # the memo lives for one call
     r1, rl = [], []
     for p, r in zip(predictions, references, strict=True):
         s = scorer.score(r, p)  # rouge-score takes (target, prediction)

@@ -37,6 +37,8 @@ ALIASES = {
     "smollm2-135m-instruct": "bundled:smollm2",
 }
 TINY_RANDOM = "tiny-random"
+#: the context length of the tiny random test models
+TINY_CONTEXT = 2048
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 MODEL_FORMS = (
     f"a bundled alias ({', '.join(ALIASES)}), {TINY_RANDOM}[:SEED], a local folder or .gguf file, "
@@ -64,6 +66,27 @@ def safetensors_problem(folder: Path) -> str | None:
     )
 
 
+def custom_code_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot load without running its own Python code (config.json names classes in ``auto_map``
+    for a model type transformers does not know); None when transformers can load it with its own code."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or not config.get("auto_map"):
+        return None
+    from transformers import CONFIG_MAPPING
+
+    if config.get("model_type") in CONFIG_MAPPING:
+        return None
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.py"))
+    return (
+        f"{folder} ships its own Python code (config.json auto_map, model type {config.get('model_type')!r}; "
+        f"files: {', '.join(files) or 'none here'}), which transformers would have to run; perbench runs a model's "
+        "code only for a hub_rm method with trust_remote_code: true and `perbench run --trust-remote-code`"
+    )
+
+
 def model_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a model (None: it can), checked without loading or downloading anything.
 
@@ -83,7 +106,8 @@ def model_name_problem(name: str) -> str | None:
     if base.endswith(".gguf"):
         return None if _exists(base, "file") else f"GGUF file not found: {base}"
     if _exists(base, "dir"):
-        return safetensors_problem(Path(base).expanduser())
+        folder = Path(base).expanduser()
+        return safetensors_problem(folder) or custom_code_problem(folder)
     if _exists(base, "file"):
         return f"{base} is a file; a model is a .gguf file or a folder with config.json and safetensors weights"
     if _HUB_ID.fullmatch(base):
@@ -246,7 +270,7 @@ def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
         folder = gguf_to_safetensors(path)
         return str(folder), f"{path.name}:{folder.name.rsplit('-', 1)[-1]}", {}
     if path.is_dir():
-        problem = safetensors_problem(path)
+        problem = safetensors_problem(path) or (None if spec.trust_remote_code else custom_code_problem(path))
         if problem:
             raise ConfigError(problem)
         return str(path), f"{path.resolve()}:{_folder_digest(path)}", {}
@@ -259,11 +283,11 @@ def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
 def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: int = 64, layers: int = 2) -> LoadedLM:
     """A random 2-layer Llama with the bundled SmolLM2 tokenizer: fast, offline, shares the real template."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     policy = policy or resolve_device()
     folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)
-    tok = AutoTokenizer.from_pretrained(folder)
+    tok = _tokenizer(TINY_RANDOM, str(folder), {})
     cfg = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
@@ -271,7 +295,7 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=TINY_CONTEXT,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
@@ -284,6 +308,76 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
     model.generation_config.pad_token_id = tok.pad_token_id
     fp = f"tiny-random:seed={seed}:h{hidden}l{layers}:{policy.dtype}"
     return LoadedLM(model, tok, fp, f"tiny-random:{seed}", policy)
+
+
+def from_pretrained_error(name: str, e: Exception) -> ConfigError:
+    """What a failed ``from_pretrained`` of ``name`` means, as one line the user can act on."""
+    text = " ".join(str(e).split())
+    if "trust_remote_code" in text:
+        return ConfigError(
+            f"{name} ships its own Python code, which transformers would have to run; perbench runs a model's code "
+            "only for a hub_rm method with trust_remote_code: true and `perbench run --trust-remote-code`. "
+            "Use a model that transformers supports natively"
+        )
+    local = Path(name).expanduser()
+    if isinstance(e, OSError) and not local.exists():
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or "offline" in text.lower() or "connect" in text.lower()
+        why = "the hub cannot be reached (offline)" if offline else "the hub has no such model"
+        return ConfigError(
+            f"{name!r} is not a local folder and {why}, and it is not in the local hub cache; if you meant a local "
+            f"folder, give its path (./{name} or an absolute path); else download the model once with network"
+        )
+    return ConfigError(f"{name}: cannot load it ({text[:300]})")
+
+
+def _load_or_explain(name: str, load: Any, *args: Any, **kw: Any) -> Any:
+    try:
+        return load(*args, **kw)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as e:
+        raise from_pretrained_error(name, e) from e
+
+
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def _tokenizer(name: str, target: str, kw: dict[str, Any]) -> Any:
+    """The tokenizer at ``target``, loaded once per process (a run's preflight and its models share it)."""
+    key = json.dumps([target, kw], sort_keys=True, default=str)
+    if key not in _TOKENIZERS:
+        from transformers import AutoTokenizer
+
+        # trust_remote_code=False, never None: None makes transformers ask on stdin whether to run a folder's code
+        _TOKENIZERS[key] = _load_or_explain(name, AutoTokenizer.from_pretrained, target, trust_remote_code=False, **kw)
+    return _TOKENIZERS[key]
+
+
+def load_tokenizer(spec: str | ModelSpec) -> Any:
+    """The tokenizer of ``spec`` alone (no weights): what a run checks its token limits with before any model
+    loads."""
+    mspec = ModelSpec.parse(spec)
+    if mspec.name.startswith(TINY_RANDOM):
+        return _tokenizer(mspec.name, str(gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)), {})
+    target, _, kw = resolve_spec(mspec)
+    return _tokenizer(mspec.name, target, kw)
+
+
+def model_context(spec: str | ModelSpec) -> int | None:
+    """The number of positions ``spec`` can attend to, from its config alone (None when the config says none)."""
+    mspec = ModelSpec.parse(spec)
+    if mspec.name.startswith(TINY_RANDOM):
+        return TINY_CONTEXT
+    target, _, kw = resolve_spec(mspec)
+    from transformers import AutoConfig
+
+    config = _load_or_explain(mspec.name, AutoConfig.from_pretrained, target, trust_remote_code=False, **kw)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 _LOADED: dict[tuple[str, str, str], LoadedLM] = {}
@@ -316,8 +410,13 @@ def load_lm(
             import sys
 
             print(f"[perbench] {describe_remote_code(ModelSpec(target, mspec.revision))}", file=sys.stderr)
-        tok = AutoTokenizer.from_pretrained(target, trust_remote_code=mspec.trust_remote_code, **kw)
-        model: Any = AutoModelForCausalLM.from_pretrained(
+        if mspec.trust_remote_code:
+            tok = _load_or_explain(mspec.name, AutoTokenizer.from_pretrained, target, trust_remote_code=True, **kw)
+        else:
+            tok = _tokenizer(mspec.name, target, kw)
+        model: Any = _load_or_explain(
+            mspec.name,
+            AutoModelForCausalLM.from_pretrained,
             target,
             dtype=policy.torch_dtype(),
             use_safetensors=True,

@@ -154,22 +154,26 @@ def compare_runs(
     seed: int = 0,
 ) -> Path:
     """Analyse the pooled cells of ``run_dirs``; write report.html, leaderboard.md, analysis.json and plots/."""
-    from perbench.io import atomic_write_text
+    from perbench.io import atomic_write_text, writing_inside
     from perbench.report.html import build_plots, write_outputs
     from perbench.report.leaderboard import render_markdown
 
     if not run_dirs:
         raise ConfigError("compare needs at least one run directory")
+    out_dir = Path(out)
+    blocked = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise ConfigError(f"--out {out}: {blocked} is a file, not a folder; name a folder for the comparison")
     runs = [load_run(d) for d in run_dirs]
     analysis, per = analyze_runs(runs, metric, n_boot, seed)
-    out_dir = Path(out)
     cells = [c for r in runs for c in r.cells or []]
     figs = build_plots(analysis, None, cells)
     html = render_comparison(runs, analysis, per, figs, out_dir)
     md = render_markdown(analysis, f"perbench compare — {len(runs)} runs", per)
     path = write_outputs(html, md, figs, out_dir)
-    atomic_write_text(
-        out_dir / "analysis.json",
-        json.dumps({"runs": [str(r.path) for r in runs], "analysis": analysis, "per_benchmark": per}, indent=1),
-    )
+    with writing_inside(out_dir):
+        atomic_write_text(
+            out_dir / "analysis.json",
+            json.dumps({"runs": [str(r.path) for r in runs], "analysis": analysis, "per_benchmark": per}, indent=1),
+        )
     return path

@@ -60,7 +60,20 @@ def upstream_section(results: Mapping[str, Any]) -> str:
             cells.append(value_ci(e.get("accuracy"), e.get("ci"), na=e.get("not_applicable") or f"no {g} users"))
         cells.append(num(_d(acc.get("all")).get("ties"), pct=False))
         rows.append(cells)
-    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(["method", *groups, "ties"], rows)
+    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(["method", *groups, "ties"], rows) + tie_rule(results)
+
+
+def tie_rule(results: Mapping[str, Any]) -> str:
+    """The rule by which a tie (chosen and rejected scored equal) counts in the accuracies, as the run applied it."""
+    policy = _d(results.get("config")).get("tie_policy")
+    if policy not in ("strict", "half"):
+        return ""
+    rule = "as wrong (0)" if policy == "strict" else "as half right (½)"
+    return (
+        f'<p class="muted">Tie rule: a pair whose chosen and rejected responses score equal counts {rule} in these '
+        f"accuracies (tie_policy: {esc(policy)}); the ties column counts them. The personalization-only accuracy "
+        "always counts a tie ½, so that on mirrored pairs any user-agnostic scorer gets exactly 50 %.</p>"
+    )
 
 
 def fewshot_table(results: Mapping[str, Any]) -> str:
@@ -160,13 +173,16 @@ def bon_table(down: Mapping[str, Any]) -> str:
             vals = dict(zip(_l(m.get("n")), _l(m.get(key)), strict=False))
             rows.append([f'<span class="muted">{name}</span>', esc(metric)] + [num(vals.get(n)) for n in ns])
     return (
-        "<details><summary>Best-of-N: ground-truth quality vs N (first N samples of one shared pool), "
+        "<details><summary>Best-of-N: ground-truth quality vs n (exact over random n-subsets of one shared pool), "
         "table</summary>" + table(["RM", "quality"] + [f"N={n}" for n in ns], rows) + "</details>"
     )
 
 
+GROUPS = ("seen", "unseen")
+
+
 def policy_accuracy_section(results: Mapping[str, Any]) -> str:
-    """Headline (RGD-induced, shift-invariant) policy accuracy beside the policy alone and the labelled variants."""
+    """The headline (the sequence tilt) beside the policy alone and the labelled variants, with each method's w."""
     rows = []
     for label, r in _d(results.get("upstream")).items():
         for g, e in _d(_d(r).get("policy_accuracy")).items():
@@ -174,32 +190,59 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
             if e.get("not_applicable"):
                 rows.append([esc(label), esc(g), na_span(str(e["not_applicable"]))] + [""] * 5)
                 continue
-            old = _d(e.get("rgd"))
-            head = _d(e.get(str(e.get("headline") or ""))) or _d(old.get("mean"))
-            if not head and not _d(e.get("sum")):
+            head = _d(e.get(str(e.get("headline") or "")))
+            if not head:
                 continue
             w0 = _d(e.get("w0"))
-            miss = e.get("miss_rate", old.get("miss_rate"))
+            variants_na = e.get("variants_not_applicable")
+
+            def variant(name: str, e: dict[str, Any] = e, na: Any = variants_na) -> str:
+                got = _d(e.get(name)).get("accuracy")
+                return value_ci(got, None, na=str(na) if na else "not computed")
+
             rows.append(
                 [
                     esc(label),
                     esc(g),
-                    value_ci(head.get("accuracy"), head.get("ci"), na="no RGD variant"),
+                    value_ci(head.get("accuracy"), head.get("ci")),
                     value_ci(w0.get("accuracy"), w0.get("ci"), na="not reported"),
-                    value_ci(_d(e.get("mean")).get("accuracy"), None),
-                    value_ci(_d(e.get("sum")).get("accuracy"), None),
-                    value_ci(miss, None, na="no misses counted"),
-                    esc(e.get("w", "")) + " / " + esc(e.get("k", old.get("k", ""))),
+                    variant("prefix_mean"),
+                    variant("prefix_sum"),
+                    variant("rgd_mean"),
+                    esc(e.get("w", "")) + " (" + esc(e.get("w_source", "")) + ")",
                 ]
             )
+    by_decoder = []
+    for label, d in _d(results.get("downstream")).items():
+        pa = _d(_d(d).get("policy_accuracy"))
+        if pa:
+            cells = [value_ci(_d(_d(pa.get(g)).get("tilt")).get("accuracy"), None, na=f"no {g} users") for g in GROUPS]
+            by_decoder.append([esc(label), esc(pa.get("w", "")), *cells])
     if not rows:
         return ""
-    cols = ["method", "group", "headline (RGD)", "policy alone (w=0)", "mean", "sum", "miss rate", "w / k"]
+    extra = ""
+    if by_decoder:
+        extra = (
+            "<details><summary>policy accuracy at each guided decoder's own weight</summary>"
+            + table(["decoder[method]", "w", *(f"sequence tilt, {g}" for g in GROUPS)], by_decoder)
+            + "</details>"
+        )
+    cols = [
+        "method",
+        "group",
+        "sequence tilt (headline)",
+        "policy alone (w=0)",
+        "variant: prefix-sum / length",
+        "variant: prefix-sum",
+        "variant: top-k RGD policy",
+        "w (source)",
+    ]
     return (
-        "<h3>Policy accuracy under the RGD-induced policy (%, headline is shift-invariant)</h3>"
+        "<h3>Policy accuracy under the tilted policy π·exp(w·r) (%)</h3>"
         + table(cols, rows)
-        + '<p class="muted">Headline: the RGD-induced policy\'s log-probability ratio (adding a constant to the '
-        "reward leaves it unchanged); 'sum' / 'mean' are the labelled raw-score variants.</p>"
+        + '<p class="muted">Headline: the sequence tilt log π(y|x) + w·r(x, y), r on the whole response, '
+        "chosen vs rejected (a constant added to the reward leaves it unchanged); w is the weight of the decoder "
+        "the method guides. The variants are labelled alternatives.</p>" + extra
     )
 
 

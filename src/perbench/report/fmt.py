@@ -33,9 +33,10 @@ _UPSTREAM = {
     "rm_acc_consensus": "RM acc. consensus",
     "fewshot_acc": "few-shot acc.",
     "fewshot_active_acc": "few-shot acc. (active)",
-    "pa": "policy acc.",
-    "pa_rgd": "policy acc. (top-k RGD policy)",
-    "pa_sum": "policy acc. (sum, not shift-invariant)",
+    "pa": "policy acc. (sequence tilt)",
+    "pa_prefix_mean": "policy acc. variant (prefix-sum / length)",
+    "pa_prefix_sum": "policy acc. variant (prefix-sum, not shift-invariant)",
+    "pa_rgd": "policy acc. variant (top-k RGD-induced policy)",
 }
 
 

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from perbench.io import atomic_write_text
+from perbench.io import atomic_write_text, refuse_links, writing_inside
 from perbench.report import details, extract, plots, sections, validity, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
@@ -188,11 +188,15 @@ def render(
 
 
 def write_outputs(html: str, markdown: str, figs: Mapping[str, Plot], out_dir: Path, name: str = "report.html") -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plots.save_plots(list(figs.values()), out_dir / PLOTS_DIR)
-    atomic_write_text(out_dir / "leaderboard.md", markdown)
-    path = out_dir / name
-    atomic_write_text(path, html)
+    """report.html (or ``name``), leaderboard.md and plots/ in ``out_dir``; a link among them is refused."""
+    with writing_inside(out_dir):
+        for target in (out_dir / PLOTS_DIR, out_dir / "leaderboard.md", out_dir / name):
+            refuse_links(target)  # before the first write: a refused link leaves the folder as it was
+        out_dir.mkdir(parents=True, exist_ok=True)
+        plots.save_plots(list(figs.values()), out_dir / PLOTS_DIR)
+        atomic_write_text(out_dir / "leaderboard.md", markdown)
+        path = out_dir / name
+        atomic_write_text(path, html)
     return path
 
 

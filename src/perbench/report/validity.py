@@ -92,7 +92,8 @@ def validity_section(analysis: Mapping[str, Any] | None) -> str:
     parts.append(
         '<p class="muted">Every system is scored on several upstream pair sets (the predictors); the one whose '
         "ranking of the systems agrees best with a downstream ranking is the benchmark to trust for that "
-        f"deployment. CIs: {esc(v.get('intervals', ''))}.</p>"
+        f"deployment. Systems: {esc(v.get('systems', 'every system of the run'))}. "
+        f"CIs: {esc(v.get('intervals', ''))}.</p>"
     )
 
     def block(d: str) -> str:

@@ -12,7 +12,8 @@ full response's value is ``score``.
 
 User conditioning (our reading; GenARM itself is not personalised): the user's context text — their first
 ``profile_k`` profile items (:func:`perbench.data.user_context.user_text`, never the answer key) — from
-``ctx.extra["users"]`` (dict user_id -> :class:`~perbench.data.records.User`) goes into the system message
+``ctx.extra["users"]`` (dict user_id -> :class:`~perbench.data.user_context.UserView`, never the full record
+with its answer key) goes into the system message
 of π_r's prompt.
 Users without any text, unseen users without text and unknown ids get the plain prompt (the generic
 user). ``adapt`` takes no gradient step; an unseen user is conditioned on their own text, which the runner
@@ -30,8 +31,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from perbench.data.records import PreferencePair, Prompt, User
-from perbench.data.user_context import user_text
+from perbench.data.records import PreferencePair, Prompt
+from perbench.data.user_context import UserView, require_views, user_text
 from perbench.models.chat import encode_prompt
 from perbench.models.loader import LoadedLM
 from perbench.models.stepper import CachedLM
@@ -132,9 +133,9 @@ class GenARM(RewardModel):
         """Use this (already loaded) backbone when restoring a saved state."""
         self.base = lm
 
-    def set_users(self, users: Mapping[str, User]) -> None:
-        """Add/replace the conditioning text of these users (e.g. unseen users after fit)."""
-        for uid, u in users.items():
+    def set_users(self, users: Mapping[str, UserView]) -> None:
+        """Add/replace the conditioning text of these users (e.g. unseen users after fit); user views only."""
+        for uid, u in require_views(users, self.name).items():
             self.memo.drop_user(uid)
             t = user_text(u, self.user_context, self.profile_k)
             if t:

@@ -33,7 +33,15 @@ import torch
 from perbench.data.records import PreferencePair, prompt_messages
 from perbench.device import resolve_device
 from perbench.errors import ConfigError
-from perbench.models.loader import LoadedLM, ModelSpec, describe_remote_code, load_lm, safetensors_problem
+from perbench.models.loader import (
+    LoadedLM,
+    ModelSpec,
+    custom_code_problem,
+    describe_remote_code,
+    from_pretrained_error,
+    load_lm,
+    safetensors_problem,
+)
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.lm_utils import encode_items, response_logprobs
 
@@ -80,15 +88,18 @@ class HubRM(RewardModel):
         max_length: int = 2048,
         device: str | None = None,
         trust_remote_code: bool = False,
+        allow_untrained_head: bool = False,
         **params: Any,
     ) -> None:
         if not model:
             raise ValueError("hub_rm needs model=<hub id or local folder>")
         if trust_remote_code and not remote_code_allowed():
             raise ConfigError(f"hub_rm: {remote_code_refusal(model)}")
-        super().__init__(model=model, max_length=max_length, **params)
+        extra = {"allow_untrained_head": True} if allow_untrained_head else {}
+        super().__init__(model=model, max_length=max_length, **extra, **params)
         self.spec, self.batch_size, self.max_length = model, batch_size, max_length
         self.device, self.trust_remote_code = device, trust_remote_code
+        self.allow_untrained_head = allow_untrained_head
         self.model: Any = None
         self.tokenizer: Any = None
         self.fingerprint = ""
@@ -100,7 +111,10 @@ class HubRM(RewardModel):
 
         spec = ModelSpec.parse(self.spec)
         folder = Path(spec.name).expanduser()
-        problem = safetensors_problem(folder) if folder.is_dir() else None
+        problem = None
+        if folder.is_dir():
+            custom = None if self.trust_remote_code else custom_code_problem(folder)
+            problem = safetensors_problem(folder) or custom
         if problem:
             raise ConfigError(f"hub_rm: {problem}")
         if self.trust_remote_code:
@@ -109,18 +123,27 @@ class HubRM(RewardModel):
             print(f"[perbench] hub_rm: {describe_remote_code(spec)}", file=sys.stderr, flush=True)
         policy = resolve_device(self.device)
         kw: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
-        self.tokenizer = AutoTokenizer.from_pretrained(spec.name, trust_remote_code=self.trust_remote_code, **kw)
-        self.model = (
-            AutoModelForSequenceClassification.from_pretrained(
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(spec.name, trust_remote_code=self.trust_remote_code, **kw)
+            model, info = AutoModelForSequenceClassification.from_pretrained(
                 spec.name,
                 dtype=policy.torch_dtype(),
                 use_safetensors=True,
                 trust_remote_code=self.trust_remote_code,
+                output_loading_info=True,
                 **kw,
             )
-            .to(policy.device)
-            .eval()
-        )
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"hub_rm: {from_pretrained_error(spec.name, e)}") from e
+        missing = sorted(info.get("missing_keys") or [])
+        if missing and not self.allow_untrained_head:
+            raise ConfigError(
+                f"hub_rm: {self.spec} has no trained weights for {', '.join(missing[:4])}"
+                f"{' …' if len(missing) > 4 else ''}: transformers would initialise them at random, so its scores "
+                "would be noise (a language model, not a reward model?). Point at a trained reward model, or set "
+                "allow_untrained_head: true to score with the random head anyway"
+            )
+        self.model = model.to(policy.device).eval()
         if int(self.model.config.num_labels) != 1:
             raise ValueError(f"hub_rm needs a one-logit reward model; {self.spec} has {self.model.config.num_labels}")
         path = Path(spec.name)

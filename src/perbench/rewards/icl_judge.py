@@ -5,14 +5,16 @@ choices and two responses, and says which one the user would prefer (a
 - Model: ``model=`` (any spec ``load_lm`` accepts) if given, else ``ctx.extra["policy"]``, else the RM
   backbone ``ctx.features.lm``.
 - User text: the user context only -- their first ``profile_k`` profile items
-  (:func:`perbench.data.user_context.user_text`, from ``ctx.extra["users"]``; :meth:`set_users` adds users
-  later); none -> the judge is told nothing is known about the user. The answer key never reaches it.
+  (:func:`perbench.data.user_context.user_text`, from the user views in ``ctx.extra["users"]``; :meth:`set_users`
+  adds users later, views only); none -> the judge is told nothing is known about the user. The answer key
+  never reaches it.
 - Examples (the shots, so ``uses_shots``): a seen user's first ``max_examples`` train pairs (the pairs given to
   ``fit``); an unseen user's shots from :meth:`adapt` (the same first ``shots`` pairs every RM adapts from),
   at most ``max_examples`` of them; each text cut to ``max_example_chars``. A user without pairs is judged
   from the profile alone (``scores_without_shots``). The judged pair itself is never an example.
 - ``icl_judge_oracle`` (:class:`ICLJudgeOracle`) is the same judge with the answer key in context: an upper
-  bound, never a deployable method.
+  bound, never a deployable method. It reads the answer keys from ``ctx.extra["answer_keys"]``, which the
+  runner gives to oracle methods only.
 - Order: A/B is shuffled per pair by an RNG seeded with (``seed``, the pair's content key): the same pair
   always gets the same order, whatever the batch.
 - ``mode="logprob"`` (default; better for small models, never fails to parse): compare log p("A") and
@@ -34,8 +36,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from perbench.data.records import Message, PreferencePair, User, prompt_text
-from perbench.data.user_context import oracle_user_text, user_text
+from perbench.data.records import Message, PreferencePair, prompt_text
+from perbench.data.user_context import UserView, oracle_user_text, require_views, user_text
 from perbench.models.chat import encode_prompt
 from perbench.models.generate import GenRequest, generate_plain
 from perbench.models.loader import LoadedLM, load_lm
@@ -147,6 +149,8 @@ class ICLJudge(PairwiseJudge):
         self.examples: dict[str, list[Example]] = {}
         self.parse_failures = 0
         self.judged = 0
+        #: user id -> answer key statement; filled only for an oracle, from ``ctx.extra["answer_keys"]``
+        self.answer_keys: dict[str, str] = {}
 
     def fit(self, pairs: Sequence[PreferencePair], ctx: RMContext) -> None:
         """No training: the model, the users' texts and each user's first ``max_examples`` train pairs."""
@@ -159,7 +163,12 @@ class ICLJudge(PairwiseJudge):
                 by_user.setdefault(p.user_id, []).append(p)
         for uid, mine in by_user.items():
             self.adapt(uid, mine)
+        self.answer_keys = dict(ctx.extra.get("answer_keys") or {}) if self.oracle else {}
         self.set_users(ctx.extra.get("users") or {})
+
+    def shots_seen(self, available: int) -> int:
+        """How many of ``available`` shots the judge's prompt shows (its ``max_examples``): its effective count."""
+        return min(available, self.max_examples)
 
     def adapt(self, user_id: str, shots: Sequence[PreferencePair]) -> None:
         """The user's examples are now (the first ``max_examples`` of) ``shots``; each call replaces the last."""
@@ -171,14 +180,15 @@ class ICLJudge(PairwiseJudge):
         else:
             self.examples.pop(user_id, None)
 
-    def user_text(self, user: User) -> str | None:
+    def user_text(self, user: UserView) -> str | None:
         """What the judge is told about ``user``: the user context (the oracle adds the answer key)."""
         if self.oracle:
-            return oracle_user_text(user, self.profile_k)
+            return oracle_user_text(user, self.answer_keys.get(user.user_id), self.profile_k)
         return user_text(user, "auto", self.profile_k)
 
-    def set_users(self, users: Mapping[str, User]) -> None:
-        for uid, u in users.items():
+    def set_users(self, users: Mapping[str, UserView]) -> None:
+        """Add/replace what the judge is told about these users (user views only)."""
+        for uid, u in require_views(users, self.name).items():
             t = self.user_text(u)
             if t:
                 self.texts[uid] = t

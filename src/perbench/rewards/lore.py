@@ -12,13 +12,22 @@ Our readings (the paper/code leave these open or tie them to their own scales):
   same objective that lets one Adam learning rate work for every feature width.
 - ``lore`` (plain): joint full-batch Adam on (V, θ).
 - ``lore_reg``: alternating Adam steps on θ (V fixed) and V (θ fixed); V's step adds
-  α(t)·mean_k(1 − cos(V_k, v_global)) with α(t) ramped linearly from 0 at 20 % to ``alpha`` at 80 % of the
+  α(t)·mean_k(1 − cos(V_k, v_ref)) with α(t) ramped linearly from 0 at 20 % to ``alpha`` at 80 % of the
   iterations; at the end, basis columns no user weights above 1e-2 are dropped and the weights
-  renormalised over the kept columns. α = 1e4 by default (the reference's PRISM setting). v_global is the
-  **global RM** direction: the ``global_bt`` head (:func:`~perbench.rewards.global_bt.fit_linear_bt`, its
-  default l2 = 1e-2 and 200 L-BFGS iterations) fit on all seen users' pairs pooled, each pair counted once
-  (not the per-user weighting the LoRe loss uses), on the same standardised features — the very head the
-  ``global_bt`` method deploys. :attr:`LoReReg.v_global` keeps it for inspection.
+  renormalised over the kept columns. α = 1e4 by default (the reference's PRISM setting). v_ref is the
+  direction of a **reference reward model that was not fit on these pairs**, as the reference anchors on
+  an external RM's score head (its embeddings are that RM's own). Ours, in the standardised feature space
+  (:attr:`LoReReg.v_global`):
+
+  * ``anchor_state``: a saved ``global_bt`` state (``w``, ``mu``, ``sd``; :func:`save_anchor`) fit elsewhere on
+    this backbone's features — its head in our standardisation, w·sd/sd_ref, exactly;
+  * ``anchor_rm``: a hub reward model (``hub_rm``'s ``model``: a hub id or a local folder) — its scores of the
+    train responses regressed on their standardised features (ridge, λ = 1): the reference's judgement as a
+    direction of this feature space. It reads the train texts, never their labels.
+
+  Without either the method is refused (a :class:`~perbench.errors.ConfigError` naming both keys): anchored
+  on ``global_bt`` fit on the same pairs, every basis column became parallel to it at α = 1e4, and lore_reg
+  ranked exactly like global_bt — a copy of a baseline counted twice in the selection analysis.
 - ``lore_alt``: alternating minimisation without the penalty: blocks of ``inner_steps`` Adam steps on θ,
   then on V, repeated.
 - New user: V frozen, θ_u fit on their shots (Adam, ``adapt_steps`` = 500, from uniform weights).
@@ -27,17 +36,23 @@ Our readings (the paper/code leave these open or tie them to their own scales):
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from perbench.data.records import prompt_key
+from perbench.errors import ConfigError
 from perbench.rewards.base import RMContext
 from perbench.rewards.personal import PairData, PersonalFeatureRM, adam_steps, np32
 
 if TYPE_CHECKING:
     import torch
+
+    from perbench.rewards.global_bt import GlobalBT
 
 
 class LoRe(PersonalFeatureRM):
@@ -170,7 +185,7 @@ class LoReAlt(LoRe):
 
 
 class LoReReg(LoReAlt):
-    """Alternating single steps on θ and V, cosine pull of V's columns toward the global BT direction
+    """Alternating single steps on θ and V, cosine pull of V's columns toward a reference RM's direction
     (α ramped from 0 at 20 % to ``alpha`` at 80 % of iterations), unused columns (< 1e-2) dropped."""
 
     name: ClassVar[str] = "lore_reg"
@@ -180,30 +195,92 @@ class LoReReg(LoReAlt):
         self,
         alpha: float = 1e4,
         inner_steps: int = 1,
-        global_l2: float = 1e-2,
-        global_max_iter: int = 200,
+        anchor_state: str | None = None,
+        anchor_rm: str | None = None,
+        anchor_ridge: float = 1.0,
         **params: Any,
     ) -> None:
+        if (anchor_state is None) == (anchor_rm is None):
+            raise ConfigError(
+                "lore_reg needs a reference reward model that was not fit on these pairs, given as exactly one "
+                "of anchor_state (a saved global_bt state, .npz, on this RM backbone's features) or anchor_rm "
+                "(a hub reward model id or folder); "
+                + ("both were given" if anchor_state else "neither was given")
+                + ". Anchored on global_bt fit on the same pairs it becomes a copy of global_bt."
+            )
+        digest: dict[str, str] = {}
+        if anchor_state is not None:
+            path = Path(anchor_state).expanduser()
+            if not path.is_file():
+                raise ConfigError(f"lore_reg: anchor_state: no such file: {anchor_state}")
+            digest["anchor_digest"] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
         super().__init__(
-            alpha=alpha, inner_steps=inner_steps, global_l2=global_l2, global_max_iter=global_max_iter, **params
+            alpha=alpha,
+            inner_steps=inner_steps,
+            **({"anchor_state": anchor_state} if anchor_state is not None else {"anchor_rm": anchor_rm}),
+            **({"anchor_ridge": anchor_ridge} if anchor_ridge != 1.0 else {}),
+            **digest,
+            **params,
         )
-        self.alpha, self.global_l2, self.global_max_iter = alpha, global_l2, global_max_iter
+        self.alpha, self.anchor_state, self.anchor_rm, self.anchor_ridge = alpha, anchor_state, anchor_rm, anchor_ridge
         self._v_global: torch.Tensor | None = None
 
     @property
     def v_global(self) -> np.ndarray | None:
-        """The global RM direction the basis is pulled toward (None before fit or after a state reload)."""
+        """The reference direction the basis is pulled toward, in the standardised feature space (None before
+        fit or after a state reload)."""
         return None if self._v_global is None else np32(self._v_global)
 
     def _fit(self, data: PairData, ctx: RMContext) -> None:
+        self._v_global = self._anchor_direction(data)
+        super()._fit(data, ctx)
+
+    def _anchor_direction(self, data: PairData) -> torch.Tensor:
         import torch
 
-        from perbench.rewards.global_bt import fit_linear_bt
+        from perbench.cache import unpack_arrays
 
-        # The global RM: every seen pair pooled, each counted once — as the ``global_bt`` method fits it.
-        w = fit_linear_bt(data.diff.numpy(), l2=self.global_l2, max_iter=self.global_max_iter)
-        self._v_global = torch.from_numpy(w)
-        super()._fit(data, ctx)
+        d = data.zw.shape[1]
+        assert self.std.mu is not None and self.std.sd is not None
+        if self.anchor_state is not None:
+            state = unpack_arrays(Path(self.anchor_state).expanduser().read_bytes())
+            missing = sorted({"w", "mu", "sd"} - set(state))
+            if missing:
+                raise ValueError(f"lore_reg: anchor_state {self.anchor_state} is not a global_bt state (no {missing})")
+            if state["w"].shape != (d,):
+                raise ValueError(
+                    f"lore_reg: anchor_state {self.anchor_state} has a {state['w'].shape[0]}-dim head; this RM "
+                    f"backbone's features have {d} dims"
+                )
+            ext = self._require_extractor()
+            if "backbone" in state and str(state["backbone"]) != ext.fingerprint:
+                raise ValueError(
+                    f"lore_reg: anchor_state {self.anchor_state} was fit on backbone {state['backbone']}, not on "
+                    f"this run's {ext.fingerprint}"
+                )
+            # r_ref = w·(φ − mu_ref)/sd_ref and φ = z·sd + mu: linear in our z with weights w·sd/sd_ref
+            v = state["w"].astype(np.float64) * self.std.sd / state["sd"].astype(np.float64)
+            return torch.from_numpy(v.astype(np.float32))
+        from perbench.rewards.base import ScoreItem
+        from perbench.rewards.hub_rm import HubRM
+
+        texts: dict[tuple[str, str], int] = {}
+        rows: list[torch.Tensor] = []
+        items: list[ScoreItem] = []
+        for i, p in enumerate(data.pairs):
+            for resp, z in ((p.chosen, data.zw[i]), (p.rejected, data.zl[i])):
+                key = (prompt_key(p.prompt), resp)
+                if key not in texts:
+                    texts[key] = len(items)
+                    items.append(ScoreItem(p.user_id, p.prompt, resp))
+                    rows.append(z)
+        ref = HubRM(model=str(self.anchor_rm))
+        y = torch.from_numpy(np.asarray(ref.score(items), np.float64))
+        Z = torch.stack(rows).double()
+        y = y - y.mean()
+        gram = Z.T @ Z + self.anchor_ridge * torch.eye(d, dtype=torch.float64)
+        sol: torch.Tensor = torch.linalg.solve(gram, Z.T @ y)
+        return sol.float()
 
     def _penalty(self, Vp: torch.Tensor, t: int, total: int) -> torch.Tensor | None:
         import torch
@@ -215,3 +292,17 @@ class LoReReg(LoReAlt):
             return None
         cos = torch.nn.functional.cosine_similarity(Vp, self._v_global[:, None], dim=0)
         return a * (1 - cos).mean()
+
+
+def save_anchor(rm: GlobalBT, path: str | Path) -> Path:
+    """Write a fitted ``global_bt`` as a ``lore_reg`` anchor (``anchor_state``): its head, standardisation and the
+    backbone fingerprint (checked when it is read). Fit it on pairs other than those lore_reg is fit on."""
+    from perbench.cache import pack_arrays
+    from perbench.io import atomic_write_bytes
+
+    state = rm.state()
+    if rm.extractor is not None:
+        state["backbone"] = np.asarray(rm.extractor.fingerprint)
+    out = Path(path)
+    atomic_write_bytes(out, pack_arrays(**state))
+    return out

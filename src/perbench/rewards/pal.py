@@ -4,17 +4,21 @@ A user is a point on the simplex over K prototypes (K = 2 default): w_u = softma
 standardised features φ(x, y) of a (prompt, response); f is a small MLP into an m-dimensional preference
 space.
 
-**PAL-A** (``pal_a``, the paper's ideal-point model; the reference code's ``Pw`` user learner with the
-``dist`` preference learner): the prototypes are K **free** vectors p_k ∈ R^m (no prompt input); the
-user's ideal point is a_u = Σ_k w_uk p_k and
+**PAL-A** (``pal_a``, the paper's ideal-point model; the reference code's default PAL-A configuration: the
+``f(Pw)`` user learner with the ``dist`` preference learner): K **free** prototypes p_k live in the input
+(standardised feature) space, no prompt input; the user's ideal point is the mixture mapped by the same f
+as the responses, a_u = f(Σ_k w_uk p_k), and
 
     r_u(x, y) = −‖f(z_y) − a_u‖₂  (the Euclidean distance, not squared, as the reference trains with).
 
-The prompt reaches the reward only through φ(x, y). Loss: the reference's logistic loss on the difference
-of distances, −log σ(d(y_l) − d(y_w)), weighted so that every user counts equally (mean over users of the
-mean over their pairs, as its ``logistic_w``), plus its prototype bound λ·Σ_k relu(‖p_k‖ − 4). Where we
-depart: full-batch Adam on frozen features (the reference fine-tunes or fixes an LLM and uses minibatches),
-W_u starts at 0 (uniform weights; the reference draws it from N(0, I)), λ = ``bound_weight`` = 1.
+The prompt reaches the reward only through φ(x, y). Loss, as the reference's PAL-A loss configs: the hinge
+loss on the difference of distances, max(0, 1 − (d(y_l) − d(y_w))), a plain mean over pairs (no per-user
+weighting), plus the bound on the **user ideal points** (not on the prototypes) λ·Σ relu(‖a_u‖ − 4) over the
+ideal points of a batch, λ = 1. Where we depart: full-batch Adam on frozen features (the reference fine-tunes
+or fixes an LLM, uses minibatches of 4, and weights the hinge over the tokens after the responses diverge —
+with last-token features only the last token exists); the bound is therefore 4 × its mean over the pairs'
+ideal points (its expected value on a batch of 4); W_u starts at 0 (uniform weights; the reference draws it
+from N(0, I)). New user: W_u only, on the same hinge + bound loss (the reference's new-user mode).
 
 **PAL-B** (``pal_b``): the prototypes are functions of the prompt, g_1..g_K small MLPs of the standardised
 prompt features z_x (:meth:`~perbench.rewards.features.FeatureExtractor.prompt_features`):
@@ -71,12 +75,21 @@ class PalBNet(torch.nn.Module):
 
 
 class PalANet(torch.nn.Module):
-    """f (response side) and K free prototype points P (K, m)."""
+    """f (the projector of responses and ideal points) and K free prototypes P (K, d) in the feature space."""
 
     def __init__(self, d: int, K: int, hidden: int, m: int) -> None:
         super().__init__()
         self.f = _mlp(d, hidden, m)
-        self.P = torch.nn.Parameter(torch.randn(K, m) / math.sqrt(m))
+        self.P = torch.nn.Parameter(torch.randn(K, d))
+
+    def ideal_points(self, w: torch.Tensor) -> torch.Tensor:
+        """a_u = f(Σ_k w_uk p_k) for simplex weights w (..., K) -> (..., m)."""
+        out: torch.Tensor = self.f(w @ self.P)
+        return out
+
+
+#: the reference's PAL-A minibatch: its ideal-point bound is a sum over a batch of this many pairs
+REFERENCE_BATCH = 4
 
 
 class _PALBase(PersonalFeatureRM):
@@ -131,7 +144,7 @@ class _PALBase(PersonalFeatureRM):
 
 
 class PALA(_PALBase):
-    """PAL-A: ideal point a_u = Σ_k softmax(W_u)_k p_k of K free prototypes; r = −‖f(z_y) − a_u‖."""
+    """PAL-A: ideal point a_u = f(Σ_k softmax(W_u)_k p_k) of K free prototypes; r = −‖f(z_y) − a_u‖."""
 
     name: ClassVar[str] = "pal_a"
 
@@ -143,17 +156,22 @@ class PALA(_PALBase):
         d: torch.Tensor = ((fy - point) ** 2).sum(-1).clamp(min=1e-12).sqrt()  # ‖·‖₂, finite gradient at 0
         return d
 
+    def loss(self, fw: torch.Tensor, fl: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+        """The reference's PAL-A loss on pairs (f(z_w), f(z_l)) and each pair's ideal point: the hinge
+        max(0, 1 − (d_l − d_w)) averaged over pairs, plus λ × the ideal-point bound on a reference batch."""
+        margin = self._distance(fl, points) - self._distance(fw, points)
+        hinge = torch.relu(1.0 - margin).mean()
+        bound = REFERENCE_BATCH * torch.relu(points.norm(dim=-1) - PROTO_NORM_BOUND).mean()
+        return hinge + self.bound_weight * bound
+
     def _fit(self, data: PairData, ctx: RMContext) -> None:
         d = data.zw.shape[1]
         self.net = net = PalANet(d, self.K, self.hidden, self.m)
         theta = torch.zeros(len(data.users), self.K, requires_grad=True)
-        wt = data.pair_weights()
 
         def loss_fn(t: int) -> torch.Tensor:
-            point = torch.softmax(theta, -1)[data.uidx] @ net.P  # (P, m)
-            margin = self._distance(net.f(data.zl), point) - self._distance(net.f(data.zw), point)
-            bound = torch.relu(net.P.norm(dim=-1) - PROTO_NORM_BOUND).sum()
-            return (torch.nn.functional.softplus(-margin) * wt).sum() + self.bound_weight * bound
+            points = net.ideal_points(torch.softmax(theta, -1)[data.uidx])  # (P, m)
+            return self.loss(net.f(data.zw), net.f(data.zl), points)
 
         adam_steps(list(net.f.parameters()), loss_fn, self.steps, self.lr, self.weight_decay, no_decay=[theta, net.P])
         net.eval()
@@ -163,24 +181,33 @@ class PALA(_PALBase):
         assert self.net is not None, "fit first"
         net = self.net
         with torch.no_grad():
-            fw, fl, P = net.f(data.zw), net.f(data.zl), net.P.detach()
-
-        def margin_of(w: torch.Tensor) -> torch.Tensor:
-            point = (w @ P)[None]
-            return self._distance(fl, point) - self._distance(fw, point)
-
-        return self._adapt_theta(margin_of)
+            fw, fl = net.f(data.zw), net.f(data.zl)
+        for q in net.parameters():
+            q.requires_grad_(False)
+        theta = torch.zeros(self.K, requires_grad=True)
+        try:
+            adam_steps(
+                [theta],
+                lambda t: self.loss(fw, fl, net.ideal_points(torch.softmax(theta, 0))[None].expand(len(fw), -1)),
+                self.adapt_steps,
+                self.adapt_lr,
+            )
+        finally:
+            for q in net.parameters():
+                q.requires_grad_(True)
+        return torch.softmax(theta.detach(), 0)
 
     def _reward(self, user_ids: Sequence[str], z: torch.Tensor) -> torch.Tensor:
         if self.net is None or self.W is None:
             raise RuntimeError(f"{self.name} used before fit")
-        point = self.user_rows(user_ids, self.W, self.W.mean(0)) @ self.net.P
+        point = self.net.ideal_points(self.user_rows(user_ids, self.W, self.W.mean(0)))
         return -self._distance(self.net.f(z), point)
 
     def ideal_point(self, user_id: str) -> np.ndarray:
         """a_u in the preference space (m,)."""
         assert self.net is not None
-        return np32(torch.from_numpy(self.user_weights(user_id)) @ self.net.P.detach())
+        with torch.no_grad():
+            return np32(self.net.ideal_points(torch.from_numpy(self.user_weights(user_id))))
 
     def _state(self) -> dict[str, np.ndarray]:
         assert self.net is not None and self.W is not None

@@ -14,18 +14,21 @@ New user: logistic regression of u on their shots with A frozen. The paper's MLE
 shots (always the case with 1–2 shots), so we take the MAP with a Gaussian prior centred at the mean seen
 user (``adapt_l2`` = 0.1). Unknown user: the mean seen user vector.
 
-Active elicitation (the reference rule): the next pair maximises σ'(uᵀv)·vᵀΣ⁻¹v with
-Σ = λI + Σ_{pairs chosen so far} σ'(uᵀv) v vᵀ, v = A(z(y1) − z(y2)) ∈ R^J and u the user's current estimate.
+Active elicitation (the rule reported for the reference code; we could not consult that code, so the
+details below are *our reading* of it): the next pair maximises σ'(uᵀv)²·vᵀΣ⁻¹v — the delta-method variance
+of the predicted preference σ(uᵀv) under the Laplace posterior of u — with Σ = λI + Σ_{pairs chosen so far}
+σ'(uᵀv) v vᵀ (the logistic Fisher information), λ = 1e-3, v = A(z(y1) − z(y2)) ∈ R^J and u the user's
+current estimate.
 
 - :meth:`select_shots` (what the few-shot curves use): the elicitation loop on a pool of the user's
-  labelled pairs. After each pick the user's answer is revealed and u is re-estimated from the picks so
-  far (the same MAP as ``adapt``), then Σ and the criterion are recomputed under the new u. First shot:
-  u is the prior — the mean seen user for a new user (a seen user's own vector for a seen one) — and
-  Σ = λI, so it is the pool pair with the largest σ'(uᵀv)·‖v‖²/λ. Ties go to the earliest pool position,
-  so the selection is deterministic. Any earlier ``adapt`` of the user is ignored (elicitation starts from
+  labelled pairs. The first pick is drawn at random from the pool (seeded by the fit's seed and the user,
+  so it is reproducible); after each pick the user's answer is revealed and u is re-estimated from the
+  picks so far (the same MAP as ``adapt``), then Σ and the criterion are recomputed under the new u. Ties
+  go to the earliest pool position. Any earlier ``adapt`` of the user is ignored (elicitation starts from
   scratch).
 - :meth:`select_pairs`: the same criterion with u fixed at the user's current estimate (no answers
-  revealed), pairs the user already answered in ``adapt`` entering Σ first.
+  revealed, no random first pick: a ranking of the candidates), pairs the user already answered in
+  ``adapt`` entering Σ first.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import torch
 
 from perbench.data.records import PreferencePair, prompt_key
 from perbench.rewards.base import RMContext, pair_feature_arrays
-from perbench.rewards.personal import PairData, PersonalFeatureRM, adam_steps, fit_logistic, np32
+from perbench.rewards.personal import PairData, PersonalFeatureRM, adam_steps, fit_logistic, np32, user_seed
 
 
 class PReF(PersonalFeatureRM):
@@ -53,7 +56,7 @@ class PReF(PersonalFeatureRM):
         lr: float = 0.02,
         adapt_l2: float = 0.1,
         ridge: float = 1.0,
-        select_lambda: float = 1.0,
+        select_lambda: float = 1e-3,
         **params: Any,
     ) -> None:
         super().__init__(
@@ -125,6 +128,17 @@ class PReF(PersonalFeatureRM):
         super().adapt(user_id, shots)
 
     # ---- active selection ------------------------------------------------------------------------------
+    @staticmethod
+    def curvature(V: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """σ'(uᵀv) = σ(uᵀv)(1 − σ(uᵀv)) per row v of V."""
+        s = torch.sigmoid(V @ u)
+        return s * (1 - s)
+
+    def information(self, V: torch.Tensor, u: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        """The criterion σ'(uᵀv)²·vᵀΣ⁻¹v per row v of V (float64)."""
+        info: torch.Tensor = self.curvature(V, u) ** 2 * ((V @ torch.linalg.inv(sigma)) * V).sum(-1)
+        return info
+
     def select_pairs(self, user_pool: Sequence[PreferencePair], n: int, user_id: str | None = None) -> list[int]:
         """Greedy active elicitation: indices into ``user_pool`` of the ``n`` pairs to ask this user next.
 
@@ -144,21 +158,18 @@ class PReF(PersonalFeatureRM):
             assert self.A is not None
             return (self.std(torch.from_numpy(fw)) - self.std(torch.from_numpy(fl))) @ self.A.T
 
-        def curvature(v: torch.Tensor) -> torch.Tensor:
-            s = torch.sigmoid(v @ u)
-            return s * (1 - s)
-
         sigma = self.select_lambda * torch.eye(self.J, dtype=torch.float64)
+        u64 = u.double()
         done = self.shots.get(uid, [])
         if done:
             vd = embed(done).double()
-            sigma += (vd * curvature(vd.float()).double()[:, None]).T @ vd
+            sigma += (vd * self.curvature(vd, u64)[:, None]).T @ vd
         V = embed(user_pool).double()
-        c = curvature(V.float()).double()
+        c = self.curvature(V, u64)
         chosen: list[int] = []
         free = torch.ones(len(V), dtype=torch.bool)
         for _ in range(min(n, len(V))):
-            info = c * ((V @ torch.linalg.inv(sigma)) * V).sum(-1)
+            info = self.information(V, u64, sigma)
             info[~free] = -torch.inf
             k = int(info.argmax())
             chosen.append(k)
@@ -174,7 +185,8 @@ class PReF(PersonalFeatureRM):
 
     def select_shots(self, user_id: str, pool: Sequence[PreferencePair], n: int) -> list[PreferencePair]:
         """The ``n`` pairs of ``pool`` (the user's labelled pairs) that active elicitation asks, in the order
-        asked: greedy σ'(uᵀv)·vᵀΣ⁻¹v, u re-estimated after every revealed answer (see the module docstring)."""
+        asked: a seeded random first pick, then greedy σ'(uᵀv)²·vᵀΣ⁻¹v with u re-estimated after every revealed
+        answer (see the module docstring)."""
         if self.A is None or self.U is None:
             raise RuntimeError(f"{self.name} used before fit")
         if n < 0:
@@ -183,19 +195,15 @@ class PReF(PersonalFeatureRM):
             return []
         V = self._pool_embedding(pool)
         center = self.U.mean(0)
-        prior = self.U[self._index[user_id]] if user_id in self._index else center
-        chosen: list[int] = []
-        for _ in range(min(n, len(V))):
-            # u: the prior before any answer, then the MAP estimate from the answers revealed so far
-            u = fit_logistic(V[chosen].float(), l2=self.adapt_l2, center=center) if chosen else prior
-            u = u.double()
-            s = torch.sigmoid(V @ u)
-            c = s * (1 - s)
+        first = int(np.random.default_rng(user_seed(self.seed, user_id)).integers(len(V)))
+        chosen: list[int] = [first]  # the reference's first pick: at random, from the seed
+        for _ in range(min(n, len(V)) - 1):
+            # u: the MAP estimate from the answers revealed so far; Σ: λI + their Fisher information
+            u = fit_logistic(V[chosen].float(), l2=self.adapt_l2, center=center).double()
+            Vc = V[chosen]
             sigma = self.select_lambda * torch.eye(self.J, dtype=torch.float64)
-            if chosen:
-                Vc = V[chosen]
-                sigma = sigma + (Vc * c[chosen][:, None]).T @ Vc
-            info = (c * ((V @ torch.linalg.inv(sigma)) * V).sum(-1)).numpy()
+            sigma = sigma + (Vc * self.curvature(Vc, u)[:, None]).T @ Vc
+            info = self.information(V, u, sigma).numpy()
             info[chosen] = -np.inf
             chosen.append(int(np.argmax(info)))  # first maximum: the earliest pool position wins ties
         return [pool[i] for i in chosen]

@@ -7,15 +7,16 @@ A row is ``{"group", "method", "metric", "user", "prompt", "value"}``:
 - ``metric`` is an upstream metric (``rm_acc_seen``, ``rm_acc_unseen``, ``rm_acc_all``, ``rm_acc_pers_only``,
   ``rm_acc_consensus`` (the benchmark's consensus pairs, for every user), ``rm_acc_on_NAME`` (an
   ``upstream_benchmarks`` entry's test pairs, users ``NAME/…``), ``fewshot_acc@N``, ``fewshot_active_acc@N``,
-  ``pa`` (policy accuracy, the headline variant), ``pa_sum``, ``pa_rgd`` (with ``pa_rgd``); one row per pair), the
-  diagnostic ``rm_acc_train`` (the reference method's
-  outcome on each user's train or few-shot pairs, which select minority users), or a
-  downstream one, ``DECODER:QUALITY`` (one row per (user, prompt) target);
+  ``pa`` (policy accuracy, the sequence tilt), ``pa_prefix_mean``, ``pa_prefix_sum``, ``pa_rgd`` (with
+  ``pa_rgd``); one row per pair), the diagnostic ``rm_acc_train`` (the reference method's outcome on each user's
+  train or few-shot pairs, which select minority users), or a downstream one, ``DECODER:QUALITY`` (one row per
+  (user, prompt) target);
 - a user for whom a method is not applicable has no row; the reason is reported in results.json.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -45,8 +46,20 @@ class Cells:
     def _row(self, method: str, metric: str, user: str, prompt: str, value: float) -> dict[str, Any]:
         return {"group": self.group, "method": method, "metric": metric, "user": user, "prompt": prompt, "value": value}
 
+    def text(self) -> str:
+        """The rows as ``cells.jsonl`` holds them, one sorted-key JSON object per line."""
+        return "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows)
+
+    def record(self) -> dict[str, Any]:
+        """What results.json keeps of the cells file, so a reader notices a file that lost or changed rows."""
+        return cells_record(self.text().encode("utf-8"), len(self.rows))
+
     def write(self, path: Path) -> None:
-        atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows))
+        atomic_write_text(path, self.text())
+
+
+def cells_record(raw: bytes, count: int) -> dict[str, Any]:
+    return {"file": "cells.jsonl", "count": count, "sha256": hashlib.sha256(raw).hexdigest()}
 
 
 def read_cells(path: Path) -> list[dict[str, Any]]:

@@ -1,5 +1,16 @@
-"""Downstream: generations of every decoder (guided by every reward model it can use) for the evaluated
-(prompt, user) targets, each generated once and cached by content; Best-of-N curves over one shared pool."""
+"""Downstream: what every decoder (guided by every system it can use) gives each user, each generation made once
+and cached by content.
+
+Which cells each kind of system is evaluated on:
+
+- **pooled** Best-of-N (``runner/pooled.py``): every (user, test prompt) cell with ground truth (``pool_targets``),
+  from one shared sample pool per prompt, for every system;
+- **per-cell** decoders, whose output depends on the user (ARGS, GenARM guided by a personalized RM, ICL):
+  ``eval_targets`` (``max_test_prompts`` × ``max_gen_users``), all at once, or in adaptive rounds
+  (``runner/adaptive.py``) when the config has ``adaptive:``;
+- decoders that read neither an RM nor the user (zero-shot): one generation per prompt, on every cell that any
+  other system is evaluated on, so each paired difference to zero-shot uses every cell it can.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +24,9 @@ from perbench.config import Component
 from perbench.data.records import Prompt, prompt_key
 from perbench.progress import progress
 from perbench.runner.methods import MethodHandle
-from perbench.runner.scoring import QUALITY_METRICS, Scoring
-from perbench.runner.state import RunState, seed_for
+from perbench.runner.pooled import Pooled
+from perbench.runner.scoring import Scoring
+from perbench.runner.state import RunState, guide_problem, seed_for
 from perbench.runner.training import Training
 from perbench.runner.units import unit_key
 
@@ -28,6 +40,12 @@ class System:
     label: str
     family: str  # the decoder's name in cells (``family:metric``)
     pooled: bool  # re-ranks a shared sample pool (Best-of-N)
+    plain: bool  # reads neither an RM nor the user: one generation per prompt
+
+    @property
+    def per_cell(self) -> bool:
+        """Generates for each (user, prompt) cell on its own (adaptive rounds apply)."""
+        return not self.pooled and not self.plain
 
 
 class Downstream:
@@ -35,9 +53,11 @@ class Downstream:
         self.s = state
         self.scoring = Scoring(state)
         self.training = Training(state)
+        self.pooled = Pooled(state, self.scoring)
 
+    # ------------------------------------------------------------------ which cells
     def eval_targets(self) -> list[tuple[Prompt, str]]:
-        """(prompt, user) pairs evaluated downstream: test prompts × users with test pairs on them."""
+        """(prompt, user) cells of the per-cell decoders: test prompts × users with test pairs on them."""
         by_prompt: dict[str, tuple[Prompt, list[str]]] = {}
         for p in self.s.bench.test_pairs():
             entry = by_prompt.setdefault(prompt_key(p.prompt), (p.prompt, []))
@@ -56,21 +76,83 @@ class Downstream:
             out += [(prompt, u) for u in users]
         return out
 
+    def pool_targets(self) -> list[tuple[Prompt, str]]:
+        """Every (prompt, user) cell with ground truth on the test prompts (``max_pool_prompts`` of them): a user
+        with a checkable rubric on every prompt (the checkers apply to any text); otherwise where the user has a
+        reference for the prompt, or, with a judge, answer-key aspects and a test pair on it."""
+        from perbench.metrics.judge import rubric_aspects
+
+        bench = self.s.bench
+        prompts: dict[str, Prompt] = {}
+        asked: set[tuple[str, str]] = set()
+        for p in bench.test_pairs():
+            prompts.setdefault(prompt_key(p.prompt), p.prompt)
+            asked.add((prompt_key(p.prompt), p.user_id))
+        keys = sorted(prompts)
+        limit = self.s.cfg.max_pool_prompts
+        if limit is not None and len(keys) > limit:
+            rng = np.random.default_rng([self.s.cfg.seed, 1])
+            keys = sorted(rng.choice(keys, limit, replace=False).tolist())
+        refs = {(prompt_key(r.prompt), r.user_id) for r in bench.references}
+        judged = {u for u, rec in bench.users.items() if self.s.judge is not None and rubric_aspects(rec)}
+        return [
+            (prompts[k], u)
+            for k in keys
+            for u in sorted(bench.users)
+            if bench.users[u].rubric or (k, u) in refs or (u in judged and (k, u) in asked)
+        ]
+
+    def plain_targets(self, systems: list[System]) -> list[tuple[Prompt, str]]:
+        """The cells of RM-free, user-free decoders: the union of every other system's cells."""
+        cells = list(self.eval_targets())
+        if any(sys.pooled for sys in systems):
+            have = {(prompt_key(p), u) for p, u in cells}
+            cells += [t for t in self.pool_targets() if (prompt_key(t[0]), t[1]) not in have]
+        return cells
+
+    # ------------------------------------------------------------------ systems
     def _decoder(self, spec: Component) -> Any:
-        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark."""
+        """Build a decoder; decoders that read the users' own data (ICL) get the benchmark's context view."""
         from perbench import registry
 
         decoder = registry.decoders.get(spec.name)(**spec.params)
-        if hasattr(decoder, "bind_benchmark"):
-            decoder.bind_benchmark(self.s.bench, shots=self.s.cfg.shots)
+        if hasattr(decoder, "bind_context"):  # user views and allowed train pairs: no answer key reachable
+            decoder.bind_context(self.s.bench.context_view(self.s.cfg.shots))
         return decoder
 
-    def _requests(self, decoder: Any, targets: list[tuple[Prompt, str]]) -> list[Any]:
-        """One request per target for decoders that share one seed per prompt (Best-of-N's sample pool)."""
-        from perbench.models.generate import GenRequest
+    def systems(self, handles: list[MethodHandle]) -> tuple[list[System], list[dict[str, str]]]:
+        """Every (decoder, guiding RM) the config asks for, and the combinations that cannot run, with why.
+        Pooled Best-of-N re-ranks with every system; ``guide_with`` limits the per-cell decoders."""
+        from perbench import registry
 
-        return [GenRequest(p, u, seed=seed_for(self.s.cfg.seed, prompt_key(p))) for p, u in targets]
+        out: list[System] = []
+        skipped: list[dict[str, str]] = []
+        names = [d.name for d in self.s.cfg.decoders]
+        for d in self.s.cfg.decoders:
+            cls = registry.decoders.get(d.name)
+            # cells name a decoder by its registry name unless the config lists that name twice (then its label)
+            family = d.name if names.count(d.name) == 1 else d.label()
+            if not cls.uses_rm:
+                out.append(System(d, None, d.label(), family, False, not getattr(cls, "per_user", False)))
+                continue
+            pooled = bool(getattr(cls, "shared_seed", False) and hasattr(cls, "pool"))
+            for h in handles:
+                if not pooled and self.s.cfg.guide_with is not None and h.label not in self.s.cfg.guide_with:
+                    continue
+                if self.s.unfittable(h):
+                    skipped.append({"decoder": d.label(), "method": h.label, "reason": "no train pairs"})
+                    continue
+                problem = guide_problem(cls, h.cls)
+                if problem:
+                    skipped.append({"decoder": d.label(), "method": h.label, "reason": problem})
+                    continue
+                out.append(System(d, h, f"{d.label()}[{h.label}]", family, pooled, False))
+        return out, skipped
 
+    def zero_shot(self, systems: list[System]) -> System | None:
+        return next((sys for sys in systems if sys.plain and sys.label.startswith("zero_shot")), None)
+
+    # ------------------------------------------------------------------ generation
     def _generate(
         self, decoder_spec: Component, h: MethodHandle | None, targets: list[tuple[Prompt, str]], label: str
     ) -> dict[tuple[str, str], str]:
@@ -79,39 +161,12 @@ class Downstream:
 
         cfg = self.s.cfg
         decoder = self._decoder(decoder_spec)
-        own_data = bool(getattr(decoder, "per_user", False))  # the prompt depends on the user's own data
-        per_user = (h is not None and not h.user_agnostic) or own_data
-        shared_seed = bool(getattr(decoder, "shared_seed", False))
-        extra = [self.s.bench.fingerprint()] if own_data else []
-        units: dict[str, tuple[Prompt, str]] = {}
-        slot: dict[tuple[str, str], str] = {}
-        for prompt, user in targets:
-            gen_user = user if per_user else "*"
-            key = unit_key(
-                "gen",
-                decoder.config_key(),
-                self.s.policy.fingerprint,
-                h.key(cfg.shots) if h is not None else None,
-                prompt_key(prompt),
-                gen_user,
-                cfg.seed,
-                cfg.max_new_tokens,
-                *extra,
-            )
-            units.setdefault(key, (prompt, gen_user))
-            slot[(prompt_key(prompt), user)] = key
+        units, slot = self.unit_keys(decoder, h, targets)
         todo = self.s.units.missing(list(units), phase="generate")
         self.s.units.reused["generate"] += len(units) - len(todo)
         if todo:
-            rm = h.adapted(cfg.shots) if h is not None else None
-            reqs = [
-                GenRequest(
-                    units[k][0],
-                    units[k][1],
-                    seed=seed_for(cfg.seed, prompt_key(units[k][0]) if shared_seed else k),
-                )
-                for k in todo
-            ]
+            rm = h.adapted(h.shots) if h is not None else None
+            reqs = [GenRequest(units[k][0], units[k][1], seed=seed_for(cfg.seed, k)) for k in todo]
             bar = progress(total=len(reqs), desc=f"decode {label}", unit="gen")
 
             def generate(batch: Sequence[tuple[str, GenRequest]]) -> list[None]:
@@ -123,51 +178,35 @@ class Downstream:
 
             self.s.batcher("generate").run(list(zip(todo, reqs, strict=True)), generate)
             bar.close()
-            self._count_samples(decoder)
         texts = self.s.units.texts(units)
         return {s: texts[k] for s, k in slot.items()}
 
-    def _count_samples(self, decoder: Any) -> None:
-        if getattr(decoder, "sampled", 0):
-            self.s.units.computed["bon_samples"] += int(decoder.sampled)
-            decoder.sampled = 0
-        if getattr(decoder, "reused", 0):
-            self.s.units.reused["bon_samples"] += int(decoder.reused)
-            decoder.reused = 0
-
-    def systems(self, handles: list[MethodHandle]) -> tuple[list[System], list[dict[str, str]]]:
-        """Every (decoder, guiding RM) the config asks for, and the combinations that cannot run, with why."""
-        from perbench import registry
-        from perbench.rewards.base import FeatureRM
-
-        out: list[System] = []
-        skipped: list[dict[str, str]] = []
-        names = [d.name for d in self.s.cfg.decoders]
-        for d in self.s.cfg.decoders:
-            cls = registry.decoders.get(d.name)
-            # cells name a decoder by its registry name unless the config lists that name twice (then its label)
-            family = d.name if names.count(d.name) == 1 else d.label()
-            if not cls.uses_rm:
-                out.append(System(d, None, d.label(), family, False))
-                continue
-            for h in handles:
-                if self.s.cfg.guide_with is not None and h.label not in self.s.cfg.guide_with:
-                    continue
-                if self.s.unfittable(h):
-                    skipped.append({"decoder": d.label(), "method": h.label, "reason": "no train pairs"})
-                    continue
-                check = getattr(cls, "rm_problem", None)
-                problem = (
-                    check(h.cls)
-                    if check is not None
-                    else (None if issubclass(h.cls, FeatureRM) else "needs per-prefix rewards (a FeatureRM)")
-                )
-                if problem:
-                    skipped.append({"decoder": d.label(), "method": h.label, "reason": problem})
-                    continue
-                pooled = bool(getattr(cls, "shared_seed", False) and hasattr(cls, "pool"))
-                out.append(System(d, h, f"{d.label()}[{h.label}]", family, pooled))
-        return out, skipped
+    def unit_keys(
+        self, decoder: Any, h: MethodHandle | None, targets: list[tuple[Prompt, str]]
+    ) -> tuple[dict[str, tuple[Prompt, str]], dict[tuple[str, str], str]]:
+        """The generation units of ``targets`` (key -> (prompt, user or "*")) and each target's unit."""
+        cfg = self.s.cfg
+        own_data = bool(getattr(decoder, "per_user", False))  # the prompt depends on the user's own data
+        per_user = (h is not None and not h.user_agnostic) or own_data
+        extra = [self.s.bench.fingerprint()] if own_data else []
+        units: dict[str, tuple[Prompt, str]] = {}
+        slot: dict[tuple[str, str], str] = {}
+        for prompt, user in targets:
+            gen_user = user if per_user else "*"
+            key = unit_key(
+                "gen",
+                decoder.config_key(),
+                self.s.policy.fingerprint,
+                h.key(h.shots) if h is not None else None,
+                prompt_key(prompt),
+                gen_user,
+                cfg.seed,
+                cfg.max_new_tokens,
+                *extra,
+            )
+            units.setdefault(key, (prompt, gen_user))
+            slot[(prompt_key(prompt), user)] = key
+        return units, slot
 
     def generate(self, system: System, targets: list[tuple[Prompt, str]]) -> dict[tuple[str, str], str]:
         """The system's generations for the targets it can serve (users its RM can score)."""
@@ -177,107 +216,73 @@ class Downstream:
             targets = [t for t in targets if t[1] not in na]
         return self._generate(system.spec, h, targets, system.label)
 
-    def pool(self, spec: Component, targets: list[tuple[Prompt, str]]) -> None:
-        """Sample (or find cached) the Best-of-N pool of decoder ``spec`` for the targets."""
-        decoder = self._decoder(spec)
-        decoder.pool(self.s.policy, self._requests(decoder, targets), max_new_tokens=self.s.cfg.max_new_tokens)
-        self._count_samples(decoder)
+    def targets_of(self, system: System, systems: list[System]) -> list[tuple[Prompt, str]]:
+        """The cells a non-pooled system is evaluated on (before adaptive rounds)."""
+        return self.plain_targets(systems) if system.plain else self.eval_targets()
 
+    # ------------------------------------------------------------------ units of the plan
+    def pool(self, spec: Component, handles: list[MethodHandle]) -> None:
+        """The pool unit of Best-of-N decoder ``spec``: sample its pool, extract φ, compute its quality."""
+        users = [h for h in handles if not self.s.unfittable(h)]
+        self.pooled.prepare(self.pooled.decoder(spec), self.pool_targets(), users)
+
+    def pooled_scores(self, system: System, systems: list[System]) -> None:
+        """The unit of one pooled system: its scores of the pool (and of the zero-shot outputs)."""
+        assert system.method is not None
+        zero = self.zero_shot(systems)
+        texts = self.generate(zero, self.plain_targets(systems)) if zero is not None else None
+        pool = self.pooled.pool(self.pooled.decoder(system.spec), self.pool_targets())
+        self.pooled.scores(system.method, pool, texts)
+
+    def rounds(self, spec: Component, systems: list[System]) -> Any:
+        """The adaptive rounds of per-cell decoder ``spec`` (computed, or read from the store)."""
+        from perbench.runner.adaptive import Rounds
+
+        mine = [sys for sys in systems if sys.per_cell and sys.spec == spec]
+        return Rounds(self, spec, mine).run()
+
+    # ------------------------------------------------------------------ assembly
     def run(self, handles: list[MethodHandle]) -> dict[str, Any]:
         targets = self.eval_targets()
-        if not targets:
-            return {}
         systems, skipped = self.systems(handles)
+        pool_targets = self.pool_targets() if any(sys.pooled for sys in systems) else []
+        if not targets and not pool_targets:
+            return {}
         self.s.skipped_combos += skipped
-        outputs = {sys.label: self.generate(sys, targets) for sys in systems}
-        guides = {sys.label: sys.method for sys in systems if sys.method is not None}
         self.s.families = {sys.label: (sys.family, sys.method.label if sys.method else sys.family) for sys in systems}
+        asked: dict[str, list[tuple[Prompt, str]]] = {}
+        outputs: dict[str, dict[tuple[str, str], str]] = {}
+        adaptive: dict[str, Any] = {}
+        for sys in systems:
+            if sys.pooled:
+                continue
+            if sys.per_cell and self.s.cfg.adaptive is not None:
+                label = sys.spec.label()
+                if label not in adaptive:
+                    adaptive[label] = self.rounds(sys.spec, systems)
+                asked[sys.label] = adaptive[label].cells_of(sys.label)
+            else:
+                asked[sys.label] = self.targets_of(sys, systems)
+            outputs[sys.label] = self.generate(sys, asked[sys.label])
+        guides = {sys.label: sys.method for sys in systems if sys.method is not None and not sys.pooled}
         if self.s.cfg.rl is not None:  # policies fine-tuned against each RM, evaluated like decoders
             rl_outputs, rl_guides, self.s.rl_info = self.training.run(handles, targets)
             outputs.update(rl_outputs)
             guides.update(rl_guides)
-        result = self.scoring.score_outputs(outputs, guides, targets)
-        bon = {sys.label: (sys.spec, sys.method) for sys in systems if sys.pooled and sys.method is not None}
-        if bon:
-            for label, curves in self._bon_curves(bon, targets).items():
-                result[label]["bon_curve"] = curves
-        return result
-
-    def _bon_curves(
-        self, bon: dict[str, tuple[Component, MethodHandle]], targets: list[tuple[Prompt, str]]
-    ) -> dict[str, dict[str, Any]]:
-        """Quality vs N for every (Best-of-N decoder, RM): one sample pool per decoder (sampled once, cached),
-        each sample's quality computed once, each RM only scores the pool."""
-        from perbench.decoding.best_of_n import BestOfN, bon_curve, pick_best
-
-        cfg = self.s.cfg
-        users = [u for _, u in targets]
-        out: dict[str, dict[str, Any]] = {}
-        pools: dict[str, tuple[list[Any], list[list[Any]], dict[str, np.ndarray]]] = {}
-        for label, (spec, h) in bon.items():
-            na = self.s.not_applicable(h)
-            keep = np.array([u not in na for u in users], bool)
-            decoder = self._decoder(spec)
-            pk = decoder.config_key()
-            if pk not in pools:
-                reqs = self._requests(decoder, targets)
-                pool = decoder.pool(self.s.policy, reqs, max_new_tokens=cfg.max_new_tokens)
-                self._count_samples(decoder)
-                n = len(pool[0]) if pool else 0
-                qkey = unit_key(
-                    "bon_quality",
-                    pk,
-                    self.s.policy.fingerprint,
-                    cfg.seed,
-                    cfg.max_new_tokens,
-                    self.s.bench.fingerprint(),
-                    [prompt_key(p) + "|" + u for p, u in targets],
-                    self.s.judge_lm.fingerprint if self.s.judge is not None else None,
+            for label, texts in rl_outputs.items():
+                asked[label] = [t for t in targets if (prompt_key(t[0]), t[1]) in texts]
+        result = self.scoring.score_outputs(outputs, guides, asked)
+        pooled = [sys for sys in systems if sys.pooled]
+        if pooled and not pool_targets:
+            for spec in dict.fromkeys(sys.spec.label() for sys in pooled):
+                self.s.skipped_combos.append(
+                    {"decoder": spec, "method": "*", "reason": "no (user, test prompt) cell has ground truth"}
                 )
-
-                def quality(pool: list[list[Any]] = pool, n: int = n) -> dict[str, np.ndarray]:
-                    flat = [g.text for row in pool for g in row]
-                    rows = self.scoring.quality(flat, [t for t in targets for _ in range(n)])
-                    names = sorted({m for r in rows for m in r})
-                    return {
-                        m: np.array([r.get(m, np.nan) for r in rows], np.float64).reshape(len(pool), n) for m in names
-                    }
-
-                pools[pk] = (reqs, pool, self.s.units.arrays("bon_quality", qkey, quality))
-            reqs, pool, qual = pools[pk]
-
-            def scores(
-                h: MethodHandle = h, reqs: list[Any] = reqs, pool: list[list[Any]] = pool
-            ) -> dict[str, np.ndarray]:
-                return {"scores": np.stack(BestOfN.score_pool(h.adapted(cfg.shots), reqs, pool))}
-
-            skey = h.key(
-                cfg.shots,
-                "bon_scores",
-                pk,
-                self.s.policy.fingerprint,
-                cfg.seed,
-                cfg.max_new_tokens,
-                [prompt_key(p) + "|" + u for p, u in targets],
-            )
-            S = self.s.units.arrays("bon_scores", skey, scores)["scores"]
-            curves: dict[str, Any] = {}
-            family, method = self.s.families[label]
-            for metric in QUALITY_METRICS:
-                if metric not in qual:
-                    continue
-                Q = qual[metric]
-                ok = ~np.isnan(Q).any(1) & keep
-                if not ok.any():
-                    continue
-                kept = [u for u, m in zip(users, ok, strict=True) if m]
-                kept_prompts = [prompt_key(t[0]) for t, m in zip(targets, ok, strict=True) if m]
-                curves[metric] = bon_curve(
-                    list(S[ok]), list(Q[ok]), users=kept, prompts=kept_prompts, n_boot=cfg.bootstrap, seed=cfg.seed
-                )
-                # gain of the RM's pick among all N samples over the first sample (N = 1), per target
-                for i in np.flatnonzero(ok):
-                    gain = Q[i, pick_best(S[i])] - Q[i, 0]
-                    self.s.cells.add(method, f"{family}:bon_gain_{metric}", users[i], prompt_key(targets[i][0]), gain)
-            out[label] = curves
-        return out
+        elif pooled:
+            zero = self.zero_shot(systems)
+            result.update(self.pooled.evaluate(pooled, pool_targets, outputs[zero.label] if zero else None))
+        self.scoring.add_vs(result)
+        for label, rounds in adaptive.items():
+            self.s.adaptive[label] = rounds.record()
+        order = [sys.label for sys in systems if sys.label in result] + list(result)  # systems first, then rl
+        return {label: result[label] for label in dict.fromkeys(order)}

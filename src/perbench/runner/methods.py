@@ -2,41 +2,67 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from perbench.cache import Store, pack_arrays
-from perbench.config import Component
+from perbench.config import Component, RunConfig
 from perbench.data.records import Benchmark, PreferencePair
 from perbench.io import cache_dir
 from perbench.rewards.base import FeatureRM, RewardModel, RMContext
 from perbench.runner.units import Units, unit_key
+from perbench.systems import SystemDef, train_subset
 
 
 class MethodHandle:
+    """One system of the run (``perbench.systems``): a method with its parameters, the fraction of the train
+    pairs and the seed it is fit with, and the shots it adapts unseen users from."""
+
     def __init__(
-        self, spec: Component, bench: Benchmark, ctx: RMContext, units: Units, *, baseline: bool = False
+        self,
+        spec: Component,
+        bench: Benchmark,
+        ctx: RMContext,
+        units: Units,
+        *,
+        baseline: bool = False,
+        system: SystemDef | None = None,
     ) -> None:
         from perbench import registry
 
+        if system is None:  # the method alone: all train pairs, the context's seed, RunConfig's default shots
+            system = SystemDef(spec.label(), spec, 1.0, ctx.seed, RunConfig().shots, baseline=baseline)
+        self.system = system
         self.spec = spec
-        self.label = spec.label()
-        self.baseline = baseline
+        self.label = system.label
+        self.family = system.family
+        self.baseline = system.baseline
+        self.shots = system.shots
+        self.train_fraction = system.train_fraction
         self.bench = bench
-        self.ctx = ctx
+        if system.seed != ctx.seed:
+            ctx = dataclasses.replace(ctx, seed=system.seed)
         self.units = units
         self.cls: type[RewardModel] = registry.reward_models.get(spec.name)
+        if getattr(self.cls, "oracle", False):  # a separately named upper bound: it alone gets the answer keys
+            from perbench.data.user_context import method_inputs
+
+            ctx = dataclasses.replace(ctx, extra={**ctx.extra, **method_inputs(bench.users, oracle=True)})
+        self.ctx = ctx
         self._rm: RewardModel | None = None
         self._adapted: tuple[int, bool] | None = None
-        probe = self.cls(**spec.params)
+        #: an unfitted instance of the method (its parameters, e.g. GenARM's β for a decoder's weight)
+        self.probe = probe = self.cls(**spec.params)
         #: whether the method's unseen-user scores depend on the shots (an instance may switch its class's
         #: ``uses_shots`` off, e.g. P-DPO without adaptation steps falls back to the generic user)
         self.uses_shots = bool(self.cls.uses_shots and getattr(probe, "adapts_from_shots", True))
         # Every method that learns may default to the RM backbone (feature heads, LoRA methods): key on it.
         backbone = ctx.features.fingerprint if ctx.features is not None else None
-        self.fit_key = unit_key("fit", probe.config_key(), bench.fingerprint(), backbone, ctx.seed)
+        part = [] if self.train_fraction >= 1.0 else [("train_fraction", self.train_fraction)]
+        self.fit_key = unit_key("fit", probe.config_key(), bench.fingerprint(), backbone, ctx.seed, *part)
 
     @property
     def user_agnostic(self) -> bool:
@@ -58,7 +84,7 @@ class MethodHandle:
 
             def fit() -> dict[str, np.ndarray]:
                 nonlocal trained
-                rm.fit(self.bench.train_pairs(), self.ctx)
+                rm.fit(self.train_pairs(), self.ctx)
                 trained = True
                 return rm.state()
 
@@ -77,6 +103,10 @@ class MethodHandle:
                 rm.load_state(state)
             self._rm = rm
         return self._rm
+
+    def train_pairs(self) -> list[PreferencePair]:
+        """The seen users' train pairs this system is fit on (its train fraction, chosen by its seed)."""
+        return train_subset(self.bench.train_pairs(), self.train_fraction, self.ctx.seed)
 
     @property
     def selects_shots(self) -> bool:

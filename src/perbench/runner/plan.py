@@ -12,8 +12,11 @@ Units, in dependency order:
   the test responses (shared by every frozen-feature method, computed once);
 * ``fit:M``: method M trained on the seen users' train pairs (its state cached by content);
 * ``upstream:M``: M's scores of the test pairs, its few-shot curve, its policy accuracy;
-* ``pool:D@P``: the Best-of-N sample pool of decoder D under policy P (sampled once, shared by every RM);
-* ``generate:D[M]@P``: decoder D's generations for every evaluated (prompt, user), guided by M (if any).
+* ``pool:D@P``: the Best-of-N sample pool of decoder D under policy P, one per test prompt (sampled once,
+  shared by every system and user), φ of its texts and its quality per (cell, sample);
+* ``generate:D[M]@P``: decoder D's generations for every evaluated (prompt, user), guided by M (if any); for a
+  pooled Best-of-N, M's scores of the pool;
+* ``adaptive:D@P``: the adaptive rounds of a per-cell decoder D over all of its systems (``adaptive:``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class Needs:
 
 @dataclass(frozen=True)
 class Unit:
-    kind: str  # features | fit | upstream | pool | generate
+    kind: str  # features | fit | upstream | pool | generate | adaptive | rl
     name: str  # the method / decoder label it concerns ("" for features)
     key: str  # content key: the config's result hash, the benchmark, the kind and the name
     deps: tuple[str, ...] = ()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from perbench.config import RunConfig
-    from perbench.state.state import RunState
+    from perbench.runner.state import RunState
 
 SCHEMA_VERSION = 1
 PACKAGES = (
@@ -86,15 +86,20 @@ POLICIES = {
     "features": "φ(x,y) = final-norm hidden state at the last token of chat_template(x, generation prompt) ⊕ "
     "tokens(y), no end-of-turn token",
     "truncation": "inputs over max_length keep their last max_length tokens (the prompt head is cut)",
-    "policy_accuracy": "S(y) = Σ_t log π(y_t|x,y<t) + w·r(x,y≤t); 'sum' and length-normalised 'mean'",
+    "policy_accuracy": "headline 'tilt' (the sequence tilt): S(y) = log π(y|x) + w·r(x, y), r on the whole "
+    "response, w = the weight of the decoder the method guides (ARGS's w; GenARM's α on log π_r = α/β on r; "
+    "else pa_weight); labelled variants 'prefix_sum' = Σ_t [log π(y_t|x,y<t) + w·r(x,y≤t)] and 'prefix_mean' "
+    "= prefix_sum / T",
     "win_rate": "each guiding RM scores its own guided output vs the zero-shot output for the same "
     "(user, prompt); ties count ½",
     "unseen_users": "adapted from their first `shots` train pairs only",
-    "policy_accuracy_rgd": "optional (pa_rgd_k): log π_RGD(y_t) = log-softmax over the policy's top-k "
+    "policy_accuracy_rgd": "optional variant (pa_rgd): log π_RGD(y_t) = log-softmax over the policy's top-k "
     "of (log π + w·r); a token outside the top-k makes the response −inf (a miss, "
     "counted)",
-    "best_of_n": "N samples per prompt (T=1.0, top_p=0.9 by default), seeded per prompt and shared by every "
-    "RM and user; curves use the first n samples for n = 1, 2, 4, …, N; ties pick the earliest",
+    "best_of_n": "one pool of `pool` samples per test prompt (T=1.0, top_p=0.9 by default), seeded per prompt "
+    "and shared by every system and user; every (user, test prompt) cell with ground truth is evaluated; "
+    "Best-of-n is the exact expectation over random n-subsets of the pool (reward ties broken at random), for "
+    "the cell value (n = the decoder's n) and the curve (n = 1, 2, 4, …, pool)",
     "deltas": "'vs' = mean paired difference (this decoder − reference) over the same (prompt, user) "
     "targets, CI by user",
     "icl": "ICL prompts use only the user's profile and train pairs; never test pairs",
@@ -155,10 +160,31 @@ def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[st
             if ext is None
             else {"computed": ext.stats.computed, "reused": ext.stats.reused, "truncated": ext.stats.truncated},
         },
+        "systems": systems_section(state),
+        **({"adaptive": state.adaptive} if state.adaptive else {}),
         **({"rl": state.rl_info} if state.rl_info else {}),
         "batching": batching(state),
         "timing_s": {k: round(v, 2) for k, v in state.timing.items()},
     }
+
+
+def systems_section(state: RunState) -> dict[str, Any]:
+    """Every system of the run with its family and axes (``perbench.systems``): what the analysis needs to treat
+    variants of one method as one family."""
+    from perbench.systems import SystemsSpec
+
+    cfg = state.cfg
+    return {
+        "family_rule": "a system's family is its label up to the first '('",
+        "grid": None if cfg.systems is None else SystemsSpec.from_dict(cfg.systems, _where()).to_dict(),
+        "members": {sd.label: sd.record() for sd in state.systems()},
+    }
+
+
+def _where() -> Any:
+    from perbench.config import Where
+
+    return Where("systems")
 
 
 VERDICT_DEFAULTS = (
@@ -187,7 +213,7 @@ def analyze_cells(
         n_boot=cfg.bootstrap,
         seed=cfg.seed,
         equivalence_margin=cfg.equivalence_margin,
-        roles={b: "baseline" for b in cfg.baselines},
+        roles={b.label(): "baseline" for b in cfg.baselines},
         adaptive=adaptive,
     )
 
@@ -285,7 +311,8 @@ def print_verdict(analysis: dict[str, Any]) -> None:
 def print_validity(analysis: dict[str, Any]) -> None:
     """Which benchmark to trust: for the verdict metric (else the first downstream metric with predictors), each
     predictor's τ-b, ρ and NDCG with CIs, the verdict with its uncertainty, and the headline comparison."""
-    by = (analysis.get("validity") or {}).get("by_downstream") or {}
+    validity = analysis.get("validity") or {}
+    by = validity.get("by_downstream") or {}
     metric = (analysis.get("verdict") or {}).get("metric")
     d = metric if metric in by else next(iter(by), None)
     if d is None:
@@ -300,6 +327,8 @@ def print_validity(analysis: dict[str, Any]) -> None:
         return "n/a" if v is None else f"{v:+.2f}" + ("" if not ci else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
 
     print(f"\nWhich benchmark to trust for {d} (τ-b / Spearman ρ / NDCG, 95% CI, over systems):")
+    if validity.get("reference_lines"):
+        print(f"  (deployable systems only; reference lines left out: {', '.join(validity['reference_lines'])})")
     for r in rows:
         coefs = " / ".join(corr(r.get(k)) for k in ("kendall_tau_b", "spearman", "ndcg"))
         print(f"  {r['upstream']:<{width}}{coefs}  ({r.get('n_systems')} systems)")

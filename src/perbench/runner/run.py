@@ -16,10 +16,11 @@ from typing import Any
 
 from perbench.config import RunConfig
 from perbench.data.records import Benchmark
-from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock
+from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
 from perbench.runner.methods import MethodHandle
+from perbench.runner.preflight import check_models, check_paths, check_setup
 from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict
-from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log
+from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.units import Units
 from perbench.runner.work import Work
 
@@ -66,11 +67,17 @@ class Runner:
 
         set_threads()
         t0 = time.perf_counter()
+        check_setup(self.cfg)
         bench = load_benchmark(self.cfg)
         extras = load_upstream_benchmarks(self.cfg)
+        if needs_models(self.cfg):  # what would fail mid-run fails here, before any weights load
+            for b in (bench, *extras.values()):  # every system scores the upstream benchmarks' pairs too
+                check_models(self.cfg, b)
+        check_paths(self.run_dir)
         load_s = time.perf_counter() - t0
         self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config and the data are good
-        with run_lock(self.run_dir):  # a second run of this config waits instead of doing the work twice
+        # nothing is written through a link inside the run directory; a second run of this config waits
+        with writing_inside(self.run_dir), run_lock(self.run_dir):
             return self._run(bench, extras, t0, load_s)
 
     def _run(self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float) -> RunResult:
@@ -104,10 +111,12 @@ class Runner:
             upstream[label]["policy_accuracy_by_policy"] = by_policy
         state.timing["total"] = time.perf_counter() - t0
         with state.timed("analysis"):
-            analysis = analyze_cells(state.cells.rows, cfg)
+            adaptive = {rec["metric"]: rec["summary"] for rec in state.adaptive.values()}
+            analysis = analyze_cells(state.cells.rows, cfg, adaptive)
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         attach_analysis(results, analysis)  # one CI per number: the analysis's
+        results["cells"] = state.cells.record()
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)
@@ -140,6 +149,15 @@ def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[st
         s.downstream_policies.append(s.policy)
         first_sample = len(s.samples)
         part = work.down.run(handles)
+        for sys in work.down.systems(handles)[0]:
+            if sys.label not in part:
+                continue
+            if sys.method is not None:  # a guided row next to the policy accuracy at its decoder's own weight
+                pa = work.up.decoder_policy_accuracy(sys.method, sys.spec.label())
+                if pa is not None:
+                    part[sys.label]["policy_accuracy"] = pa
+            else:  # a decoder that shows users their own data: how much each prompt really held
+                _record_context(work, sys.spec, sys.label, part[sys.label], s.samples[first_sample:])
         suffix = "" if len(specs) == 1 else f"@{spec}"
         for row in s.samples[first_sample:]:
             row["policy"] = spec
@@ -149,3 +167,25 @@ def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[st
     s.policy = work.policy_model(s.cfg.policy)
     s.cells.group = main_group
     return out
+
+
+def _record_context(work: Work, spec: Any, label: str, result: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """The effective context of a decoder that shows users their own pairs and profile items (ICL, ICL-RAG):
+    per generation in samples.jsonl (``context_pairs``, ``context_profile_items``) and summarised in its
+    results (``effective_context``), beside the shot count the reward models adapt from."""
+    decoder = work.down._decoder(spec)
+    shown = getattr(decoder, "shown", None)
+    if shown is None:
+        return
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row.get("kind") == "generation" and row.get("decoder") == label:
+            got = counts.setdefault(row["user_id"], shown(row["user_id"]))
+            row["context_pairs"], row["context_profile_items"] = got["pairs"], got["profile_items"]
+    if not counts:
+        return
+    summary: dict[str, Any] = {"users": len(counts), "shots": work.s.cfg.shots}
+    for kind in ("pairs", "profile_items"):
+        vals = [c[kind] for c in counts.values()]
+        summary[kind] = {"mean": float(sum(vals) / len(vals)), "min": min(vals), "max": max(vals)}
+    result["effective_context"] = summary

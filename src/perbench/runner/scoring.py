@@ -3,6 +3,7 @@ rate over zero-shot, and per-decoder summaries with two-way CIs and paired delta
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,39 +19,54 @@ QUALITY_METRICS = ("rubric_satisfaction", "rouge1", "rougeL", "bertscore_f1", "j
 class Scoring:
     def __init__(self, state: RunState) -> None:
         self.s = state
+        #: per label, one row per evaluated (user, prompt): its quality (pooled Best-of-N: expected values)
+        self.rows: dict[str, list[dict[str, Any]]] = {}
 
-    def quality(self, texts: list[str], targets: list[tuple[Prompt, str]]) -> list[dict[str, float]]:
+    def quality(
+        self, texts: list[str], targets: list[tuple[Prompt, str]], metrics: set[str] | None = None
+    ) -> list[dict[str, float]]:
         """Ground-truth quality of ``texts[i]`` for target i: exact rubric satisfaction where the rubric is
-        checkable, ROUGE-1/L against the user's reference where there is one, the judge's rubric score
-        where a judge is configured and the user has answer-key aspects."""
+        checkable, ROUGE-1/L and BERTScore against the user's reference where there is one, the judge's rubric
+        score where a judge is configured and the user has answer-key aspects. ``metrics`` limits what is
+        computed (default: everything). Each text is checked against the rubric aspects once, and ROUGE and
+        BERTScore run once per distinct (text, reference), so a sample pool shared by many users costs its
+        distinct texts, not its cells."""
+        from perbench.data.rubrics.aspects import annotate
         from perbench.metrics.rubric import rubric_satisfaction
         from perbench.metrics.text import rouge
 
+        def wanted(*names: str) -> bool:
+            return metrics is None or any(n in metrics for n in names)
+
         bench = self.s.bench
         refs = self._refs()
-        out: list[dict[str, float]] = []
-        for text, (prompt, user) in zip(texts, targets, strict=True):
+        out: list[dict[str, float]] = [{} for _ in texts]
+        annotations: dict[str, dict[str, str | None]] = {}
+        with_ref: dict[tuple[str, str], list[int]] = {}
+        for i, (text, (prompt, user)) in enumerate(zip(texts, targets, strict=True)):
             u = bench.users[user]
-            row: dict[str, float] = {}
-            if u.rubric:
-                rs = rubric_satisfaction(text, u)
-                row["rubric_satisfaction"], row["rubric_all"] = rs["satisfaction"], rs["all"]
+            if u.rubric and wanted("rubric_satisfaction", "rubric_all"):
+                if text not in annotations:
+                    annotations[text] = annotate(text)
+                rs = rubric_satisfaction(text, u, annotations[text])
+                out[i]["rubric_satisfaction"], out[i]["rubric_all"] = rs["satisfaction"], rs["all"]
             ref = refs.get((prompt_key(prompt), user))
             if ref is not None:
-                rg = rouge([text], [ref])
-                row["rouge1"], row["rougeL"] = float(rg["rouge1"][0]), float(rg["rougeL"][0])
-            out.append(row)
-        if self.s.cfg.bertscore:
+                with_ref.setdefault((text, ref), []).append(i)
+        distinct = list(with_ref)
+        if distinct and wanted("rouge1", "rougeL"):
+            rg = rouge([t for t, _ in distinct], [r for _, r in distinct])
+            for k, pair in enumerate(distinct):
+                for i in with_ref[pair]:
+                    out[i]["rouge1"], out[i]["rougeL"] = float(rg["rouge1"][k]), float(rg["rougeL"][k])
+        if distinct and self.s.cfg.bertscore and wanted("bertscore_f1"):
             from perbench.metrics.text import bertscore
 
-            have = [i for i, (p, u) in enumerate(targets) if (prompt_key(p), u) in refs]
-            if have:
-                f1 = bertscore(
-                    [texts[i] for i in have], [refs[(prompt_key(targets[i][0]), targets[i][1])] for i in have]
-                )
-                for i, f in zip(have, f1, strict=True):
-                    out[i]["bertscore_f1"] = float(f)
-        if self.s.judge is not None:
+            f1 = bertscore([t for t, _ in distinct], [r for _, r in distinct])
+            for k, pair in enumerate(distinct):
+                for i in with_ref[pair]:
+                    out[i]["bertscore_f1"] = float(f1[k])
+        if self.s.judge is not None and wanted("judge_score"):
             for row, judged in zip(out, self._judge(texts, targets), strict=True):
                 row.update(judged)
         return out
@@ -113,146 +129,184 @@ class Scoring:
         self,
         outputs: dict[str, dict[tuple[str, str], str]],
         guides: dict[str, MethodHandle],
-        targets: list[tuple[Prompt, str]],
+        targets: Mapping[str, list[tuple[Prompt, str]]],
     ) -> dict[str, Any]:
+        """Quality, win rate, cells and a summary of each label's generations; ``targets[label]``: the cells it
+        was asked for (fewer outputs than targets: users its RM cannot score, reported as not applicable)."""
+        zero_label = next((lab for lab in outputs if lab.startswith("zero_shot")), None)
+        result: dict[str, Any] = {}
+        for label, texts in outputs.items():
+            mine_targets = [(p, u) for p, u in targets[label] if (prompt_key(p), u) in texts]
+            rows = self._generation_rows(label, [texts[(prompt_key(p), u)] for p, u in mine_targets], mine_targets)
+            if label in guides and zero_label is not None:
+                zero = outputs[zero_label]
+                self._win_rate(label, zero_label, guides[label], outputs[label], zero, mine_targets, rows)
+            self.s.samples.extend(rows)
+            self.add_cells(label, rows)
+            result[label] = self.summary(rows, guides[label].label if label in guides else None)
+            if label in guides and len(rows) < len(targets[label]):
+                result[label]["not_applicable"] = {
+                    "targets": len(targets[label]) - len(rows),
+                    "reason": "users without train pairs to adapt from",
+                }
+        return result
+
+    def _generation_rows(self, label: str, gen: list[str], targets: list[tuple[Prompt, str]]) -> list[dict[str, Any]]:
+        from perbench.metrics.rubric import aspect_report
+
+        bench = self.s.bench
+        rows: list[dict[str, Any]] = []
+        for text, (prompt, user), q in zip(gen, targets, self.quality(gen, targets), strict=True):
+            u = bench.users[user]
+            row = {
+                "kind": "generation",
+                "decoder": label,
+                "user_id": user,
+                "seen": u.seen,
+                "prompt_id": prompt_key(prompt),
+                "prompt": prompt_text(prompt),
+                "text": text,
+                "words": len(text.split()),
+                **q,
+            }
+            if u.rubric:
+                row["rubric_aspects"] = aspect_report(text, u)
+                row["user_rubric"] = "; ".join(f"{ap.aspect}: {ap.pole}" for ap in u.rubric)
+            rows.append(row)
+        self.rows[label] = rows
+        return rows
+
+    def _win_rate(
+        self,
+        label: str,
+        zero_label: str,
+        h: MethodHandle,
+        mine: dict[tuple[str, str], str],
+        zero: dict[tuple[str, str], str],
+        targets: list[tuple[Prompt, str]],
+        rows: list[dict[str, Any]],
+    ) -> None:
+        """The guiding RM's own verdict on its output vs the zero-shot output of the same (prompt, user)."""
         from perbench.metrics.win_rate import win_outcomes
         from perbench.rewards.base import ScoreItem
 
-        bench = self.s.bench
-        zero_label = next((lab for lab in outputs if lab.startswith("zero_shot")), None)
-        icl_label = next((lab for lab in outputs if lab.startswith("icl_rag")), None)
-        result: dict[str, Any] = {}
-        all_rows: dict[str, list[dict[str, Any]]] = {}
-        for label, texts in outputs.items():
-            mine_targets = [(p, u) for p, u in targets if (prompt_key(p), u) in texts]
-            gen = [texts[(prompt_key(p), u)] for p, u in mine_targets]
-            rows: list[dict[str, Any]] = []
-            for text, (prompt, user), q in zip(gen, mine_targets, self.quality(gen, mine_targets), strict=True):
-                u = bench.users[user]
-                row = {
-                    "kind": "generation",
-                    "decoder": label,
-                    "user_id": user,
-                    "seen": u.seen,
-                    "prompt_id": prompt_key(prompt),
-                    "prompt": prompt_text(prompt),
-                    "text": text,
-                    "words": len(text.split()),
-                    **q,
-                }
-                if u.rubric:
-                    from perbench.metrics.rubric import aspect_report
+        def compute() -> dict[str, np.ndarray]:
+            rm = h.adapted(h.shots)
+            return {
+                "guided": rm.score_distinct([ScoreItem(u, p, mine[(prompt_key(p), u)]) for p, u in targets]),
+                "zero_shot": rm.score_distinct([ScoreItem(u, p, zero[(prompt_key(p), u)]) for p, u in targets]),
+            }
 
-                    row["rubric_aspects"] = aspect_report(text, u)
-                    row["user_rubric"] = "; ".join(f"{ap.aspect}: {ap.pole}" for ap in u.rubric)
-                rows.append(row)
-            if label in guides and zero_label is not None:
-                h = guides[label]
-                zero = outputs[zero_label]
+        key = h.key(
+            h.shots,
+            "winrate",
+            label,
+            zero_label,
+            [unit_key(prompt_key(p), u, mine[(prompt_key(p), u)], zero[(prompt_key(p), u)]) for p, u in targets],
+        )
+        s = self.s.units.arrays("win_rate", key, compute)
+        gains = s["guided"] - s["zero_shot"]
+        for row, o, g in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), gains, strict=True):
+            if not np.isnan(o):
+                row["rm_win"] = float(o)
+                # the guiding RM's own reward gain over zero-shot: in that RM's units, so it is reported per
+                # system but never compared across methods (no cell)
+                row["rm_gain"] = float(g)
 
-                def compute(
-                    label: str = label,
-                    h: MethodHandle = h,
-                    tg: list[tuple[Prompt, str]] = mine_targets,
-                    zero: dict[tuple[str, str], str] = zero,
-                ) -> dict[str, np.ndarray]:
-                    rm = h.adapted(self.s.cfg.shots)
-                    mine = rm.score_distinct([ScoreItem(u, p, outputs[label][(prompt_key(p), u)]) for p, u in tg])
-                    base = rm.score_distinct([ScoreItem(u, p, zero[(prompt_key(p), u)]) for p, u in tg])
-                    return {"guided": mine, "zero_shot": base}
+    def add_cells(self, label: str, rows: list[dict[str, Any]], extra: Sequence[str] = ()) -> None:
+        """One cell per row and quality metric (plus ``rm_win`` and ``extra``), named ``FAMILY:METRIC``."""
+        family, method = self.s.families[label]
+        for r in rows:
+            for metric in (*QUALITY_METRICS, "rm_win", *extra):
+                if metric in r:
+                    self.s.cells.add(method, f"{family}:{metric}", r["user_id"], r["prompt_id"], r[metric])
 
-                key = h.key(
-                    self.s.cfg.shots,
-                    "winrate",
-                    label,
-                    zero_label,
-                    [
-                        unit_key(prompt_key(p), u, outputs[label][(prompt_key(p), u)], zero[(prompt_key(p), u)])
-                        for p, u in mine_targets
-                    ],
-                )
-                s = self.s.units.arrays("win_rate", key, compute)
-                gains = s["guided"] - s["zero_shot"]
-                for row, o, g in zip(rows, win_outcomes(s["guided"], s["zero_shot"]), gains, strict=True):
-                    if not np.isnan(o):
-                        row["rm_win"] = float(o)
-                        # the guiding RM's own reward gain over zero-shot: in that RM's units, so it is reported
-                        # per system but never compared across methods (no cell)
-                        row["rm_gain"] = float(g)
-            self.s.samples.extend(rows)
-            all_rows[label] = rows
-            family, method = self.s.families[label]
-            for r in rows:
-                for metric in (*QUALITY_METRICS, "rm_win"):
-                    if metric in r:
-                        self.s.cells.add(method, f"{family}:{metric}", r["user_id"], r["prompt_id"], r[metric])
-            summary: dict[str, Any] = {"n": len(rows)}
-            for metric in (*QUALITY_METRICS, "rubric_all", "rm_win", "rm_gain", "words"):
-                have = [r for r in rows if metric in r]
-                if not have:
-                    continue
-                vals = np.array([r[metric] for r in have], dtype=np.float64)
-                entry: dict[str, Any] = {"mean": float(vals.mean()), **self._ci(have, vals), "n": len(vals)}
-                for group, flag in (("seen", True), ("unseen", False)):
-                    g = vals[[r["seen"] == flag for r in have]]
-                    entry[group] = float(g.mean()) if len(g) else None
-                summary[metric] = entry
-            if "rm_win" in summary:
-                w = np.array([r["rm_win"] for r in rows if "rm_win" in r])
-                summary["rm_win"].update(
-                    wins=int((w == 1.0).sum()),
-                    ties=int((w == 0.5).sum()),
-                    losses=int((w == 0.0).sum()),
-                    invalid=len(rows) - len(w),
-                )
-            if "judge_score" in summary:
-                summary["judge_score"]["parse_failures"] = int(sum(r.get("judge_failures", 0) for r in rows))
-                summary["judge_score"]["aspects"] = int(sum(r.get("judge_aspects", 0) for r in rows))
-            summary["users"] = len({r["user_id"] for r in rows})
-            summary["prompts"] = len({r["prompt_id"] for r in rows})
-            summary["guide"] = guides[label].label if label in guides else None
-            if label in guides and len(rows) < len(targets):
-                summary["not_applicable"] = {
-                    "targets": len(targets) - len(rows),
-                    "reason": "users without train pairs to adapt from",
-                }
-            result[label] = summary
-        for label, rows in all_rows.items():
+    def summary(self, rows: list[dict[str, Any]], guide: str | None, *, expected: bool = False) -> dict[str, Any]:
+        """Mean, two-way CI and seen / unseen means of every metric of ``rows``; ``expected``: the rows hold
+        expectations (pooled Best-of-N), so ``rm_win`` has no win / tie / loss counts."""
+        summary: dict[str, Any] = {"n": len(rows)}
+        columns = {}
+        for metric in (*QUALITY_METRICS, "rubric_all", "rm_win", "rm_gain", "words"):
+            have = [r for r in rows if metric in r]
+            if have:
+                columns[metric] = (have, np.array([r[metric] for r in have], dtype=np.float64))
+        cis = self._cis(columns)
+        for metric, (have, vals) in columns.items():
+            entry: dict[str, Any] = {"mean": float(vals.mean()), **cis[metric], "n": len(vals)}
+            for group, flag in (("seen", True), ("unseen", False)):
+                g = vals[[r["seen"] == flag for r in have]]
+                entry[group] = float(g.mean()) if len(g) else None
+            summary[metric] = entry
+        if "rm_win" in summary and not expected:
+            w = np.array([r["rm_win"] for r in rows if "rm_win" in r])
+            summary["rm_win"].update(
+                wins=int((w == 1.0).sum()),
+                ties=int((w == 0.5).sum()),
+                losses=int((w == 0.0).sum()),
+                invalid=len(rows) - len(w),
+            )
+        if "judge_score" in summary:
+            summary["judge_score"]["parse_failures"] = int(sum(r.get("judge_failures", 0) for r in rows))
+            summary["judge_score"]["aspects"] = int(sum(r.get("judge_aspects", 0) for r in rows))
+        summary["users"] = len({r["user_id"] for r in rows})
+        summary["prompts"] = len({r["prompt_id"] for r in rows})
+        summary["guide"] = guide
+        return summary
+
+    def add_vs(self, result: dict[str, Any]) -> None:
+        """Each label's paired differences to zero-shot and ICL-RAG on the cells both have (``result[label]["vs"]``)."""
+        zero_label = next((lab for lab in self.rows if lab.startswith("zero_shot")), None)
+        icl_label = next((lab for lab in self.rows if lab.startswith("icl_rag")), None)
+        for label, rows in self.rows.items():
             vs = {}
             for ref in (zero_label, icl_label):
                 if ref is None or ref == label:
                     continue
-                vs[ref] = self._paired_deltas(rows, all_rows[ref])
-            if vs:
+                vs[ref] = self._paired_deltas(rows, self.rows[ref])
+            if vs and label in result:
                 result[label]["vs"] = vs
-        return result
 
     def _ci(self, rows: list[dict[str, Any]], values: np.ndarray) -> dict[str, Any]:
         """``ci``: the two-way (users × prompts) bootstrap CI of the mean of ``values`` (one per row), or its
         fallback with fewer than 5 users, which ``ci_note`` then names (None for the two-way bootstrap)."""
-        from perbench.metrics.bootstrap import bootstrap_ci
+        return self._cis({"": (rows, values)})[""]
 
-        got = bootstrap_ci(
-            values,
-            [r["user_id"] for r in rows],
-            [r["prompt_id"] for r in rows],
-            n_boot=self.s.cfg.bootstrap,
-            seed=self.s.cfg.seed,
-        )
-        ci = None if got.ci is None else [float(got.ci[0]), float(got.ci[1])]
-        return {"ci": ci, "ci_note": got.note}
+    def _cis(self, columns: Mapping[str, tuple[list[dict[str, Any]], np.ndarray]]) -> dict[str, dict[str, Any]]:
+        """:meth:`_ci` of several columns (name -> (rows, values)). Columns over the same (user, prompt) rows share
+        one bootstrap pass (the same draws a pass per column would make, so the same intervals, at the cost of
+        one)."""
+        from perbench.metrics.bootstrap import TwoWayBootstrap, percentile_ci
+
+        cfg = self.s.cfg
+        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+        for name, (rows, _) in columns.items():
+            groups.setdefault(tuple((r["user_id"], r["prompt_id"]) for r in rows), []).append(name)
+        out: dict[str, dict[str, Any]] = {}
+        for cells, names in groups.items():
+            T, k = len(cells), len(names)
+            users, prompts = [u for u, _ in cells], [p for _, p in cells]
+            boot = TwoWayBootstrap(users * k, prompts * k, n_boot=max(cfg.bootstrap, 0), seed=cfg.seed)
+            plan = boot.resampling(np.arange(T))
+            cis: list[Any] = [None] * k
+            if plan.unit is not None and cfg.bootstrap >= 2:
+                values = np.concatenate([np.asarray(columns[n][1], np.float64) for n in names])
+                _, reps = boot.means(values, [np.arange(i * T, (i + 1) * T) for i in range(k)])
+                cis = [percentile_ci(reps[:, i]) for i in range(k)]
+            for n, ci in zip(names, cis, strict=True):
+                out[n] = {"ci": None if ci is None else [float(ci[0]), float(ci[1])], "ci_note": plan.note}
+        return out
 
     def _paired_deltas(self, rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
         """Mean per-(prompt, user) difference ``mine − ref`` of each quality metric, two-way CI."""
         by_key = {(r["prompt_id"], r["user_id"]): r for r in ref}
-        out: dict[str, Any] = {}
+        shared = [(a, by_key[(a["prompt_id"], a["user_id"])]) for a in rows if (a["prompt_id"], a["user_id"]) in by_key]
+        columns = {}
         for metric in QUALITY_METRICS:
-            both = [
-                (a, by_key[(a["prompt_id"], a["user_id"])]) for a in rows if (a["prompt_id"], a["user_id"]) in by_key
-            ]
-            both = [(a, b) for a, b in both if metric in a and metric in b]
-            if not both:
-                continue
-            vals = np.array([a[metric] - b[metric] for a, b in both], np.float64)
-            out[metric] = {"delta": float(vals.mean()), **self._ci([a for a, _ in both], vals), "n": len(vals)}
-        return out
+            both = [(a, b) for a, b in shared if metric in a and metric in b]
+            if both:
+                columns[metric] = ([a for a, _ in both], np.array([a[metric] - b[metric] for a, b in both], np.float64))
+        cis = self._cis(columns)
+        return {
+            metric: {"delta": float(vals.mean()), **cis[metric], "n": len(vals)}
+            for metric, (_, vals) in columns.items()
+        }

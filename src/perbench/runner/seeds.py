@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from perbench.io import atomic_write_json, atomic_write_text
+from perbench.io import atomic_write_json, atomic_write_text, writing_inside
 
 if TYPE_CHECKING:
     from perbench.config import RunConfig
@@ -34,24 +34,26 @@ def run_seeds(cfg: RunConfig) -> RunResult:
         runs.append(Runner(dataclasses.replace(cfg, seeds=None, seed=s, run_name=name)).run())
     parent = cfg.run_dir()
     parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(parent / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    pooled = Cells("seeds")
-    for r in runs:
-        pooled.rows += read_cells(r.run_dir / "cells.jsonl")
-    pooled.write(parent / "cells.jsonl")
-    analysis = analyze_cells(pooled.rows, cfg)
-    first = runs[0].results
-    results: dict[str, Any] = {
-        **first,
-        "config": cfg.to_dict(),
-        "config_hash": cfg.result_hash(),
-        "analysis": analysis,
-        "seed_runs": [{"seed": s, "run_dir": str(r.run_dir)} for s, r in zip(cfg.seeds, runs, strict=True)],
-        "note": "upstream/downstream sections are seed "
-        f"{cfg.seeds[0]}'s; the analysis pools every seed (mean over seeds, sd across them)",
-    }
-    atomic_write_json(parent / "results.json", results)
-    write_report(results, parent / "report.html")
-    print_verdict(analysis)
+    with writing_inside(parent):  # nothing written through a link inside the parent run directory
+        atomic_write_text(parent / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        pooled = Cells("seeds")
+        for r in runs:
+            pooled.rows += read_cells(r.run_dir / "cells.jsonl")
+        pooled.write(parent / "cells.jsonl")
+        analysis = analyze_cells(pooled.rows, cfg)
+        first = runs[0].results
+        results: dict[str, Any] = {
+            **first,
+            "config": cfg.to_dict(),
+            "config_hash": cfg.result_hash(),
+            "analysis": analysis,
+            "cells": pooled.record(),
+            "seed_runs": [{"seed": s, "run_dir": str(r.run_dir)} for s, r in zip(cfg.seeds, runs, strict=True)],
+            "note": "upstream/downstream sections are seed "
+            f"{cfg.seeds[0]}'s; the analysis pools every seed (mean over seeds, sd across them)",
+        }
+        atomic_write_json(parent / "results.json", results)
+        write_report(results, parent / "report.html")
+        print_verdict(analysis)
     log(f"results (all seeds): {parent / 'results.json'}")
     return RunResult(parent, results, [])

@@ -9,18 +9,21 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from perbench.config import Component, RunConfig
+from perbench.config import Component, RunConfig, Where
 from perbench.data.records import Benchmark, PreferencePair
+from perbench.data.user_context import method_inputs
 from perbench.io import cache_dir
 from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle
 from perbench.runner.units import Units
+from perbench.systems import SystemDef
 
 
 def log(msg: str) -> None:
@@ -56,6 +59,8 @@ class RunState:
         self.batchers: dict[str, AdaptiveBatcher] = {}
         #: the rl phase's training record per label (see ``training.py``)
         self.rl_info: dict[str, Any] = {}
+        #: the adaptive rounds' record per per-cell decoder label (see ``adaptive.py``)
+        self.adaptive: dict[str, Any] = {}
         # models (see load_models); None in a run that needs no model (baselines only, no decoders)
         self.policy: Any = None
         self.rm_lm: Any = None
@@ -66,7 +71,8 @@ class RunState:
         self.judge_lm: Any = None
         from perbench.rewards.base import RMContext
 
-        self.ctx = RMContext(seed=cfg.seed, extra={"users": bench.users})
+        # methods are handed user views (profile, seen), never the records that hold the answer keys
+        self.ctx = RMContext(seed=cfg.seed, extra=method_inputs(bench.users))
 
     def batcher(self, kind: str) -> AdaptiveBatcher:
         """The run's adaptive batch size for ``kind`` (``generate``), shared by every call of the run."""
@@ -91,8 +97,7 @@ class RunState:
             self.timing[name] = self.timing.get(name, 0.0) + time.perf_counter() - t
 
     def needs_models(self) -> bool:
-        """Whether anything in the config reads a model: a learned or LM-based method, a decoder, a judge."""
-        return bool(self.cfg.methods or self.cfg.decoders or self.cfg.judge)
+        return needs_models(self.cfg)
 
     def load_models(self) -> None:
         from perbench.cache import Store
@@ -109,7 +114,7 @@ class RunState:
             features=self.extractor,
             seed=cfg.seed,
             device=self.policy.policy.device,
-            extra={"users": self.bench.users, "policy": self.policy},
+            extra={**method_inputs(self.bench.users), "policy": self.policy},
         )
         if cfg.judge:
             from perbench.metrics.judge import RubricJudge
@@ -124,12 +129,20 @@ class RunState:
         cfg = self.cfg
         return FeatureExtractor(lm, self.feature_store, batch_size=cfg.feature_batch_size, max_length=cfg.max_length)
 
-    def method_handles(self) -> list[MethodHandle]:
-        """One handle per method and baseline (the config has refused duplicates and unknown parameters)."""
+    def systems(self) -> list[SystemDef]:
+        """Every system of the run: each method (crossed with the ``systems:`` grid), then the baselines."""
+        from perbench.systems import SystemsSpec, expand
+
         cfg = self.cfg
-        out = [MethodHandle(m, self.bench, self.ctx, self.units) for m in cfg.methods]
-        out += [MethodHandle(Component(b), self.bench, self.ctx, self.units, baseline=True) for b in cfg.baselines]
-        return out
+        spec = None if cfg.systems is None else SystemsSpec.from_dict(cfg.systems, Where("systems"))
+        return expand(cfg.methods, cfg.baselines, spec, seed=cfg.seed, shots=cfg.shots)
+
+    def method_handles(self) -> list[MethodHandle]:
+        """One handle per system (the config has refused duplicates and unknown parameters)."""
+        return [
+            MethodHandle(sd.method, self.bench, self.ctx, self.units, baseline=sd.baseline, system=sd)
+            for sd in self.systems()
+        ]
 
     # ------------------------------------------------------------------ rules every phase shares
     def unfittable(self, h: MethodHandle) -> bool:
@@ -148,16 +161,67 @@ class RunState:
             for g in ("seen", "unseen")
         }
 
-    def pa_params(self) -> tuple[float, int]:
-        """w and k of the ARGS decoder the run deploys (the first ``args`` in ``decoders``); without one,
-        ``pa_weight`` and ``pa_rgd_k`` (default k = 10, the ARGS default)."""
-        from perbench.decoding.args import ARGS
+    def guides(self, d: Component, h: MethodHandle) -> bool:
+        """Whether decoder ``d`` is steered by method ``h`` in this run (the downstream phase builds that system)."""
+        from perbench import registry
 
+        cls = registry.decoders.get(d.name)
+        if not cls.uses_rm or self.unfittable(h):
+            return False
+        if self.cfg.guide_with is not None and h.label not in self.cfg.guide_with:
+            return False
+        return guide_problem(cls, h.cls) is None
+
+    def pa_weights(self, h: MethodHandle) -> list[PAWeight]:
+        """The weights policy accuracy puts on ``h``'s reward: one per decoder that ``h`` guides and that applies
+        a weight (ARGS's w; GenARM's α on log π_r, α/β on r), in config order — the first is the headline's.
+        Without such a decoder: the config's ``pa_weight``. k (the top-k RGD-induced policy's) is the decoder's
+        own ``k`` (ARGS), else ``pa_rgd_k``, else the first ARGS decoder's, else 10 (the ARGS default)."""
+        from perbench import registry
+
+        args_k = next((int(d.params.get("k", 10)) for d in self.cfg.decoders if d.name == "args"), None)
+        default_k = self.cfg.pa_rgd_k or args_k or 10
+        out: list[PAWeight] = []
         for d in self.cfg.decoders:
-            if d.name == "args":
-                params = ARGS(**d.params).params
-                return float(params["w"]), int(params["k"])
-        return self.cfg.pa_weight, self.cfg.pa_rgd_k or 10
+            if not self.guides(d, h):
+                continue
+            decoder = registry.decoders.get(d.name)(**d.params)
+            w = decoder.reward_weight(h.probe)
+            if w is None:
+                continue
+            k = getattr(decoder, "k", None)
+            out.append(PAWeight(float(w), int(k) if isinstance(k, int) else default_k, d.label()))
+        return out or [PAWeight(float(self.cfg.pa_weight), default_k, None)]
+
+
+@dataclass(frozen=True)
+class PAWeight:
+    """The weight w policy accuracy puts on a method's reward, the top-k of its RGD-induced-policy variant, and
+    the decoder that applies that weight (None: no weighted decoder is guided by the method; ``pa_weight``)."""
+
+    w: float
+    k: int
+    decoder: str | None
+
+    def source(self) -> str:
+        return f"the weight of decoder {self.decoder}" if self.decoder else "pa_weight (no weighted decoder uses it)"
+
+
+def guide_problem(decoder_cls: type, rm_cls: type) -> str | None:
+    """Why a reward-model class cannot steer a decoder class (None: it can): the decoder's own ``rm_problem``,
+    else the default rule (a frozen-feature RM)."""
+    from perbench.rewards.base import FeatureRM
+
+    check = getattr(decoder_cls, "rm_problem", None)
+    if check is not None:
+        problem: str | None = check(rm_cls)
+        return problem
+    return None if issubclass(rm_cls, FeatureRM) else "needs per-prefix rewards (a FeatureRM)"
+
+
+def needs_models(cfg: RunConfig) -> bool:
+    """Whether anything in the config reads a model: a learned or LM-based method, a decoder, a judge."""
+    return bool(cfg.methods or cfg.decoders or cfg.judge)
 
 
 def has_prefix_reward(h: MethodHandle) -> bool:
@@ -182,9 +246,16 @@ def seed_for(base: int, key: str) -> int:
 def load_benchmark(cfg: RunConfig) -> Benchmark:
     from perbench import registry
     from perbench.data.checks import check_benchmark
+    from perbench.data.rows import DataError
+    from perbench.errors import ConfigError
 
     loader = registry.benchmarks.get(cfg.benchmark.name)
-    bench: Benchmark = loader(**cfg.benchmark.params)
+    try:
+        bench: Benchmark = loader(**cfg.benchmark.params)
+    except DataError:
+        raise  # located in the data
+    except (ConfigError, ValueError, TypeError) as e:  # a parameter the loader refuses: located in the config
+        raise ConfigError(f"{cfg.where('benchmark')}: {cfg.benchmark.name}: {e}") from None
     # before any model loads: no pairs, no test pairs, or nothing to train on are errors, not zeros
     needs_train = any(registry.reward_models.get(m.name).needs_train_pairs for m in cfg.methods)
     check_benchmark(bench, needs_train=needs_train)  # its notes land in bench.meta["notes"]
@@ -202,11 +273,18 @@ def load_upstream_benchmarks(cfg: RunConfig) -> dict[str, Benchmark]:
     from perbench import registry
     from perbench.config import Where
     from perbench.data.checks import check_benchmark
+    from perbench.data.rows import DataError
+    from perbench.errors import ConfigError
 
     out: dict[str, Benchmark] = {}
     first: dict[str, int] = {}
     for i, comp in enumerate(cfg.upstream_benchmarks or []):
-        bench: Benchmark = registry.benchmarks.get(comp.name)(**comp.params)
+        try:
+            bench: Benchmark = registry.benchmarks.get(comp.name)(**comp.params)
+        except DataError:
+            raise  # located in the data
+        except (ConfigError, ValueError, TypeError) as e:  # a parameter the loader refuses: located in the config
+            raise ConfigError(f"{cfg.where('upstream_benchmarks')}[{i}]: {comp.name}: {e}") from None
         check_benchmark(bench, needs_train=False)
         name = _NAME.sub("_", bench.name).strip("_") or comp.name
         if name in out:

@@ -82,7 +82,7 @@ class Training:
         phase = self.phase
         assert phase is not None
         rows = sorted((prompt_key(p), u) for p, u in job.rows)
-        return job.method.key(self.s.cfg.shots, "rl", phase.spec.to_dict(), self.s.policy.fingerprint, job.group, rows)
+        return job.method.key(job.method.shots, "rl", phase.spec.to_dict(), self.s.policy.fingerprint, job.group, rows)
 
     def train(self, job: RLJob) -> RLRun:
         """The trained run of ``job``: trained once, stored as one unit (metadata travels as JSON bytes)."""
@@ -95,7 +95,7 @@ class Training:
             rows = list(job.rows)
             if job.group not in self._samples:  # the normalisation's base samples serve every RM of a group
                 self._samples[job.group] = base_samples(self.s.policy, rows, phase.spec)
-            reward = rm_reward(job.method.adapted(self.s.cfg.shots), identity=job.method.key(self.s.cfg.shots))
+            reward = rm_reward(job.method.adapted(job.method.shots), identity=job.method.key(job.method.shots))
             run = train_policy(
                 self.s.policy,
                 reward,

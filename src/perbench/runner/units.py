@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_NPZ = b"PK\x03\x04"  # a pack_arrays bundle is a zip file; a JSON value never starts like this
+#: a pack_arrays bundle is a zip file (an empty one, e.g. a stateless method's fit, is only its end record); a JSON
+#: value never starts like either
+_NPZ = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 def unit_key(*parts: Any) -> str:

@@ -18,7 +18,15 @@ import numpy as np
 
 from perbench.data.records import CONSENSUS, Benchmark, PreferencePair, prompt_key
 from perbench.runner.methods import MethodHandle, pair_ids
-from perbench.runner.state import RunState, has_prefix_reward, outcomes
+from perbench.runner.state import PAWeight, RunState, has_prefix_reward, outcomes
+
+#: (variant, cell metric) of policy accuracy: the headline first, then the labelled variants
+PA_CELLS = (
+    ("tilt", "pa"),
+    ("prefix_mean", "pa_prefix_mean"),
+    ("prefix_sum", "pa_prefix_sum"),
+    ("rgd_mean", "pa_rgd"),
+)
 
 
 def stranger_pairs(name: str, bench: Benchmark) -> list[PreferencePair]:
@@ -30,6 +38,9 @@ class Upstream:
     def __init__(self, state: RunState) -> None:
         self.s = state
         self._strangers: dict[str, list[PreferencePair]] = {}
+        #: log π(y | x) per (policy fingerprint, prompt key, response), read once from the feature cache
+        self._lp_sums: dict[tuple[str, str, str], float] = {}
+        self._extractors: dict[str, Any] = {}
 
     def strangers(self, name: str) -> list[PreferencePair]:
         if name not in self._strangers:
@@ -55,7 +66,13 @@ class Upstream:
         if not any(h.is_feature_rm for h in handles):
             return
         groups = [(g, self.s.bench.test_pairs(seen=g == "seen")) for g in ("seen", "unseen")]
-        keys = [self._pa_key(h, g, pairs) for h in handles if h.is_feature_rm for g, pairs in groups if pairs]
+        keys = [
+            self._pa_key(h, g, pairs, self.s.pa_weights(h)[0])
+            for h in handles
+            if h.is_feature_rm
+            for g, pairs in groups
+            if pairs
+        ]
         fits = [h.fit_key for h in handles if h.is_feature_rm and not self.s.unfittable(h)]
         from perbench.rewards.base import pair_feature_arrays
 
@@ -66,7 +83,7 @@ class Upstream:
             for h in handles
             if h.is_feature_rm
             for metric, ps in self.extra_sets(h).items()
-            if self.s.units.missing([self._score_key(h, ps, self.s.cfg.shots, metric)], phase="scores")
+            if self.s.units.missing([self._score_key(h, ps, h.shots, metric)], phase="scores")
             for p in ps
         ]
         if extra:  # φ only: these pairs have no policy accuracy
@@ -140,11 +157,11 @@ class Upstream:
                 if na_pairs[group]:
                     acc[group] = {"na": "not applicable: no user in this group has train pairs to adapt from"}
                 continue
-            scores = self._scores(h, pairs, cfg.shots, group)
+            scores = self._scores(h, pairs, h.shots, group)
             all_scores[group] = scores
             acc[group] = self._accuracy(scores, pairs, h)
             if group == "unseen" and not h.user_agnostic:
-                acc[group]["effective_shots"] = self._effective_shots(h, sorted({p.user_id for p in pairs}), cfg.shots)
+                acc[group]["effective_shots"] = self._effective_shots(h, sorted({p.user_id for p in pairs}), h.shots)
             oc = outcomes(scores, judge, cfg.tie_policy)
             self.s.cells.add_pairs(h.label, f"rm_acc_{group}", pairs, oc)
             for p, sw, sl in zip(pairs, scores["chosen"], scores["rejected"], strict=True):
@@ -174,7 +191,7 @@ class Upstream:
                 acc["pers_only"] = self._accuracy(picked, sub, h, tie="half")
                 self.s.cells.add_pairs(h.label, "rm_acc_pers_only", sub, outcomes(picked, judge, "half"))
         for metric, pairs in self.extra_sets(h).items():
-            scores = self._scores(h, pairs, cfg.shots, metric)
+            scores = self._scores(h, pairs, h.shots, metric)
             group = metric.removeprefix("rm_acc_")
             acc[group] = self._accuracy(scores, pairs, h)
             if metric != "rm_acc_consensus":
@@ -188,10 +205,11 @@ class Upstream:
         unseen = groups["unseen"]
         if unseen and not h.user_agnostic:
             out["fewshot_curve"] = self._fewshot_curve(h, unseen, out)
-        if has_prefix_reward(h):
+        problem = self.pa_problem(h)
+        if problem is None:
             out["policy_accuracy"] = {g: self._policy_accuracy(h, pairs, g) for g, pairs in groups.items() if pairs}
         else:
-            out["policy_accuracy"] = {"not_applicable": str(h.cls.no_prefix_reward)}
+            out["policy_accuracy"] = {"not_applicable": problem}
         return out
 
     def _train_accuracy(self, h: MethodHandle, groups: dict[str, list[PreferencePair]]) -> None:
@@ -204,10 +222,10 @@ class Upstream:
         bench, cfg = self.s.bench, self.s.cfg
         seen = {p.user_id for p in groups["seen"]}
         pairs = [p for p in bench.train_pairs() if p.user_id in seen]
-        pairs += [p for u in sorted({p.user_id for p in groups["unseen"]}) for p in bench.fewshot(u, cfg.shots)]
+        pairs += [p for u in sorted({p.user_id for p in groups["unseen"]}) for p in bench.fewshot(u, h.shots)]
         if not pairs:
             return
-        scores = self._scores(h, pairs, cfg.shots, "train")
+        scores = self._scores(h, pairs, h.shots, "train")
         judge = issubclass(h.cls, PairwiseJudge)
         self.s.cells.add_pairs(h.label, TRAIN_ACC, pairs, outcomes(scores, judge, cfg.tie_policy))
 
@@ -247,8 +265,13 @@ class Upstream:
 
     def _effective_shots(self, h: MethodHandle, users: list[str], n: int) -> dict[str, Any]:
         """How many shots each unseen user really adapted from at the nominal count ``n`` (a user with fewer
-        train pairs adapts from all they have; a method that ignores shots uses none)."""
-        eff = {u: len(self.s.bench.fewshot(u, n)) if h.uses_shots else 0 for u in users}
+        train pairs adapts from all they have; a method that ignores shots uses none; a method that reads only
+        some of them, like the ICL judge's ``max_examples``, says how many with ``shots_seen``)."""
+        seen = getattr(h.probe, "shots_seen", None)
+        eff = {}
+        for u in users:
+            got = len(self.s.bench.fewshot(u, n)) if h.uses_shots else 0
+            eff[u] = int(seen(got)) if callable(seen) else got
         vals = list(eff.values())
         return {
             "nominal": n,
@@ -259,18 +282,72 @@ class Upstream:
             "by_user": eff,
         }
 
-    def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair]) -> str:
-        w, k = self.s.pa_params()
-        rgd = [k] if self.s.cfg.pa_rgd else []
-        return h.key(self.s.cfg.shots, "pa3", w, *rgd, group, pair_ids(pairs), self.s.policy.fingerprint)
+    def _pa_key(self, h: MethodHandle, group: str, pairs: Sequence[PreferencePair], pw: PAWeight) -> str:
+        rgd = [pw.k] if self.s.cfg.pa_rgd else []
+        return h.key(h.shots, "pa4", pw.w, *rgd, group, pair_ids(pairs), self.s.policy.fingerprint)
 
-    def _policy_accuracy(self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str) -> dict[str, Any]:
-        """Policy accuracy under the reward-guided policy that ARGS would deploy with this RM (its w, k): the
-        headline variant (length-normalised) cannot be moved by adding a constant to the reward; the policy
-        alone (w = 0) is reported beside it; 'sum' is labelled as not shift-invariant; the top-k RGD-induced
-        policy's variants come with ``pa_rgd``."""
+    def pa_problem(self, h: MethodHandle) -> str | None:
+        """Why ``h`` has no policy accuracy at all (None: it has the headline; the per-prefix variants may still
+        be not applicable, see :meth:`_policy_accuracy`)."""
+        from perbench.rewards.base import PairwiseJudge
+
+        if self.s.policy is None:
+            return "no policy in this run"
+        if issubclass(h.cls, PairwiseJudge):
+            return "a pairwise judge gives no reward r_u(x, y) for a single response"
+        return None
+
+    def _policy_features(self) -> Any:
+        """The feature extractor of the policy being evaluated (the run's main one, or another of ``policies``)."""
+        ext = self.s.policy_extractor
+        if ext is not None and ext.lm is self.s.policy:
+            return ext
+        fp = self.s.policy.fingerprint
+        if fp not in self._extractors:
+            self._extractors[fp] = self.s.features_of(self.s.policy)
+        return self._extractors[fp]
+
+    def _logprob_sums(self, pairs: Sequence[PreferencePair]) -> dict[str, np.ndarray]:
+        """log π(y | x) of each pair's chosen and rejected response under the evaluated policy (cached per text)."""
+        ext = self._policy_features()
+        texts = [(p.prompt, y) for p in pairs for y in (p.chosen, p.rejected)]
+        keys = [(ext.fingerprint, prompt_key(x), y) for x, y in texts]
+        todo = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._lp_sums}
+        if todo:
+            feats = ext.tokens(list(todo.values()), desc="policy log-probs")
+            self._lp_sums.update((k, float(np.sum(f.logprobs))) for k, f in zip(todo, feats, strict=True))
+        lp = np.array([self._lp_sums[k] for k in keys], np.float64)
+        return {"chosen": lp[0::2], "rejected": lp[1::2]}
+
+    def _tilt(
+        self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str, w: float
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """The headline per side: the sequence tilt log π(y | x) + w·r_u(x, y) (the RM's scores of the whole
+        responses, those RM accuracy reads) and the policy alone."""
+        from perbench.metrics.policy_accuracy import sequence_tilt
+
+        scores = self._scores(h, pairs, h.shots, group)
+        lp = self._logprob_sums(pairs)
+        return {
+            side: {"tilt": sequence_tilt(lp[side], scores[side], w), "policy_sum": lp[side]}
+            for side in ("chosen", "rejected")
+        }
+
+    def _policy_accuracy(
+        self,
+        h: MethodHandle,
+        pairs: Sequence[PreferencePair],
+        group: str,
+        pw: PAWeight | None = None,
+        *,
+        variants: bool = True,
+    ) -> dict[str, Any]:
+        """Policy accuracy under the tilted policy π·exp(w·r_u) of the decoder the method guides (its weight w,
+        :meth:`RunState.pa_weights`; the first decoder's unless ``pw`` names another). The headline is the
+        sequence tilt (every RM that scores single responses has it); with ``variants`` the labelled per-prefix
+        variants (prefix-sum, prefix-sum / length, and with ``pa_rgd`` the top-k RGD-induced policy) are added
+        where the method defines a reward for every prefix, and the cells are recorded."""
         from perbench.metrics.policy_accuracy import (
-            HEADLINE,
             policy_accuracy_from_scores,
             policy_accuracy_problem,
             policy_accuracy_scores,
@@ -279,31 +356,36 @@ class Upstream:
         from perbench.metrics.rm_accuracy import pair_outcomes
         from perbench.rewards.base import ScoreItem
 
-        w, k = self.s.pa_params()
-        key = self._pa_key(h, group, pairs)
-        if self.s.units.missing([key], phase="policy_accuracy"):
-            problem = policy_accuracy_problem(self.s.policy, h.adapted(self.s.cfg.shots))
-            if problem is not None:
-                return {"not_applicable": problem}
+        pw = pw or self.s.pa_weights(h)[0]
+        w, k = pw.w, pw.k
+        side = self._tilt(h, pairs, group, w)
+        problem: str | None = None
+        if variants:
+            problem = None if has_prefix_reward(h) else str(h.cls.no_prefix_reward)
+            key = self._pa_key(h, group, pairs, pw)
+            if problem is None and self.s.units.missing([key], phase="policy_accuracy"):
+                problem = policy_accuracy_problem(self.s.policy, h.adapted(h.shots))
 
-        def compute() -> dict[str, np.ndarray]:
-            rm = h.adapted(self.s.cfg.shots)
-            res: dict[str, np.ndarray] = {}
-            for side in ("chosen", "rejected"):
-                items = [ScoreItem(p.user_id, p.prompt, getattr(p, side)) for p in pairs]
-                if self.s.cfg.pa_rgd:
-                    got = policy_accuracy_scores(self.s.policy, rm, items, w=w, k=k, max_length=self.s.cfg.max_length)
-                else:  # one teacher-forced pass; the policy's log-probs come from the feature cache
-                    texts = [(i.prompt, i.response) for i in items]
-                    lps = [t.logprobs for t in self.s.policy_extractor.tokens(texts, desc="policy log-probs")]
-                    got = teacher_forced_scores(lps, rm.token_rewards(items), w)
-                res.update({f"{side}_{n}": v for n, v in got.items()})
-            return res
+            def compute() -> dict[str, np.ndarray]:
+                rm = h.adapted(h.shots)
+                res: dict[str, np.ndarray] = {}
+                for sd in ("chosen", "rejected"):
+                    items = [ScoreItem(p.user_id, p.prompt, getattr(p, sd)) for p in pairs]
+                    if self.s.cfg.pa_rgd:
+                        got = policy_accuracy_scores(
+                            self.s.policy, rm, items, w=w, k=k, max_length=self.s.cfg.max_length
+                        )
+                    else:  # one teacher-forced pass; the policy's log-probs come from the feature cache
+                        texts = [(i.prompt, i.response) for i in items]
+                        lps = [t.logprobs for t in self._policy_features().tokens(texts, desc="policy log-probs")]
+                        got = teacher_forced_scores(lps, rm.token_rewards(items), w)
+                    res.update({f"{sd}_{n}": v for n, v in got.items() if n not in ("tilt", "policy_sum")})
+                return res
 
-        s = self.s.units.arrays("policy_accuracy", key, compute)
-        side = {
-            sd: {n[len(sd) + 1 :]: v for n, v in s.items() if n.startswith(sd + "_")} for sd in ("chosen", "rejected")
-        }
+            if problem is None:
+                s = self.s.units.arrays("policy_accuracy", key, compute)
+                for sd in ("chosen", "rejected"):
+                    side[sd].update({n[len(sd) + 1 :]: v for n, v in s.items() if n.startswith(sd + "_")})
         out = policy_accuracy_from_scores(
             side["chosen"],
             side["rejected"],
@@ -315,11 +397,31 @@ class Upstream:
             seed=self.s.cfg.seed,
             prompts=[prompt_key(p.prompt) for p in pairs],
         )
-        tie: Any = self.s.cfg.tie_policy
-        variants = [(HEADLINE, "pa"), ("sum", "pa_sum")] + ([("rgd_mean", "pa_rgd")] if self.s.cfg.pa_rgd else [])
-        for variant, metric in variants:
-            oc = pair_outcomes(side["chosen"][variant], side["rejected"][variant], tie)
-            self.s.cells.add_pairs(h.label, metric, pairs, oc)
+        out["w_source"] = pw.source()
+        if problem is not None:
+            out["variants_not_applicable"] = problem
+        if variants:
+            tie: Any = self.s.cfg.tie_policy
+            for variant, metric in PA_CELLS:
+                if variant in side["chosen"]:
+                    oc = pair_outcomes(side["chosen"][variant], side["rejected"][variant], tie)
+                    self.s.cells.add_pairs(h.label, metric, pairs, oc)
+        return out
+
+    def decoder_policy_accuracy(self, h: MethodHandle, decoder: str) -> dict[str, Any] | None:
+        """The headline policy accuracy at the weight decoder ``decoder`` (a label) applies to ``h``'s reward, per
+        test group: what a downstream row of that decoder guided by ``h`` is reported next to (None: the decoder
+        applies no weight to it)."""
+        if self.pa_problem(h) is not None or self.s.unfittable(h):
+            return None
+        pw = next((p for p in self.s.pa_weights(h) if p.decoder == decoder), None)
+        if pw is None:
+            return None
+        out: dict[str, Any] = {"w": pw.w, "decoder": decoder, "metric": "sequence tilt (headline)"}
+        for g, pairs in self.s.test_groups(self.s.not_applicable(h)).items():
+            if pairs:
+                acc = self._policy_accuracy(h, pairs, g, pw, variants=False)
+                out[g] = {k: acc[k] for k in ("tilt", "w0")}
         return out
 
     def policy_accuracy_under(self, spec: str, handles: list[MethodHandle]) -> None:
@@ -328,7 +430,7 @@ class Upstream:
         saved = self.s.policy_extractor
         self.s.policy_extractor = self.s.features_of(self.s.policy)
         for h in handles:
-            if self.s.unfittable(h) or not has_prefix_reward(h):
+            if self.s.unfittable(h) or self.pa_problem(h) is not None:
                 continue
             for g, pairs in self.s.test_groups(self.s.not_applicable(h)).items():
                 if pairs:

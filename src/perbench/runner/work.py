@@ -54,20 +54,37 @@ class Work:
                 continue
             fit = fits[h.label] = make_unit(base, "fit", h.label, features if h.is_feature_rm else [], model)
             units += [fit, make_unit(base, "upstream", h.label, [fit], model)]
-        if self.s.policy is None or not self.down.eval_targets():
+        if self.s.policy is None:
             return Plan(units)
         systems, _ = self.down.systems(self.handles)
+        if not self.down.eval_targets() and not (any(s.pooled for s in systems) and self.down.pool_targets()):
+            return Plan(units)
+        if not self.down.pool_targets():
+            systems = [s for s in systems if not s.pooled]
         for policy in cfg.policies or [cfg.policy]:
             pools: dict[str, Unit] = {}
+            rounds: dict[str, Unit] = {}
+            plain = [make_unit(base, "generate", sys.label, [], model, policy) for sys in systems if sys.plain]
+            units += plain
             for sys in systems:
+                if sys.plain:
+                    continue
                 deps = [fits[sys.method.label]] if sys.method is not None else []
-                if sys.pooled:  # the RM's pick from one sample pool shared by every RM
-                    name = sys.spec.label()
+                name = sys.spec.label()
+                if sys.pooled:  # the system's scores of one sample pool shared by every system and user
                     if name not in pools:
                         pools[name] = make_unit(base, "pool", name, [], model, policy)
                         units.append(pools[name])
-                    deps.append(pools[name])
-                units.append(make_unit(base, "generate", sys.label, deps, model, policy))
+                    units.append(make_unit(base, "generate", sys.label, [*deps, pools[name], *plain], model, policy))
+                elif cfg.adaptive is not None:  # one unit runs the decoder's rounds over all of its systems
+                    mine = [s for s in systems if s.per_cell and s.spec.label() == name and s.method is not None]
+                    if name not in rounds:
+                        rounds[name] = make_unit(
+                            base, "adaptive", name, [fits[s.method.label] for s in mine if s.method], model, policy
+                        )
+                        units.append(rounds[name])
+                else:
+                    units.append(make_unit(base, "generate", sys.label, deps, model, policy))
         for job in self.down.training.jobs(self.handles, self.down.eval_targets()):  # RL fine-tuning (rl:)
             units.append(make_unit(base, "rl", f"{job.label}:{job.group}", [fits[job.method.label]], model))
         return Plan(units)
@@ -84,32 +101,41 @@ class Work:
         cells, samples = self.s.cells, self.s.samples
         self.s.cells, self.s.samples = Cells(cells.group), []
         try:
-            if unit.kind == "features":
-                self.up.prefetch_features(self.handles)
-            elif unit.kind == "fit":
-                handles[unit.name].fitted()
-            elif unit.kind == "upstream":
-                self.up.run(handles[unit.name])
-            elif unit.kind == "rl":
-                jobs = self.down.training.jobs(self.handles, self.down.eval_targets())
-                self.down.training.train(next(j for j in jobs if f"{j.label}:{j.group}" == unit.name))
-            else:
-                self._downstream_unit(unit)
+            with self.s.timed(f"units.{unit.kind}"):
+                self._compute(unit, handles)
         finally:
             self.s.cells, self.s.samples = cells, samples
         self.s.units.put_json("plan", done, {"unit": unit.label, "policy": unit.policy})
+
+    def _compute(self, unit: Unit, handles: dict[str, MethodHandle]) -> None:
+        if unit.kind == "features":
+            self.up.prefetch_features(self.handles)
+        elif unit.kind == "fit":
+            handles[unit.name].fitted()
+        elif unit.kind == "upstream":
+            self.up.run(handles[unit.name])
+        elif unit.kind == "rl":
+            jobs = self.down.training.jobs(self.handles, self.down.eval_targets())
+            self.down.training.train(next(j for j in jobs if f"{j.label}:{j.group}" == unit.name))
+        else:
+            self._downstream_unit(unit)
 
     def _downstream_unit(self, unit: Unit) -> None:
         main = self.s.policy
         self.s.policy = self.policy_model(unit.policy or self.s.cfg.policy)
         try:
-            targets = self.down.eval_targets()
             systems, _ = self.down.systems(self.handles)
             if unit.kind == "pool":
                 spec = next(sys.spec for sys in systems if sys.pooled and sys.spec.label() == unit.name)
-                self.down.pool(spec, targets)
+                self.down.pool(spec, self.handles)
+            elif unit.kind == "adaptive":
+                self.down.rounds(next(sys.spec for sys in systems if sys.spec.label() == unit.name), systems)
             else:
-                self.down.generate(next(sys for sys in systems if sys.label == unit.name), targets)
+                sys = next(sys for sys in systems if sys.label == unit.name)
+                if sys.pooled:
+                    self.down.pooled_scores(sys, systems)
+                else:
+                    self.down.generate(sys, self.down.targets_of(sys, systems))
         finally:
             self.s.policy = main
 

@@ -1,9 +1,9 @@
 """Persona-style rows (P-SOUPS-like) and domain-style rows.
 
-Persona-style: ``prompt``, ``chosen``, ``rejected``, a ``persona`` sentence (the user id and the answer key:
-it defines the label), a ``profile`` string (user context) and ``history`` pairs (``[{prompt, chosen,
-rejected}, ...]``). Real files repeat the same
-pair many times with different profile/history text, so pairs are deduplicated on
+Persona-style: ``prompt``, ``chosen``, ``rejected``, a ``persona`` sentence (it names the user and is the answer
+key: it defines the label; methods see an opaque id, :func:`~perbench.data.user_context.opaque_user_id`), a
+``profile`` string (user context) and ``history`` pairs (``[{prompt, chosen, rejected}, ...]``). Real files
+repeat the same pair many times with different profile/history text, so pairs are deduplicated on
 (user, prompt, chosen, rejected) with counts (pair weighting); ``dedup=False`` keeps them (row weighting).
 Row pairs keep the file's split (``test`` when there is none); history pairs become the user's ``train``
 pairs, except a history pair identical to one of the user's row pairs, which is dropped and counted.
@@ -13,8 +13,9 @@ list of ``{style, response}``). Each style is a user: chosen = its own style's r
 style's. Every ordered pair of responses appears once per direction across two users, and the two directions
 are kept or dropped together (degenerate pairs, duplicates -- also when two styles share a response), so any
 scorer that ignores the user scores exactly 0.5 on the pairs of each split with ties counted ½ -- a check of
-the accounting. The style name decides the label: it is the answer key (``User.answer_key``), and methods see
-the style's pairs only. Skips count pairs; a row whose styles cannot be read counts as one row.
+the accounting. The style name decides the label: it is the answer key (``User.answer_key``); a user's id is an
+opaque hash of it (``style-…``, nor do pair ids or pair metadata name a style), and methods see the style's
+pairs only. Skips count pairs; a row whose styles cannot be read counts as one row.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from perbench.data.rows import (
     parse_response,
     type_name,
 )
-from perbench.data.user_context import describe_user_context
+from perbench.data.user_context import describe_user_context, opaque_user_id
 from perbench.errors import ConfigError
 
 PERSONA_DEFAULTS: dict[str, str] = {"user_id": "persona", "answer_key": "persona"}
@@ -140,7 +141,11 @@ def load_persona(
         bench.users,
         included=[f"profile (from '{merged.get('profile', 'profile')}')", f"own train pairs ('{history_field}')"],
         withheld=[f"the persona sentence (from '{merged['answer_key']}')"],
-        note="the user id is the persona sentence: ids are labels for reports and never reach a prompt",
+        note=(
+            "the persona sentence names the user and is the answer key: user ids are opaque hashes of it"
+            if merged["answer_key"] == merged["user_id"]
+            else "user ids are labels for reports and never reach a prompt"
+        ),
     )
     return bench
 
@@ -188,12 +193,18 @@ def _responses(row: Row, path: str) -> dict[str, str | DataError]:
     return out
 
 
+def style_user(style: str) -> str:
+    """The opaque user id of a style (the style name is the answer key)."""
+    return opaque_user_id(style, "style")
+
+
 def _style_pair(
     row: Row, query: Prompt, texts: Mapping[str, str], style: str, other: str, split: Split
 ) -> PreferencePair:
-    meta = {"source": row.where, "rejected_style": other}
-    pid = f"{Path(row.label).name}:{row.line}:{style}>{other}"
-    return PreferencePair(pid, style, query, texts[style], texts[other], split, meta)
+    uid, oid = style_user(style), style_user(other)
+    meta = {"source": row.where, "rejected_user": oid}
+    pid = f"{Path(row.label).name}:{row.line}:{uid}>{oid}"
+    return PreferencePair(pid, uid, query, texts[style], texts[other], split, meta)
 
 
 def load_domain_styles(
@@ -277,22 +288,25 @@ def load_domain_styles(
             for other in styles[i + 1 :]:
                 units.append(truncations.apply([made[style, other], made[other, style]]))
     pairs = sorted(dedup_units(units, skipped), key=lambda p: position[p.pair_id])
-    styles_kept = sorted({p.user_id for p in pairs})
+    style_of = {style_user(s): s for _, _, texts in rows for s in texts}
+    kept = sorted({p.user_id for p in pairs})
     if unseen_styles is not None:
         wanted = {str(s).strip() for s in unseen_styles}
-        unknown = sorted(wanted - set(styles_kept))
+        unknown = sorted(wanted - {style_of[u] for u in kept})
         if unknown:
             raise DataError(source_label(source), None, "unseen_styles", f"unknown style(s) {unknown[:5]}")
-        unseen = wanted
+        unseen = {style_user(s) for s in wanted}
         seen_policy = "unseen_styles list"
     else:
-        unseen = assign_unseen(styles_kept, unseen_fraction, seed)
+        unseen = assign_unseen(kept, unseen_fraction, seed)
         seen_policy = f"seeded fraction {unseen_fraction} (seed {seed})" if unseen_fraction else "all styles seen"
     users = {
-        s: User(
-            s, seen=s not in unseen, answer_key={"style": s, "rubric_text": f"Prefers responses in the style '{s}'."}
+        u: User(
+            u,
+            seen=u not in unseen,
+            answer_key={"style": style_of[u], "rubric_text": f"Prefers responses in the style '{style_of[u]}'."},
         )
-        for s in styles_kept
+        for u in kept
     }
     users, demoted = demote_untrained(users, pairs)
     if demoted:
@@ -319,7 +333,11 @@ def load_domain_styles(
             users,
             included=["own train pairs"],
             withheld=["style name"],
-            note="the user id is the style name: ids are labels for reports and never reach a prompt",
+            note="the style name is the answer key: user ids are opaque hashes of it (style-…)",
         ),
     }
-    return Benchmark(name or "domain_styles", pairs, users, skipped=skipped, meta=meta, weighting="pair")
+    # every pair is kept with its mirror (dedup_units), so all of them are personalization-only
+    subsets = {"personalization_only": frozenset(p.pair_id for p in pairs)} if pairs else {}
+    return Benchmark(
+        name or "domain_styles", pairs, users, skipped=skipped, meta=meta, weighting="pair", subsets=subsets
+    )

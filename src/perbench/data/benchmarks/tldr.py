@@ -10,8 +10,10 @@ Protocol ``"pal"`` (PAL / P-DPO synthetic users):
   *shorter* summary, the other 7 the *longer* one (length in characters; equal lengths are counted and
   dropped); labels are rewritten by that rule. Unseen users: the other workers with >= 100 comparisons;
   each draws its rule with a seeded coin (P(shorter) = 3/10, the seen users' mix) -- our choice, the papers
-  are silent. An unseen user's first ``n_shot`` comparisons (seeded order) are their few-shot set, the rest
-  test. A seen user's posts are split ``seen_test_fraction`` test / rest train, by post, seeded -- our choice.
+  are silent. An unseen user's few-shot set is their first ``n_shot`` comparisons, taken post by post in a
+  seeded order (the boundary post's other comparisons stay in the train split, after them); the posts left
+  are test, so no test prompt is among the user's shot prompts. A seen user's posts are split
+  ``seen_test_fraction`` test / rest train, by post, seeded -- our choice.
   The rule is the user's answer key (``User.answer_key``): methods see the user's pairs only.
 
 Protocol ``"lore"`` (LoRe): the workers' real labels; workers present in both the train and validation
@@ -296,10 +298,21 @@ def _pal(
         for p in labelled[w]:
             pairs.append(_with_split(p, "test" if p.meta["post_id"] in test_posts else "train"))
     for w in unseen:
-        shuffled = list(labelled[w])
-        random.Random(f"{seed}/{w}/shots").shuffle(shuffled)
-        for i, p in enumerate(shuffled):
-            pairs.append(_with_split(p, "train" if i < n_shot else "test"))
+        # by post, as for seen users: a post's comparisons are all shots or all test, so no test prompt is
+        # among the user's shot prompts. Posts in seeded order become shots until n_shot comparisons are reached
+        # (the boundary post's other comparisons stay train, after the first n_shot); the rest are test.
+        by_post: dict[str, list[PreferencePair]] = {}
+        for p in labelled[w]:
+            by_post.setdefault(str(p.meta["post_id"]), []).append(p)
+        posts = sorted(by_post)
+        random.Random(f"{seed}/{w}/shots").shuffle(posts)
+        taken = 0
+        for post in posts:
+            split: Split = "train" if taken < n_shot else "test"
+            mine = by_post[post]
+            random.Random(f"{seed}/{w}/{post}").shuffle(mine)
+            pairs.extend(_with_split(p, split) for p in mine)
+            taken += len(mine) if split == "train" else 0
     users = {}
     for rank, w in enumerate([*seen, *unseen]):
         if not labelled[w]:
@@ -314,8 +327,8 @@ def _pal(
     policy = {
         "seen_policy": f"top {n_users} workers by comparisons; ranks {list(shorter_ranks)} prefer shorter",
         "unseen_policy": f"other workers with >= {unseen_min} comparisons; seeded coin P(shorter)={p_shorter}",
-        "split_policy": f"seen: posts {test_fraction} test (seeded, by post); unseen: first {n_shot} shots "
-        "train, rest test",
+        "split_policy": f"seen: posts {test_fraction} test (seeded, by post); unseen: posts (seeded order) train "
+        f"until {n_shot} shots, the remaining posts test (shots and test never share a post)",
         "label_rule": "length in characters after stripping; equal lengths dropped",
         "user_context": describe_user_context(
             "pairs_only",

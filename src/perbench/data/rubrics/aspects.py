@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from perbench.data.records import AspectPole
@@ -471,16 +471,26 @@ def _verdicts(text: str, rubric: Sequence[AspectPole]) -> list[tuple[str | None,
     return out
 
 
+def _scores(verdicts: Sequence[tuple[str | None, AspectPole]]) -> tuple[float, bool]:
+    met = sum(1 for v, ap in verdicts if v == ap.pole)
+    return (met / len(verdicts) if verdicts else 1.0), met == len(verdicts)
+
+
 def satisfaction(text: str, rubric: Sequence[AspectPole]) -> float:
     """Fraction of the rubric's aspect poles that ``text`` lands on (1.0 for an empty rubric)."""
-    verdicts = _verdicts(text, rubric)
-    if not verdicts:
-        return 1.0
-    return sum(1 for v, ap in verdicts if v == ap.pole) / len(verdicts)
+    return _scores(_verdicts(text, rubric))[0]
 
 
 def satisfies_all(text: str, rubric: Sequence[AspectPole]) -> bool:
-    return all(v == ap.pole for v, ap in _verdicts(text, rubric))
+    return _scores(_verdicts(text, rubric))[1]
+
+
+def rubric_scores(annotations: Mapping[str, str | None], rubric: Sequence[AspectPole]) -> tuple[float, bool]:
+    """(:func:`satisfaction`, :func:`satisfies_all`) of a text from its :func:`annotate` verdicts: a text
+    annotated once is scored for any number of rubrics by lookup."""
+    for ap in rubric:
+        _validate(ap.aspect, ap.pole)
+    return _scores([(annotations[ap.aspect], ap) for ap in rubric])
 
 
 def violates(text: str, rubric: Sequence[AspectPole]) -> bool:

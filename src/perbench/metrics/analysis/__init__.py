@@ -127,7 +127,7 @@ def analyze(
         "ranking": rankings,
         "paired": est.paired(),
         "selection": sel,
-        "validity": validity(est, sel, predictors),
+        "validity": validity(est, sel, predictors, role),
         "minority": minority,
         "fairness": fairness(est, v["metric"] if v["metric"] and is_downstream(v["metric"]) else None, minority),
         "verdict": v,

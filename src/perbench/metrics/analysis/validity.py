@@ -6,8 +6,12 @@ benchmark whose ranking agrees better the better proxy. Here every system is sco
 general-quality benchmark in the RewardBench sense), personalization-only pairs (users disagree), all test pairs,
 few-shot accuracy on unseen users, policy accuracy, and each other benchmark the run names (``rm_acc_on_NAME``).
 
-- **Per predictor.** Its τ-b, ρ and NDCG with each downstream metric, with CIs: the selection's entries (one number,
-  one CI), on the systems that have both metrics.
+- **Systems.** Every deployable system of the run (each member of a ``systems:`` grid is one); reference lines
+  (baselines, oracles) are left out: no team would choose among them, and one that every benchmark ranks last
+  would inflate every predictor's coefficient alike.
+- **Per predictor.** Its τ-b, ρ and NDCG with each downstream metric, with CIs, on the systems that have both
+  metrics: the selection's entries (one number, one CI), recomputed on the deployable systems when the run has
+  reference lines.
 - **Which predicts better.** For two predictors a, b and a downstream metric d: Δ = coef(a, d) − coef(b, d) on the
   systems that have all three metrics, computed on the point values and on every bootstrap replicate, both
   coefficients on the *same* replicate, so the CI of Δ carries their covariance (they share d and usually the
@@ -25,7 +29,7 @@ are not a test of ours.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +46,8 @@ from perbench.metrics.analysis.predictors import (
     verdict_text,
 )
 from perbench.metrics.analysis.ranking import simultaneous
+from perbench.metrics.analysis.roles import BASELINE, DEPLOYABLE, ORACLE
+from perbench.metrics.analysis.selection import selection as _selection
 from perbench.metrics.bootstrap import percentile_ci
 from perbench.metrics.correlation import BATCHED, CORRELATIONS, MIN_SYSTEMS
 
@@ -61,10 +67,12 @@ def predictors_of(est: Estimates, predictors: Sequence[str] | None) -> list[str]
 
 
 class _Systems:
-    """System values and coefficients on a set of systems, cached (a system is a (setting, method))."""
+    """System values and coefficients on a set of systems, cached (a system is a (setting, method) of
+    ``methods``)."""
 
-    def __init__(self, est: Estimates) -> None:
+    def __init__(self, est: Estimates, methods: Sequence[str]) -> None:
         self.est = est
+        self.methods = sorted(methods)
         self.settings = sorted({k.setting for k in est.keys})
         self._v: dict[tuple[str, str, str], Est | None] = {}
         self._c: dict[tuple[str, str, tuple[tuple[str, str], ...]], dict[str, tuple[float | None, FloatArray]]] = {}
@@ -76,10 +84,7 @@ class _Systems:
 
     def having(self, metrics: Sequence[str]) -> list[tuple[str, str]]:
         return [
-            (s, m)
-            for s in self.settings
-            for m in sorted(self.est.methods)
-            if all(self.value(s, m, k) is not None for k in metrics)
+            (s, m) for s in self.settings for m in self.methods if all(self.value(s, m, k) is not None for k in metrics)
         ]
 
     def resampled(self, systems: Sequence[tuple[str, str]], metrics: Sequence[str]) -> bool:
@@ -211,13 +216,33 @@ def _verdict(
     return out
 
 
-def validity(est: Estimates, selection: dict[str, Any], predictors: Sequence[str] | None = None) -> dict[str, Any]:
+def validity(
+    est: Estimates,
+    selection: dict[str, Any],
+    predictors: Sequence[str] | None = None,
+    roles: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """``analysis["validity"]``: per downstream metric, the predictors side by side, their pairwise differences,
-    and which one to trust (see the module docstring)."""
+    and which one to trust (see the module docstring). The systems are the deployable ones (``roles``, see
+    :mod:`.roles`; every method without it): a reference line (a baseline, an oracle) is no candidate a team would
+    rank, and one that every benchmark puts last (or first) would inflate every predictor alike. Without reference
+    lines the per-predictor entries are the selection's own (one number, one CI); with them they are recomputed on
+    the deployable systems alone."""
     preds = predictors_of(est, predictors)
+    role = {m: (roles or {}).get(m, DEPLOYABLE) for m in est.methods}
+    reference = sorted(m for m, r in role.items() if r in (BASELINE, ORACLE))
+    methods = [m for m, r in role.items() if r == DEPLOYABLE]
+    if reference:  # (pure decoders have no upstream cells: they are in no system either way)
+        selection = _selection(est, methods, preds)[0]
     sel = {(p["upstream"], p["downstream"]): p for p in selection.get("pairs", [])}
-    sys = _Systems(est)
+    sys = _Systems(est, methods)
     out: dict[str, Any] = {
+        "systems": (
+            f"the deployable systems; reference lines left out: {', '.join(reference)}"
+            if reference
+            else "every system of the run (none is a reference line)"
+        ),
+        "reference_lines": reference,
         "predictors": preds,
         "descriptions": {p: describe(p) for p in preds},
         "coefficients": list(COEFFICIENTS),

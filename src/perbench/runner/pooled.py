@@ -1,0 +1,331 @@
+"""Best-of-N over shared pools: one pool of N samples per test prompt, re-ranked by every system on every
+(user, prompt) cell that has ground truth.
+
+The base policy does not see the user, so the samples of a prompt are draws from the same distribution for
+every user: one pool per prompt serves them all (``docs/decoding.md``). For each system and cell, the scores
+of the pool's samples give the exact expected quality of Best-of-n over random n-subsets of the pool
+(``decoding.best_of_n.bon_weights``); the cell's value is that expectation at the decoder's ``n``, its
+``bon_gain_*`` the gain over n = 1 (the pool mean), its ``rm_win`` the expected win of the pick over the
+zero-shot output in the system's own reward. Cells of one prompt share its prompt id, so the two-way bootstrap
+resamples a prompt together with its pool.
+
+Work, each piece a content-keyed unit: the pool (sampled once, ``samples.sqlite``), φ of its texts under the
+RM backbone (extracted once, ``features.sqlite``), its quality per (cell, sample) (each text checked once; the
+user's satisfaction is a lookup; ROUGE and BERTScore once per distinct (text, reference)), and each system's
+scores (frozen-feature RMs: array operations over the cached features, one call per user).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from perbench.config import Component
+from perbench.data.records import Prompt, prompt_key
+from perbench.runner.methods import MethodHandle
+from perbench.runner.scoring import QUALITY_METRICS, Scoring
+from perbench.runner.state import RunState, seed_for
+from perbench.runner.units import unit_key
+
+if TYPE_CHECKING:
+    from perbench.decoding.best_of_n import BestOfN
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One decoder's sample pool: ``texts[i][j]`` is sample j of ``prompts[i]``; ``cells`` are (prompt index,
+    user), the (user, prompt) cells evaluated on it."""
+
+    prompts: list[Prompt]
+    texts: list[list[str]]
+    cells: list[tuple[int, str]]
+    key: str
+
+    @property
+    def size(self) -> int:
+        return len(self.texts[0]) if self.texts else 0
+
+    def cell_texts(self, c: int) -> list[str]:
+        return self.texts[self.cells[c][0]]
+
+    def prompt_id(self, c: int) -> str:
+        return prompt_key(self.prompts[self.cells[c][0]])
+
+
+class Pooled:
+    def __init__(self, state: RunState, scoring: Scoring) -> None:
+        self.s = state
+        self.scoring = scoring
+        self._pools: dict[str, Pool] = {}
+        self._feats: dict[tuple[int, str, str], tuple[np.ndarray, dict[tuple[str, str], int]]] = {}
+
+    # ------------------------------------------------------------------ the pool (one plan unit per decoder)
+    def pool(self, decoder: BestOfN, targets: list[tuple[Prompt, str]]) -> Pool:
+        """The decoder's pool for the prompts of ``targets`` (sampled once and cached, by prompt and seed)."""
+        from perbench.models.generate import GenRequest
+
+        cfg = self.s.cfg
+        prompts: dict[str, Prompt] = {}
+        for p, _ in targets:
+            prompts.setdefault(prompt_key(p), p)
+        index = {k: i for i, k in enumerate(prompts)}
+        cells = [(index[prompt_key(p)], u) for p, u in targets]
+        key = unit_key(
+            "bon_pool",
+            decoder.config_key(),
+            self.s.policy.fingerprint,
+            cfg.seed,
+            cfg.max_new_tokens,
+            list(prompts),
+            [f"{i}|{u}" for i, u in cells],
+        )
+        if key not in self._pools:
+            # the sampling policy never sees the user: one request per prompt, seeded by the prompt
+            reqs = [GenRequest(p, "*", seed=seed_for(cfg.seed, k)) for k, p in prompts.items()]
+            with self.s.timed("pool.sampling"):
+                gens = decoder.pool(self.s.policy, reqs, max_new_tokens=cfg.max_new_tokens)
+            if decoder.sampled:
+                self.s.units.computed["bon_samples"] += int(decoder.sampled)
+            if decoder.reused:
+                self.s.units.reused["bon_samples"] += int(decoder.reused)
+            decoder.sampled = decoder.reused = 0
+            texts = [[g.text for g in row] for row in gens]
+            self._pools[key] = Pool(list(prompts.values()), texts, cells, key)
+        return self._pools[key]
+
+    def prepare(self, decoder: BestOfN, targets: list[tuple[Prompt, str]], handles: list[MethodHandle]) -> None:
+        """The pool unit: sample the pool, extract φ of its texts for the frozen-feature systems, and compute
+        its quality per (cell, sample)."""
+        pool = self.pool(decoder, targets)
+        if any(h.is_feature_rm for h in handles) and self.s.extractor is not None:
+            with self.s.timed("pool.features"):
+                self._features(self.s.extractor, pool, [])
+        with self.s.timed("pool.quality"):
+            self.quality(pool)
+
+    def _features(
+        self, extractor: Any, pool: Pool, extra: list[tuple[Prompt, str]]
+    ) -> tuple[np.ndarray, dict[tuple[str, str], int]]:
+        """φ of every distinct (prompt, text) of the pool (and ``extra``) under ``extractor``, read once per
+        process; -> (features, row of each (prompt id, text))."""
+        memo = (id(extractor), pool.key, unit_key([(prompt_key(p), t) for p, t in extra]))
+        if memo in self._feats:
+            return self._feats[memo]
+        rows: dict[tuple[str, str], int] = {}
+        items: list[tuple[Prompt, str]] = []
+        for p, texts in zip(pool.prompts, pool.texts, strict=True):
+            for t in texts:
+                if (prompt_key(p), t) not in rows:
+                    rows[(prompt_key(p), t)] = len(items)
+                    items.append((p, t))
+        for p, t in extra:
+            if (prompt_key(p), t) not in rows:
+                rows[(prompt_key(p), t)] = len(items)
+                items.append((p, t))
+        self._feats[memo] = (np.asarray(extractor.last(items, desc="pool features")), rows)
+        return self._feats[memo]
+
+    def quality(self, pool: Pool) -> dict[str, np.ndarray]:
+        """Ground-truth quality of every (cell, sample): metric -> (cells, N), NaN where the cell has none."""
+        cfg = self.s.cfg
+        key = unit_key(
+            "bon_quality2",
+            pool.key,
+            self.s.bench.fingerprint(),
+            cfg.bertscore,
+            self.s.judge_lm.fingerprint if self.s.judge is not None else None,
+        )
+
+        def compute() -> dict[str, np.ndarray]:
+            N = pool.size
+            flat = [t for c in range(len(pool.cells)) for t in pool.cell_texts(c)]
+            targets = [(pool.prompts[i], u) for i, u in pool.cells for _ in range(N)]
+            rows = self.scoring.quality(flat, targets)
+            names = sorted({m for r in rows for m in r})
+            out = {m: np.array([r.get(m, np.nan) for r in rows], np.float64).reshape(len(pool.cells), N) for m in names}
+            out["words"] = np.array([len(t.split()) for t in flat], np.float64).reshape(len(pool.cells), N)
+            return out
+
+        return self.s.units.arrays("bon_quality", key, compute)
+
+    # ------------------------------------------------------------------ one system's scores (its plan unit)
+    def scores(self, h: MethodHandle, pool: Pool, zero: dict[tuple[str, str], str] | None) -> dict[str, np.ndarray]:
+        """``pool``: (cells, N) the system's reward of every sample for the cell's user; ``zero``: (cells,) its
+        reward of the zero-shot output of the cell (when a zero-shot decoder ran), for the win rate."""
+        from perbench.rewards.base import FeatureRM, ScoreItem
+
+        zero_items = None
+        if zero is not None:
+            zero_items = [zero.get((pool.prompt_id(c), u)) for c, (_, u) in enumerate(pool.cells)]
+        key = h.key(
+            h.shots,
+            "bon_scores2",
+            pool.key,
+            None if zero_items is None else unit_key(zero_items),
+        )
+
+        def compute() -> dict[str, np.ndarray]:
+            rm = h.adapted(h.shots)
+            C, N = len(pool.cells), pool.size
+            out = {"pool": np.full((C, N), np.nan), "zero": np.full(C, np.nan)}
+            if isinstance(rm, FeatureRM) and rm.extractor is not None:
+                import torch
+
+                extra = [
+                    (pool.prompts[i], z)
+                    for (i, _), z in zip(pool.cells, zero_items or [], strict=False)
+                    if z is not None
+                ]
+                feats, row = self._features(rm.extractor, pool, extra)
+                by_user: dict[str, list[int]] = {}
+                for c, (_, u) in enumerate(pool.cells):
+                    by_user.setdefault(u, []).append(c)
+                for u, cs in by_user.items():  # one reward call per user over all of their cells' texts
+                    idx = [row[(pool.prompt_id(c), t)] for c in cs for t in pool.cell_texts(c)]
+                    prompts = [pool.prompts[pool.cells[c][0]] for c in cs for _ in range(N)]
+                    zc = [c for c in cs if zero_items and zero_items[c] is not None]
+                    idx += [row[(pool.prompt_id(c), zero_items[c])] for c in zc]  # type: ignore[index]
+                    prompts += [pool.prompts[pool.cells[c][0]] for c in zc]
+                    with torch.no_grad():
+                        r = rm.rewards([u] * len(idx), prompts, torch.from_numpy(feats[idx])).double().numpy()
+                    out["pool"][cs] = r[: len(cs) * N].reshape(len(cs), N)
+                    out["zero"][zc] = r[len(cs) * N :]
+            else:
+                items = [
+                    ScoreItem(u, pool.prompts[i], t) for c, (i, u) in enumerate(pool.cells) for t in pool.cell_texts(c)
+                ]
+                zc = [c for c in range(C) if zero_items and zero_items[c] is not None]
+                items += [ScoreItem(pool.cells[c][1], pool.prompts[pool.cells[c][0]], zero_items[c]) for c in zc]  # type: ignore[index,arg-type]
+                r = np.asarray(rm.score_distinct(items), np.float64)
+                out["pool"] = r[: C * N].reshape(C, N)
+                out["zero"][zc] = r[C * N :]
+            return out
+
+        return self.s.units.arrays("bon_scores", key, compute)
+
+    # ------------------------------------------------------------------ assembly
+    def evaluate(
+        self,
+        systems: Sequence[Any],
+        targets: list[tuple[Prompt, str]],
+        zero: dict[tuple[str, str], str] | None,
+    ) -> dict[str, Any]:
+        """Cells, per-cell sample rows and a summary (with the Best-of-n curve) for every pooled system."""
+        from perbench.decoding.best_of_n import bon_expected, bon_ns
+
+        cfg = self.s.cfg
+        bench = self.s.bench
+        result: dict[str, Any] = {}
+        written: set[str] = set()
+        for sys in systems:
+            h: MethodHandle = sys.method
+            decoder = self.decoder(sys.spec)
+            pool = self.pool(decoder, targets)
+            if pool.key not in written:
+                written.add(pool.key)
+                self._pool_rows(sys.spec.label(), pool)
+            qual = self.quality(pool)
+            sc = self.scores(h, pool, zero)
+            S, Z = sc["pool"], sc["zero"]
+            na = self.s.not_applicable(h)
+            keep = [c for c, (_, u) in enumerate(pool.cells) if u not in na]
+            n = decoder.n
+            metrics = [m for m in (*QUALITY_METRICS, "rubric_all", "words") if m in qual]
+            rows: list[dict[str, Any]] = []
+            expected = {m: bon_expected(S, qual[m], n) for m in metrics}
+            base = {m: qual[m].mean(1) for m in metrics}
+            win = self._expected_win(S, Z, n)
+            gain = bon_expected(S, np.where(np.isnan(S), 0.0, S), n) - Z
+            for c in keep:
+                u = pool.cells[c][1]
+                row: dict[str, Any] = {"user_id": u, "seen": bench.users[u].seen, "prompt_id": pool.prompt_id(c)}
+                for m in metrics:
+                    if not np.isnan(expected[m][c]):
+                        row[m] = float(expected[m][c])
+                        if m in QUALITY_METRICS:
+                            row[f"bon_gain_{m}"] = float(expected[m][c] - base[m][c])
+                if not np.isnan(win[c]):
+                    row["rm_win"], row["rm_gain"] = float(win[c]), float(gain[c])
+                rows.append(row)
+                self.s.samples.append(
+                    {
+                        "kind": "bon_cell",
+                        "decoder": sys.label,
+                        "user_id": u,
+                        "prompt_id": row["prompt_id"],
+                        "n": n,
+                        "pool": pool.size,
+                        "expected": {m: row[m] for m in metrics if m in row},
+                        "pool_mean": {m: float(base[m][c]) for m in metrics if not np.isnan(base[m][c])},
+                        "top": int(np.argmax(np.where(np.isnan(S[c]), -np.inf, S[c]))),
+                        **({"rm_win": row["rm_win"]} if "rm_win" in row else {}),
+                    }
+                )
+            self.scoring.rows[sys.label] = rows
+            self.scoring.add_cells(sys.label, rows, extra=[f"bon_gain_{m}" for m in QUALITY_METRICS])
+            summary = self.scoring.summary(rows, h.label, expected=True)
+            summary["pool"] = {
+                "n": n,
+                "pool": pool.size,
+                "prompts": len(pool.prompts),
+                "cells": len(rows),
+                "estimator": f"exact expectation of Best-of-{n} over random {n}-subsets of each prompt's "
+                f"{pool.size}-sample pool (ties broken at random)",
+            }
+            if na:
+                summary["not_applicable"] = {
+                    "targets": len(pool.cells) - len(keep),
+                    "reason": "users without train pairs to adapt from",
+                }
+            ns = sorted({*bon_ns(pool.size), n})
+            curves: dict[str, Any] = {}
+            for m in QUALITY_METRICS:
+                if m not in qual:
+                    continue
+                ok = [c for c in keep if not np.isnan(qual[m][c]).any()]
+                if not ok:
+                    continue
+                from perbench.decoding.best_of_n import bon_curve
+
+                curves[m] = bon_curve(
+                    S[ok],
+                    qual[m][ok],
+                    ns,
+                    users=[pool.cells[c][1] for c in ok],
+                    prompts=[pool.prompt_id(c) for c in ok],
+                    n_boot=cfg.bootstrap,
+                    seed=cfg.seed,
+                )
+            summary["bon_curve"] = curves
+            result[sys.label] = summary
+        return result
+
+    @staticmethod
+    def _expected_win(S: np.ndarray, Z: np.ndarray, n: int) -> np.ndarray:
+        """Per cell, P(the pick of a random n-subset scores above the zero-shot output) + ½ P(a tie), in the
+        system's own reward (NaN where there is no zero-shot reward)."""
+        from perbench.decoding.best_of_n import bon_weights
+
+        w = bon_weights(S, n)
+        zero = Z[:, None]
+        beats = np.where(zero < S, 1.0, np.where(zero == S, 0.5, 0.0))
+        out: np.ndarray = (w * beats).sum(1)
+        out[np.isnan(Z)] = np.nan
+        return out
+
+    def _pool_rows(self, label: str, pool: Pool) -> None:
+        """Each pool sample once in samples.jsonl (``bon_sample``)."""
+        for p, texts in zip(pool.prompts, pool.texts, strict=True):
+            for j, t in enumerate(texts):
+                self.s.samples.append(
+                    {"kind": "bon_sample", "decoder": label, "prompt_id": prompt_key(p), "sample": j, "text": t}
+                )
+
+    def decoder(self, spec: Component) -> BestOfN:
+        from perbench import registry
+
+        dec: BestOfN = registry.decoders.get(spec.name)(**spec.params)
+        return dec

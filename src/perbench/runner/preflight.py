@@ -1,0 +1,139 @@
+"""Checks a run makes before any model work, so that what would fail mid-run fails first, as one located line.
+
+- :func:`check_setup` (before the data loads): ``out_dir`` is a folder (not a file), the device exists;
+- :func:`check_models` (after the data loads, before any weights load; ``perbench validate --config`` runs it
+  too): every response fits ``max_length`` tokens of the tokenizers that will read it, and ``max_new_tokens``
+  fits the context of every policy that decodes. The tokenizers and configs load alone, without weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perbench.config import RunConfig
+from perbench.data.records import Benchmark
+from perbench.data.rows import DataError
+from perbench.errors import ConfigError
+
+
+def check_setup(cfg: RunConfig) -> None:
+    """``out_dir`` can hold the run's folder, and ``device`` exists on this machine."""
+    run_dir = cfg.run_dir()
+    for p in (run_dir, *run_dir.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                key = "run_name" if p == run_dir and cfg.run_name else "out_dir"
+                raise ConfigError(
+                    f"{cfg.where(key)}: {p} is a file, not a folder; out_dir names the folder that holds run folders"
+                )
+            break
+    if cfg.device != "auto":
+        from perbench.device import resolve_device
+
+        try:
+            resolve_device(cfg.device, cfg.dtype)
+        except ConfigError as e:
+            raise ConfigError(f"{cfg.where('device')}: {e}") from None
+
+
+def model_specs(cfg: RunConfig) -> dict[str, str]:
+    """The models a run loads, by the config key that names them (``policies[1]``)."""
+    specs = {"rm_backbone": cfg.rm_backbone, "policy": cfg.policy}
+    for i, p in enumerate(cfg.policies or []):
+        specs.setdefault(f"policies[{i}]", p)
+    return specs
+
+
+def check_models(cfg: RunConfig, bench: Benchmark) -> None:
+    """Token limits and context lengths, from tokenizers and configs only (see the module docstring)."""
+    from perbench.models.loader import load_tokenizer, model_context
+
+    checked: set[str] = set()
+    for key, spec in model_specs(cfg).items():
+        where = cfg.where("policies" if key.startswith("policies") else key)
+        if spec not in checked:
+            checked.add(spec)
+            try:
+                tokenizer = load_tokenizer(spec)
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from None
+            _check_responses(cfg, bench, tokenizer, spec)
+        if key != "rm_backbone" and (cfg.decoders or cfg.rl):
+            context = model_context(spec)
+            if context is not None and cfg.max_new_tokens >= context:
+                raise ConfigError(
+                    f"{cfg.where('max_new_tokens')}: {cfg.max_new_tokens} new tokens cannot fit the context of "
+                    f"{spec} ({context} positions, prompt included); use at most {context // 2} or so"
+                )
+
+
+def _check_responses(cfg: RunConfig, bench: Benchmark, tokenizer: object, spec: str) -> None:
+    """Every response has fewer than ``max_length`` tokens (a longer one leaves no room for its prompt: the
+    scorers refuse it mid-run). Errors name the pair's file and line, the side and the fix."""
+    from perbench.models.chat import encode_response
+
+    texts: dict[str, tuple[str, str]] = {}
+    for p in bench.pairs:
+        for side in ("chosen", "rejected"):
+            text = getattr(p, side)
+            if len(text) >= cfg.max_length:  # a token holds at least one character: shorter texts always fit
+                texts.setdefault(text, (str(p.meta.get("source") or p.pair_id), side))
+    if not texts:
+        return
+    for text, (where, side) in texts.items():
+        n = len(encode_response(tokenizer, text))
+        if n >= cfg.max_length:
+            path, _, line = where.rpartition(":")
+            raise DataError(
+                path or where,
+                int(line) if line.isdigit() else None,
+                side,
+                f"a response of {n} tokens ({spec}'s tokenizer) does not fit max_length={cfg.max_length}; raise "
+                f"max_length ({cfg.where('max_length')}) or cut long texts when loading (max_chars)",
+            )
+
+
+def check_paths(run_dir: Path) -> None:
+    """Nothing a run writes in ``run_dir`` is a symbolic link (checked before the first write)."""
+    from perbench.io import refuse_links
+
+    for name in RUN_FILES:
+        refuse_links(run_dir / name, run_dir)
+
+
+#: what a run writes in its folder
+RUN_FILES = (
+    ".lock",
+    "config.yaml",
+    "units.sqlite",
+    "units.sqlite-wal",
+    "units.sqlite-shm",
+    "results.json",
+    "samples.jsonl",
+    "cells.jsonl",
+    "report.html",
+    "leaderboard.md",
+    "plots",
+)
+
+
+def validate_for_run(cfg: RunConfig, source: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``perbench validate --config RUN.yaml``: the file loaded with the config's loader ``options`` and checked as
+    that run checks it (its methods' need for train pairs, token limits, out_dir and device), so validate says OK
+    exactly when the run would get past its data."""
+    from perbench import registry
+    from perbench.data.checks import check_benchmark
+    from perbench.data.loaders import validate_with
+    from perbench.runner.state import needs_models
+
+    needs_train = any(registry.reward_models.get(m.name).needs_train_pairs for m in cfg.methods)
+
+    def checks(bench: Benchmark) -> None:
+        check_setup(cfg)
+        check_benchmark(bench, needs_train=needs_train)
+        if needs_models(cfg):
+            check_models(cfg, bench)
+
+    return validate_with(source, options, checks, [m.name for m in cfg.methods + cfg.baselines])
