@@ -340,6 +340,7 @@ def test_cli_run_scores_every_system_on_every_predictor(
     cfg = tiny_config(tiny_pool, tmp_path).to_dict()
     cfg.update(
         methods=["global_bt", "mpu"],
+        systems={"train_fraction": [0.5, 1.0]},  # every member of the grid is a system of its own
         decoders=["zero_shot", {"name": "best_of_n", "n": 2}],
         upstream_benchmarks=[extra],
     )
@@ -353,7 +354,8 @@ def test_cli_run_scores_every_system_on_every_predictor(
     by_metric: dict[str, set[str]] = {}
     for c in cells:
         by_metric.setdefault(c["metric"], set()).add(c["method"])
-    systems = {"global_bt", "mpu", "length", "random"}
+    grid = {"global_bt", "global_bt(train_fraction=0.5)", "mpu", "mpu(train_fraction=0.5)"}
+    systems = grid | {"length", "random"}
     for metric in ("rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "rm_acc_on_general"):
         assert by_metric[metric] == systems, metric
     assert {c["user"] for c in cells if c["metric"] == "rm_acc_on_general"} == {"general/anyone"}
@@ -368,6 +370,9 @@ def test_cli_run_scores_every_system_on_every_predictor(
     ]  # fmt: skip
     entry = v["by_downstream"]["best_of_n:rubric_satisfaction"]
     assert len(entry["differences"]) == 15 and {r["upstream"] for r in entry["predictors"]} == set(v["predictors"])
+    # the baselines are scored like every system but left out of the correlations: reference lines
+    assert v["reference_lines"] == ["length", "random"] and {r["n_systems"] for r in entry["predictors"]} == {4}
+    assert "reference lines left out: length, random" in out
     assert "Which benchmark to trust for best_of_n:rubric_satisfaction" in out
     assert "Which benchmark should you trust for this deployment" in (run_dir / "report.html").read_text()
     # two entries that name the same metric are refused before any model loads, naming the entry
