@@ -341,6 +341,7 @@ def test_cli_run_scores_every_system_on_every_predictor(
     cfg.update(
         methods=["global_bt", "mpu"],
         systems={"train_fraction": [0.5, 1.0]},  # every member of the grid is a system of its own
+        seed=7,  # fits of its own: the session's shared fit cache stays as other tests expect it
         decoders=["zero_shot", {"name": "best_of_n", "n": 2}],
         upstream_benchmarks=[extra],
     )
