@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from perbench import registry
 from perbench.cli import main
-from perbench.config import MissingConfigError, RunConfig
+from perbench.config import Component, MissingConfigError, RunConfig
 from perbench.errors import ConfigError, PerbenchError
 from perbench.rewards.base import RMContext, ScoreItem
 from perbench.rewards.baselines import LengthRM, RandomRM
@@ -317,11 +318,23 @@ def test_yaml_numbers_in_exponent_form_are_numbers(tmp_path: Path) -> None:
 
 def test_valid_configs_keep_their_result_hash(tmp_path: Path) -> None:
     """The checks change no value: the embedded configs hash as before (runs resume into the same folder)."""
-    assert RunConfig.default().result_hash() == "157639bae05c"  # changes only when the default config does
+    assert RunConfig.default().result_hash() == "fd3df5fb3844"  # changes only when the default config does
     path = tmp_path / "c.yaml"
     path.write_text("methods: [global_bt, {name: length, unit: chars}]\nguide_with: ['length(unit=chars)']\n")
     cfg = RunConfig.from_yaml(path)
     assert [m.label() for m in cfg.methods] == ["global_bt", "length(unit=chars)"]
+
+
+def test_a_parameter_called_name_survives_every_front_door(tmp_path: Path) -> None:
+    """The file loader's own ``name`` (the benchmark's name) next to the registry name ``file``: a copy of the config
+    (--set, config.yaml) keeps both instead of reading the parameter as the registry name."""
+    path = tmp_path / "c.yaml"
+    path.write_text("upstream_benchmarks: [{file: {source: general.jsonl, name: general}}]\n")
+    cfg = RunConfig.from_yaml(path)
+    again = cfg.override("command line", seed=1)
+    want = Component("file", {"source": "general.jsonl", "name": "general"})
+    assert cfg.upstream_benchmarks == again.upstream_benchmarks == [want]
+    assert RunConfig.from_dict(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))).upstream_benchmarks == [want]
 
 
 # --------------------------------------------------------------------------------------------- the CLI

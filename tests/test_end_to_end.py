@@ -319,3 +319,68 @@ def test_a_baseline_only_run_without_decoders_loads_no_model(
     assert set(res["upstream"]) == {"length", "random"} and res["downstream"] == {}
     assert res["provenance"]["models"]["policy"] is None
     assert res["upstream"]["length"]["rm_accuracy"]["seen"]["n_pairs"] > 0
+
+
+def test_cli_run_scores_every_system_on_every_predictor(
+    tiny_pool: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Benchmark validity end to end: consensus, personalization-only and all test pairs, few-shot and policy
+    accuracy, and a non-personalized file loaded through the generic loader as one default user."""
+    import yaml
+
+    from perbench.cli import main
+
+    general = tmp_path / "general.jsonl"
+    rows = [{"prompt": f"Question {i}?", "chosen": f"A clear answer to {i}.", "rejected": "No."} for i in range(10)]
+    general.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    extra = {"file": {"source": str(general), "default_user": "anyone", "name": "general"}}
+    cfg = tiny_config(tiny_pool, tmp_path).to_dict()
+    cfg.update(
+        methods=["global_bt", "mpu"],
+        systems={"train_fraction": [0.5, 1.0]},  # every member of the grid is a system of its own
+        seed=7,  # fits of its own: the session's shared fit cache stays as other tests expect it
+        decoders=["zero_shot", {"name": "best_of_n", "n": 2}],
+        upstream_benchmarks=[extra],
+    )
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--run-name", "validity"]) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "validity"
+    res = json.loads((run_dir / "results.json").read_text())
+    cells = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
+    by_metric: dict[str, set[str]] = {}
+    for c in cells:
+        by_metric.setdefault(c["metric"], set()).add(c["method"])
+    grid = {"global_bt", "global_bt(train_fraction=0.5)", "mpu", "mpu(train_fraction=0.5)"}
+    systems = grid | {"length", "random"}
+    for metric in ("rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "rm_acc_on_general"):
+        assert by_metric[metric] == systems, metric
+    assert {c["user"] for c in cells if c["metric"] == "rm_acc_on_general"} == {"general/anyone"}
+    consensus = {c["user"] for c in cells if c["metric"] == "rm_acc_consensus"}
+    assert len(consensus) == res["benchmark"]["users_seen"] + res["benchmark"]["users_unseen"]  # every user
+    on = res["upstream"]["mpu"]["rm_accuracy"]["on_general"]
+    assert on["n_pairs"] == 10 and "unknown-user" in on["users"] and on["ci_resamples"] == "prompts"
+    assert res["benchmark"]["pair_sets"]["consensus"]["users"] == len(consensus)
+    v = res["analysis"]["validity"]
+    assert v["predictors"] == [
+        "rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "pa", "rm_acc_on_general",
+    ]  # fmt: skip
+    entry = v["by_downstream"]["best_of_n:rubric_satisfaction"]
+    assert len(entry["differences"]) == 15 and {r["upstream"] for r in entry["predictors"]} == set(v["predictors"])
+    # the baselines are scored like every system but left out of the correlations: reference lines
+    assert v["reference_lines"] == ["length", "random"] and {r["n_systems"] for r in entry["predictors"]} == {4}
+    assert "reference lines left out: length, random" in out
+    assert "Which benchmark to trust for best_of_n:rubric_satisfaction" in out
+    assert "Which benchmark should you trust for this deployment" in (run_dir / "report.html").read_text()
+    # two entries that name the same metric are refused before any model loads, naming the entry
+    cfg["upstream_benchmarks"] = [extra, {"file": {"source": str(general), "default_user": "x", "name": "general"}}]
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--run-name", "dup"]) == 2
+    assert (
+        "upstream_benchmarks[1]: benchmark name 'general' is also upstream_benchmarks[0]'s" in capsys.readouterr().err
+    )
+    cfg["upstream_benchmarks"] = [{"file": {"sourc": str(general)}}]
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path)]) == 2
+    assert "upstream_benchmarks[0].file.sourc: benchmark 'file': unknown parameter 'sourc'" in capsys.readouterr().err

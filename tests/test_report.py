@@ -40,6 +40,9 @@ def make_cells(group: str, seed: int) -> list[dict[str, Any]]:
         for u in USERS:
             for p in PROMPTS:
                 add(m, "rm_acc_seen", u, p, float(rng.random() < acc))
+                # predictors of benchmark validity: one follows the downstream quality, one does not
+                add(m, "rm_acc_pers_only", u, p, float(rng.random() < 0.3 + 0.6 * QUALITY[m]))
+                add(m, "rm_acc_consensus", u, p, float(rng.random() < 0.5))
                 if m not in ("length", "random"):
                     add(m, "fewshot_acc@1", u, p, float(rng.random() < acc - 0.1))
                     add(m, "fewshot_acc@4", u, p, float(rng.random() < acc))
@@ -193,8 +196,15 @@ def test_report_files_verdict_tables_and_plots(run_dir: Path) -> None:
         "difference to zero-shot",
         "Skipped combinations",
         "Provenance",
+        "Which benchmark should you trust for this deployment",
+        "RM acc. pers.-only",
+        "RM acc. consensus",
+        "pairwise differences",
     ):
         assert section in html, section
+    validity = results["analysis"]["validity"]["by_downstream"]["args:rubric_satisfaction"]
+    assert validity["verdict"]["leader"] == "rm_acc_pers_only"
+    assert validity["headline"].replace("'", "&#x27;") in html
     for method in ("length", "random", "global_bt", "pal_b"):  # baselines are on the leaderboard
         assert f"<td>{method}</td>" in html
     # best only from the analysis's ranking: mpu on the verdict metric, and no badge for an unseparated metric
@@ -343,6 +353,11 @@ def test_cli_compare_and_report_several_runs(tmp_path: Path, capsys: pytest.Capt
     assert "Leaderboard — synth" in html and "Leaderboard — other" in html and "all runs pooled" in html
     saved = json.loads((out / "analysis.json").read_text())
     assert set(saved["per_benchmark"]) == {"synth", "other"} and saved["analysis"]["n_boot"] == 40
+    # which benchmark to trust, pooled over both runs' systems (benchmarks × policies), printed and in the report
+    pooled = saved["analysis"]["validity"]["by_downstream"]["args:rubric_satisfaction"]
+    assert {r["n_systems"] for r in pooled["predictors"]} == {2 * 4}  # 4 RMs guide ARGS in each run
+    assert "Which benchmark to trust for args:rubric_satisfaction" in capsys.readouterr().out
+    assert "Which benchmark should you trust for this deployment" in html
     assert (out / "leaderboard.md").exists() and (out / "plots" / "scatter_main.svg").exists()
     assert main(["report", str(d1), str(d2), "--out", str(tmp_path / "both"), "--n-boot", "30"]) == 0
     printed = capsys.readouterr().out.split()

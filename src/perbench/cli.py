@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import json
 import math
 import os
 import sys
@@ -155,6 +156,7 @@ def _print_summary(results: dict[str, Any]) -> None:
     optional: a method that is not applicable (no train pairs, an evaluation-only benchmark) shows its reason."""
     from perbench.report.extract import _d, rl_summary
     from perbench.report.fmt import ci_text, num
+    from perbench.runner.results import print_validity
 
     print("\nRM accuracy (seen / unseen):")
     for label, r in _d(results.get("upstream")).items():
@@ -195,6 +197,7 @@ def _print_summary(results: dict[str, Any]) -> None:
                 for g in (r["greedy"], r["sampled"], r["vs_placebo"], r["vs_kl_matched"])
             ]
             print(f"  {r['label']:<24} {reward} / {kl} / {parts[0]}, {parts[1]} / {parts[2]} / {parts[3]}")
+    print_validity(_d(results.get("analysis")))
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -431,14 +434,21 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    return _write_comparison(args.run_dirs, args.out, args.metric, args.n_boot, args.seed)
+    return _write_comparison(args.run_dirs, args.out, args.metric, args.n_boot, args.seed, summary=True)
 
 
-def _write_comparison(run_dirs: list[str], out: str | None, metric: str | None, n_boot: int | None, seed: int) -> int:
+def _write_comparison(
+    run_dirs: list[str], out: str | None, metric: str | None, n_boot: int | None, seed: int, summary: bool = False
+) -> int:
+    """Pool the runs into one report; ``summary``: print which benchmark to trust, pooled, before its path."""
     from perbench.report.compare import compare_runs
 
     out_dir = Path(out) if out else Path(run_dirs[0]).resolve().parent / "compare"
     path = compare_runs(run_dirs, out_dir, metric=metric, n_boot=n_boot, seed=seed)
+    if summary:
+        from perbench.runner.results import print_validity
+
+        print_validity(json.loads((out_dir / "analysis.json").read_text(encoding="utf-8"))["analysis"])
     print(path)
     return 0
 

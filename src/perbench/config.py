@@ -579,6 +579,10 @@ class Component:
         return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")"
 
     def to_dict(self) -> dict[str, Any]:
+        """``{name: NAME, <params>}``, or ``{NAME: {<params>}}`` when a parameter is itself called ``name`` (the
+        ``file`` loader's): both parse back to the same component."""
+        if "name" in self.params:
+            return {self.name: dict(self.params)}
         return {"name": self.name, **self.params}
 
 
@@ -739,6 +743,11 @@ class RunConfig:
     #: the user-agnostic RM that per-user gains and "minority users" are measured against (a method or baseline
     #: label of this config; the default may be absent, then the report says there is no reference)
     reference_method: str = "global_bt"
+    #: more upstream benchmarks whose test pairs every system is also scored on, as predictors of the downstream
+    #: ranking (cells ``rm_acc_on_NAME``, NAME = the loaded benchmark's name): each entry is a benchmark like
+    #: ``benchmark`` (e.g. ``{name: file, source: general.jsonl, default_user: anyone}`` for a non-personalized
+    #: file). Their users are scored as users no method has seen (each method's unknown-user fallback)
+    upstream_benchmarks: list[Component] | None = None
     #: practical-equivalence margin ε of the verdict, in the metric's units (0.05 = 5 points of a proportion):
     #: methods whose 90% CI of the difference to the leader lies inside ±ε are "practically equivalent"; None:
     #: the default 0.05; 0: never claim equivalence
@@ -845,6 +854,7 @@ class RunConfig:
             "verdict_metric",
             "equivalence_margin",
             "rl",
+            "upstream_benchmarks",
             "systems",
             "adaptive",
             "max_pool_prompts",
@@ -891,10 +901,12 @@ def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
                 values[key] = _component(value, where, "benchmark")
             elif key == "resources":
                 values[key] = _resources(value, where)
-            elif key in ("methods", "decoders", "baselines"):
+            elif key in ("methods", "decoders", "baselines", "upstream_benchmarks"):
+                if value is None and key == "upstream_benchmarks":
+                    continue
                 if not isinstance(value, list | tuple):
                     raise where.error(f"expected a list of {key}, got {_show(value)}")
-                kind = "decoder" if key == "decoders" else "method"
+                kind = {"decoders": "decoder", "upstream_benchmarks": "benchmark"}.get(key, "method")
                 values[key] = [_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
             else:
                 check_value(value, hints[key], where)

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from perbench.data.user_context import UserView, derived_user_context, user_views
 
 Split = Literal["train", "test"]
+#: the pair set (``Benchmark.pair_sets``) of consensus pairs: every user of the benchmark prefers chosen to rejected
+CONSENSUS = "consensus"
 SPLITS: tuple[str, ...] = ("train", "test")
 
 
@@ -211,6 +213,9 @@ class Benchmark:
     weighting: Literal["pair", "row"] = "pair"
     #: named pair subsets: name -> pair ids (e.g. ``"personalization_only"``: pairs mirrored across users)
     subsets: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: named evaluation-only pair sets outside ``pairs`` (never trained on, never in a split's accuracy), e.g.
+    #: ``"consensus"``: pairs every user prefers the same way, one copy per user (see :data:`CONSENSUS`)
+    pair_sets: dict[str, list[PreferencePair]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted({p.user_id for p in self.pairs} - set(self.users))
@@ -223,6 +228,13 @@ class Benchmark:
             missing = sorted(members - ids)
             if missing:
                 raise ValueError(f"benchmark {self.name!r}: subset {name!r} names unknown pair ids {missing[:5]}")
+        for name, extra in self.pair_sets.items():
+            strangers = sorted({p.user_id for p in extra} - set(self.users))
+            if strangers:
+                raise ValueError(f"benchmark {self.name!r}: pair set {name!r} names unknown users {strangers[:5]}")
+            clash = sorted({p.pair_id for p in extra} & ids)
+            if clash:
+                raise ValueError(f"benchmark {self.name!r}: pair set {name!r} reuses pair ids {clash[:5]}")
 
     def subset(self, name: str, pairs: Iterable[PreferencePair] | None = None) -> list[PreferencePair]:
         """The pairs (of ``pairs``, default all, order kept) that belong to the named subset."""
@@ -298,6 +310,9 @@ class Benchmark:
         ]
         parts += [content_hash(r.user_id, prompt_key(r.prompt), r.text) for r in self.references]
         parts += [f"subset:{n}:" + content_hash(*sorted(ids)) for n, ids in sorted(self.subsets.items())]
+        parts += [
+            f"set:{n}:" + content_hash(*(p.content_key() for p in ps)) for n, ps in sorted(self.pair_sets.items())
+        ]
         return content_hash(*parts)
 
     def summary(self) -> dict[str, Any]:
@@ -313,6 +328,16 @@ class Benchmark:
             "weighting": self.weighting,
             "skipped": self.skipped.to_dict(),
             **({"subsets": {n: self._subset_sizes(n) for n in sorted(self.subsets)}} if self.subsets else {}),
+            **({"pair_sets": {n: self._set_sizes(n) for n in sorted(self.pair_sets)}} if self.pair_sets else {}),
+        }
+
+    def _set_sizes(self, name: str) -> dict[str, int]:
+        ps = self.pair_sets[name]
+        return {
+            "pairs": len(ps),
+            "users": len({p.user_id for p in ps}),
+            "prompts": len({prompt_key(p.prompt) for p in ps}),
+            "distinct_pairs": len({(prompt_key(p.prompt), p.chosen, p.rejected) for p in ps}),
         }
 
     def _subset_sizes(self, name: str) -> dict[str, int]:

@@ -130,6 +130,7 @@ def render_comparison(
                 ("leaderboard", "Leaderboard"),
                 ("methods", "Method table"),
                 ("selection", "Selection"),
+                ("validity", "Which benchmark"),
                 ("users", "Per user"),
                 ("runs", "Runs"),
             ]

@@ -9,7 +9,7 @@ from perbench.report import extract
 from perbench.report.extract import _d, _l
 from perbench.report.fmt import esc, na_span, num, table, value_ci
 
-_GROUPS = ("seen", "unseen", "pers_only", "all")
+_GROUPS = ("seen", "unseen", "pers_only", "consensus", "all")
 
 
 def header(results: Mapping[str, Any]) -> str:
@@ -48,7 +48,8 @@ def upstream_section(results: Mapping[str, Any]) -> str:
     up = _d(results.get("upstream"))
     if not up:
         return ""
-    groups = [g for g in _GROUPS if any(g in _d(_d(r).get("rm_accuracy")) for r in up.values())]
+    present = {g for r in up.values() for g in _d(_d(r).get("rm_accuracy"))}
+    groups = [g for g in _GROUPS if g in present] + sorted(g for g in present if g.startswith("on_"))
     rows = []
     for label, r in up.items():
         r = _d(r)

@@ -28,7 +28,9 @@ _UPSTREAM = {
     "rm_acc": "RM acc. (seen + unseen)",
     "rm_acc_seen": "RM acc. seen",
     "rm_acc_unseen": "RM acc. unseen",
+    "rm_acc_all": "RM acc. all pairs",
     "rm_acc_pers_only": "RM acc. pers.-only",
+    "rm_acc_consensus": "RM acc. consensus",
     "fewshot_acc": "few-shot acc.",
     "fewshot_active_acc": "few-shot acc. (active)",
     "pa": "policy acc. (sequence tilt)",
@@ -60,6 +62,8 @@ def metric_label(metric: str) -> str:
         if qual is None and q.startswith("bon_gain_"):
             qual = "BoN gain " + _QUALITIES.get(q[len("bon_gain_") :], q[len("bon_gain_") :])
         return f"{_DECODERS.get(dec, dec)} · {qual or q}"
+    if metric.startswith("rm_acc_on_"):
+        return f"RM acc. on {metric[len('rm_acc_on_') :]}"
     base, at, n = metric.partition("@")
     return _UPSTREAM.get(base, base) + (f" @{n}" if at else "")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perbench.io import atomic_write_text, refuse_links, writing_inside
-from perbench.report import details, extract, plots, sections, verdict
+from perbench.report import details, extract, plots, sections, validity, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 from perbench.report.generations import generations_section
@@ -121,6 +121,7 @@ def _shared_sections(
     parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a)}</section>']
     parts.append(f'<section id="methods">{sections.method_table(a)}{sections.paired_section(a)}</section>')
     parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
+    parts.append(validity.validity_section(a))
     few, bon = figure(figs.get("fewshot")), figure(figs.get("bon"))
     if few or bon:
         few = f'<div class="grid">{few}</div>' if few else ""
@@ -158,6 +159,7 @@ def render(
                 ("leaderboard", "Leaderboard"),
                 ("methods", "Method table"),
                 ("selection", "Selection"),
+                ("validity", "Which benchmark"),
                 ("users", "Per user"),
                 ("generations", "Generations"),
                 ("details", "Run detail"),

@@ -4,11 +4,13 @@ A row is ``{"group", "method", "metric", "user", "prompt", "value"}``:
 
 - ``group`` names the setting (``benchmark|policy|seedN``); ``perbench compare`` pools groups of several runs;
 - ``method`` is a reward model's label, or a decoder's label for decoders that use no reward model;
-- ``metric`` is an upstream metric (``rm_acc_seen``, ``rm_acc_unseen``, ``rm_acc_pers_only``,
-  ``fewshot_acc@N``, ``fewshot_active_acc@N``, ``pa`` (policy accuracy, the sequence tilt),
-  ``pa_prefix_mean``, ``pa_prefix_sum``, ``pa_rgd`` (with ``pa_rgd``); one row per test pair), the diagnostic
-  ``rm_acc_train`` (the reference method's outcome on each user's train or few-shot pairs, which select minority
-  users), or a downstream one, ``DECODER:QUALITY`` (one row per (user, prompt) target);
+- ``metric`` is an upstream metric (``rm_acc_seen``, ``rm_acc_unseen``, ``rm_acc_all``, ``rm_acc_pers_only``,
+  ``rm_acc_consensus`` (the benchmark's consensus pairs, for every user), ``rm_acc_on_NAME`` (an
+  ``upstream_benchmarks`` entry's test pairs, users ``NAME/…``), ``fewshot_acc@N``, ``fewshot_active_acc@N``,
+  ``pa`` (policy accuracy, the sequence tilt), ``pa_prefix_mean``, ``pa_prefix_sum``, ``pa_rgd`` (with
+  ``pa_rgd``); one row per pair), the diagnostic ``rm_acc_train`` (the reference method's outcome on each user's
+  train or few-shot pairs, which select minority users), or a downstream one, ``DECODER:QUALITY`` (one row per
+  (user, prompt) target);
 - a user for whom a method is not applicable has no row; the reason is reported in results.json.
 """
 

@@ -234,6 +234,8 @@ def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:
 
     def take(entry: dict[str, Any], got: Mapping[str, Any]) -> None:
         entry.update(ci=got.get("ci"), ci_note=got.get("ci_note"), ci_source="analysis")
+        if "ci_resamples" in entry:  # what the analysis's CI resampled (prompts only, with fewer than 5 users)
+            entry["ci_resamples"] = got.get("resampled")
 
     for method, up in (results.get("upstream") or {}).items():
         for group, e in ((up or {}).get("rm_accuracy") or {}).items():
@@ -308,3 +310,32 @@ def print_verdict(analysis: dict[str, Any]) -> None:
     if all(e.get("value") is not None for _, e in heads):
         shown = ", ".join(f"{k.upper()} {e['value']:.2f} (chance {e.get('chance') or 0:.2f})" for k, e in heads)
         print(f"  {best['upstream']} → {verdict['metric']}: {shown}, over {pair.get('n_systems')} systems")
+
+
+def print_validity(analysis: dict[str, Any]) -> None:
+    """Which benchmark to trust: for the verdict metric (else the first downstream metric with predictors), each
+    predictor's τ-b, ρ and NDCG with CIs, the verdict with its uncertainty, and the headline comparison."""
+    validity = analysis.get("validity") or {}
+    by = validity.get("by_downstream") or {}
+    metric = (analysis.get("verdict") or {}).get("metric")
+    d = metric if metric in by else next(iter(by), None)
+    if d is None:
+        return
+    entry = by[d]
+    rows = entry.get("predictors") or []
+    width = max(len(str(r["upstream"])) for r in rows) + 2 if rows else 0
+
+    def corr(e: dict[str, Any] | None) -> str:
+        e = e or {}
+        v, ci = e.get("value"), e.get("ci")
+        return "n/a" if v is None else f"{v:+.2f}" + ("" if not ci else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+
+    print(f"\nWhich benchmark to trust for {d} (τ-b / Spearman ρ / NDCG, 95% CI, over systems):")
+    if validity.get("reference_lines"):
+        print(f"  (deployable systems only; reference lines left out: {', '.join(validity['reference_lines'])})")
+    for r in rows:
+        coefs = " / ".join(corr(r.get(k)) for k in ("kendall_tau_b", "spearman", "ndcg"))
+        print(f"  {r['upstream']:<{width}}{coefs}  ({r.get('n_systems')} systems)")
+    print("  " + str((entry.get("verdict") or {}).get("text", "")))
+    if entry.get("headline"):
+        print("  " + str(entry["headline"]))

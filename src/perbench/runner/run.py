@@ -20,7 +20,7 @@ from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from perbench.runner.methods import MethodHandle
 from perbench.runner.preflight import check_models, check_paths, check_setup
 from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict
-from perbench.runner.state import RunState, load_benchmark, log, needs_models
+from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
 from perbench.runner.work import Work
 
@@ -69,22 +69,24 @@ class Runner:
         t0 = time.perf_counter()
         check_setup(self.cfg)
         bench = load_benchmark(self.cfg)
+        extras = load_upstream_benchmarks(self.cfg)
         if needs_models(self.cfg):  # what would fail mid-run fails here, before any weights load
-            check_models(self.cfg, bench)
+            for b in (bench, *extras.values()):  # every system scores the upstream benchmarks' pairs too
+                check_models(self.cfg, b)
         check_paths(self.run_dir)
         load_s = time.perf_counter() - t0
         self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config and the data are good
         # nothing is written through a link inside the run directory; a second run of this config waits
         with writing_inside(self.run_dir), run_lock(self.run_dir):
-            return self._run(bench, t0, load_s)
+            return self._run(bench, extras, t0, load_s)
 
-    def _run(self, bench: Benchmark, t0: float, load_s: float) -> RunResult:
+    def _run(self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float) -> RunResult:
         import yaml
 
         cfg = self.cfg
         atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         log(f"run directory: {self.run_dir}")
-        state = RunState(cfg, self.run_dir, bench, Stores.of_run(self.run_dir))
+        state = RunState(cfg, self.run_dir, bench, Stores.of_run(self.run_dir), extras)
         state.timing["benchmark"] = load_s
         log(
             f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,12 +34,21 @@ class RunState:
     """Mutable state of one run; the phases (upstream, downstream, scoring) read and extend it. ``run_dir`` is
     None in a Ray worker, which computes into in-memory ``stores`` and sees no run folder."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path | None, bench: Benchmark, stores: Stores) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path | None,
+        bench: Benchmark,
+        stores: Stores,
+        extras: dict[str, Benchmark] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
         self.bench = bench
         self.stores = stores
         self.units = stores.units
+        #: the config's ``upstream_benchmarks`` by name (see :func:`load_upstream_benchmarks`)
+        self.extras = load_upstream_benchmarks(cfg) if extras is None else extras
         self.cells = Cells(f"{bench.name}|{cfg.policy}|seed{cfg.seed}")
         self.samples: list[dict[str, Any]] = []
         self.timing: dict[str, float] = {}
@@ -243,3 +253,38 @@ def load_benchmark(cfg: RunConfig) -> Benchmark:
     needs_train = any(registry.reward_models.get(m.name).needs_train_pairs for m in cfg.methods)
     check_benchmark(bench, needs_train=needs_train)  # its notes land in bench.meta["notes"]
     return bench
+
+
+#: what a benchmark's name may hold once it names a metric (``rm_acc_on_NAME``); anything else becomes ``_``
+_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def load_upstream_benchmarks(cfg: RunConfig) -> dict[str, Benchmark]:
+    """The config's ``upstream_benchmarks``, loaded and checked like the run's benchmark (before any model loads),
+    by name: the loaded benchmark's name with anything but letters, digits, ``_ . -`` replaced by ``_``. Two
+    entries with one name are a config error (give a file its own ``name:``)."""
+    from perbench import registry
+    from perbench.config import Where
+    from perbench.data.checks import check_benchmark
+    from perbench.data.rows import DataError
+    from perbench.errors import ConfigError
+
+    out: dict[str, Benchmark] = {}
+    first: dict[str, int] = {}
+    for i, comp in enumerate(cfg.upstream_benchmarks or []):
+        try:
+            bench: Benchmark = registry.benchmarks.get(comp.name)(**comp.params)
+        except DataError:
+            raise  # located in the data
+        except (ConfigError, ValueError, TypeError) as e:  # a parameter the loader refuses: located in the config
+            raise ConfigError(f"{cfg.where('upstream_benchmarks')}[{i}]: {comp.name}: {e}") from None
+        check_benchmark(bench, needs_train=False)
+        name = _NAME.sub("_", bench.name).strip("_") or comp.name
+        if name in out:
+            raise Where("config", None, f"upstream_benchmarks[{i}]").error(
+                f"benchmark name {name!r} is also upstream_benchmarks[{first[name]}]'s; each names a metric "
+                f"(rm_acc_on_{name}), so give each entry its own name (e.g. name: {name}_2 for a file)"
+            )
+        out[name] = bench
+        first[name] = i
+    return out

@@ -1,14 +1,22 @@
-"""Upstream: each reward model's accuracy on held-out pairs (seen, unseen, personalization-only), its
-few-shot curve on unseen users, and its policy accuracy under the policy it would steer."""
+"""Upstream: each reward model's accuracy on held-out pairs (seen, unseen, all, personalization-only, consensus,
+and the test pairs of every ``upstream_benchmarks`` entry), its few-shot curve on unseen users, and its policy
+accuracy under the policy it would steer.
+
+The pair sets besides the benchmark's own test pairs are the predictors of benchmark validity (which upstream
+benchmark's ranking predicts the downstream one): ``rm_acc_consensus`` on the benchmark's consensus pairs (every
+user prefers the same response; ``Benchmark.pair_sets``), and ``rm_acc_on_NAME`` on another benchmark's test pairs,
+whose users are strangers to every method: their ids are prefixed ``NAME/``, so no method can mistake one for a
+user it was fit on or adapted to, and each method scores them with its unknown-user reward (docs/methods.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from perbench.data.records import PreferencePair, prompt_key
+from perbench.data.records import CONSENSUS, Benchmark, PreferencePair, prompt_key
 from perbench.runner.methods import MethodHandle, pair_ids
 from perbench.runner.state import PAWeight, RunState, has_prefix_reward, outcomes
 
@@ -21,12 +29,35 @@ PA_CELLS = (
 )
 
 
+def stranger_pairs(name: str, bench: Benchmark) -> list[PreferencePair]:
+    """``bench``'s test pairs with user and pair ids prefixed ``NAME/``: users no method of the run has seen."""
+    return [replace(p, user_id=f"{name}/{p.user_id}", pair_id=f"{name}/{p.pair_id}") for p in bench.test_pairs()]
+
+
 class Upstream:
     def __init__(self, state: RunState) -> None:
         self.s = state
+        self._strangers: dict[str, list[PreferencePair]] = {}
         #: log π(y | x) per (policy fingerprint, prompt key, response), read once from the feature cache
         self._lp_sums: dict[tuple[str, str, str], float] = {}
         self._extractors: dict[str, Any] = {}
+
+    def strangers(self, name: str) -> list[PreferencePair]:
+        if name not in self._strangers:
+            self._strangers[name] = stranger_pairs(name, self.s.extras[name])
+        return self._strangers[name]
+
+    def extra_sets(self, h: MethodHandle) -> dict[str, list[PreferencePair]]:
+        """The pair sets scored besides the test pairs, by metric: consensus (without the users ``h`` cannot
+        score) and each extra benchmark's stranger pairs."""
+        na = self.s.not_applicable(h)
+        out = {}
+        consensus = [p for p in self.s.bench.pair_sets.get(CONSENSUS, []) if p.user_id not in na]
+        if consensus:
+            out["rm_acc_consensus"] = consensus
+        for name in self.s.extras:
+            out[f"rm_acc_on_{name}"] = self.strangers(name)
+        return out
 
     def train_feature_pairs(self, handles: list[MethodHandle]) -> list[PreferencePair]:
         """The train pairs frozen-feature methods read: the seen users' (fit) and the unseen users' shots (adapt:
@@ -41,9 +72,15 @@ class Upstream:
 
         pair_feature_arrays(self.s.extractor, self.train_feature_pairs(handles), desc="train features")
 
-    def test_features(self) -> None:
+    def test_features(self, handles: list[MethodHandle]) -> None:
         """Per-token features of the test responses (policy accuracy; that pass also yields φ) and the policy's
-        log-probs of them: one pass each, so no text goes through a backbone twice."""
+        log-probs of them: one pass each, so no text goes through a backbone twice. φ of the other pair sets
+        (consensus pairs, other benchmarks' pairs) comes with them."""
+        from perbench.rewards.base import pair_feature_arrays
+
+        extra = [p for h in handles if h.is_feature_rm for ps in self.extra_sets(h).values() for p in ps]
+        if extra:  # φ only: these pairs have no policy accuracy
+            pair_feature_arrays(self.s.extractor, extra, desc="consensus / other benchmarks' features")
         texts = {
             (prompt_key(p.prompt), y): (p.prompt, y) for p in self.s.bench.test_pairs() for y in (p.chosen, p.rejected)
         }
@@ -64,8 +101,13 @@ class Upstream:
             s_w, s_l = rm.score_pairs(pairs)
             return {"chosen": s_w, "rejected": s_l}
 
+        return self.s.units.arrays("scores", self._score_key(h, pairs, shots, tag, active=active), compute)
+
+    def _score_key(
+        self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str, *, active: bool = False
+    ) -> str:
         extra = ["active"] if active else []
-        return self.s.units.arrays("scores", h.key(shots, "scores", tag, pair_ids(pairs), *extra), compute)
+        return h.key(shots, "scores", tag, pair_ids(pairs), *extra)
 
     def _accuracy(
         self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle, tie: Any = None
@@ -129,6 +171,7 @@ class Upstream:
             pairs = [p for g in all_scores for p in groups[g]]
             merged = {k: np.concatenate([all_scores[g][k] for g in all_scores]) for k in ("chosen", "rejected")}
             acc["all"] = self._accuracy(merged, pairs, h)
+            self.s.cells.add_pairs(h.label, "rm_acc_all", pairs, outcomes(merged, judge, cfg.tie_policy))
             sub = self._pers_only(pairs)
             if sub is not None:
                 index = {p.pair_id: i for i, p in enumerate(pairs)}
@@ -138,6 +181,15 @@ class Upstream:
                 picked = {k: v[pick] for k, v in merged.items()}
                 acc["pers_only"] = self._accuracy(picked, sub, h, tie="half")
                 self.s.cells.add_pairs(h.label, "rm_acc_pers_only", sub, outcomes(picked, judge, "half"))
+        for metric, pairs in self.extra_sets(h).items():
+            scores = self._scores(h, pairs, h.shots, metric)
+            group = metric.removeprefix("rm_acc_")
+            acc[group] = self._accuracy(scores, pairs, h)
+            if metric != "rm_acc_consensus":
+                acc[group]["users"] = (
+                    "strangers to every method: each scores them with its unknown-user reward (docs/methods.md)"
+                )
+            self.s.cells.add_pairs(h.label, metric, pairs, outcomes(scores, judge, cfg.tie_policy))
         out["rm_accuracy"] = acc
         if h.label == cfg.reference_method:
             self._train_accuracy(h, groups)

@@ -54,6 +54,7 @@ class Work:
         s, cfg = self.s, self.s.cfg
         cuda = str(s.ctx.device).startswith("cuda")
         bench = s.bench.fingerprint()
+        extras = {name: b.fingerprint() for name, b in s.extras.items()}  # upstream_benchmarks
         rm_fp = s.rm_lm.fingerprint if s.rm_lm is not None else None
         pol_fp = s.policy.fingerprint if s.policy is not None else None
 
@@ -66,7 +67,7 @@ class Work:
         if any(h.is_feature_rm for h in self.handles):
             pairs = [p.content_key() for p in self.up.train_feature_pairs(self.handles)]
             train = [unit("features", "train", [rm_fp, cfg.max_length, pairs], [])]
-            test = [unit("features", "test", [rm_fp, pol_fp, cfg.max_length, bench], [])]
+            test = [unit("features", "test", [rm_fp, pol_fp, cfg.max_length, bench, extras], [])]
             units += train + test
         fits: dict[str, Unit] = {}
         ups: dict[str, Unit] = {}
@@ -210,7 +211,7 @@ class Work:
             if unit.name == "train":
                 self.up.train_features(self.handles)
             else:
-                self.up.test_features()
+                self.up.test_features(self.handles)
         elif unit.kind == "fit":
             handles[unit.name].fitted()
         elif unit.kind == "upstream" and unit.policy is None:

@@ -11,6 +11,13 @@ The ``personalization_only`` subset removes every such cue: each of its pairs (u
 one with a pair (v, x, b ≻ a) of another user of the same group (seen / unseen) and split, so any scorer that
 ignores the user gets exactly one of the two right. Partners are existing pairs where possible; otherwise a
 *mirror pair* (v, x, b ≻ a) is added for a user v whose rubric b meets and a violates (``mirror_splits``).
+
+The ``consensus`` pair set (``Benchmark.pair_sets``) is the opposite kind of pair: one that every user prefers the
+same way, as a general-quality benchmark (RewardBench) assumes. The rubrics conflict by design, so the pool holds
+no pair that every user's rubric orders (``consensus_pairs`` counts them). The consensus pairs are built instead:
+chosen is a candidate answer to x, rejected a candidate answer to *another* test prompt whose checker verdicts are
+identical on all nine aspects (same topic preferred, like LLMBar's "neighbor" instructions). No rubric separates
+them; answering the question asked, which every user wants, does. Each pair is evaluated for every user.
 """
 
 from __future__ import annotations
@@ -22,9 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perbench.data.records import Benchmark, PreferencePair, Reference, SkipReport
+from perbench.data.records import CONSENSUS, Benchmark, PreferencePair, Reference, SkipReport
 from perbench.data.rubrics.aspects import ASPECTS, opposite
-from perbench.data.rubrics.prompts import RUBRIC_PROMPTS
+from perbench.data.rubrics.prompts import PROMPT_TOPICS, RUBRIC_PROMPTS, RubricPrompt
 from perbench.data.rubrics.users import RUBRIC_USERS, RubricUser, rubric_user_context, to_user
 
 #: the named subset of pairs on which every user-agnostic scorer scores exactly 0.5
@@ -61,13 +68,18 @@ def load_rubrics(
     max_train_prompts: int | None = None,
     max_test_prompts: int | None = None,
     mirror_splits: Sequence[str] = ("train", "test"),
+    consensus_per_prompt: int = 4,
 ) -> Benchmark:
     """The rubric benchmark from the candidate pool. ``mirror_splits``: the splits where mirror pairs may be
     added so that the ``personalization_only`` subset covers (almost) every pair; ``()`` keeps only the
-    hardest-negative pairs (the subset is then the naturally mirrored ones)."""
+    hardest-negative pairs (the subset is then the naturally mirrored ones). ``consensus_per_prompt``: how many
+    consensus pairs (see the module docstring) each test prompt gets at most, each evaluated for every user
+    (0: none)."""
     bad_splits = sorted(set(mirror_splits) - {"train", "test"})
     if bad_splits:
         raise ValueError(f"mirror_splits: unknown splits {bad_splits} (expected 'train' and/or 'test')")
+    if isinstance(consensus_per_prompt, bool) or not isinstance(consensus_per_prompt, int) or consensus_per_prompt < 0:
+        raise ValueError(f"consensus_per_prompt: expected an integer >= 0, got {consensus_per_prompt!r}")
     from perbench.data.rubrics.build import POOL_PATH
 
     path = Path(pool) if pool else POOL_PATH
@@ -117,6 +129,7 @@ def load_rubrics(
             refs.append(Reference(ru.user_id, p.text, chosen["text"], p.split))
     added, members, report = mirror_pairs(pairs, by_prompt, seed=seed, splits=tuple(mirror_splits))
     pairs += added
+    consensus, consensus_report = consensus_pairs(test, by_prompt, seed=seed, per_prompt=consensus_per_prompt)
     return Benchmark(
         name="rubrics",
         pairs=pairs,
@@ -129,9 +142,11 @@ def load_rubrics(
             "prompts": {"train": len(train), "test": len(test)},
             "seed": seed,
             "subsets": {PERSONALIZATION_ONLY: report},
+            "pair_sets": {CONSENSUS: consensus_report},
             "user_context": rubric_user_context(users),
         },
         subsets={PERSONALIZATION_ONLY: members},
+        pair_sets={CONSENSUS: consensus} if consensus else {},
     )
 
 
@@ -226,3 +241,104 @@ def mirror_pairs(
         "pairs": len(matched),
     }
     return added, frozenset(matched), report
+
+
+def _signature(cand: dict[str, Any]) -> tuple[str | None, ...]:
+    """A candidate's checker verdict on every aspect (a pole or None): what every rubric reads of it."""
+    return tuple(cand["annotations"][a] for a in sorted(ASPECTS))
+
+
+def _prefers(ru: RubricUser, a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The benchmark's labelling rule: ``a`` meets every pole of ``ru``'s rubric and ``b`` violates one."""
+    return all(a["annotations"][ap.aspect] == ap.pole for ap in ru.rubric) and _disagrees(ru, a, b) > 0
+
+
+def rubric_consensus_counts(
+    prompts: Sequence[RubricPrompt], by_prompt: dict[str, list[dict[str, Any]]]
+) -> dict[str, int]:
+    """Ordered candidate pairs (a, b) of one prompt, over ``prompts``: how many the labelling rule orders the same
+    way for every user (``every_user_prefers``), and how many some user prefers while no user prefers b to a
+    (``no_user_reverses``)."""
+    every = pareto = total = 0
+    for p in prompts:
+        cands = by_prompt[p.prompt_id]
+        for a in cands:
+            for b in cands:
+                if a is b:
+                    continue
+                total += 1
+                fwd = [_prefers(ru, a, b) for ru in RUBRIC_USERS]
+                if any(fwd) and not any(_prefers(ru, b, a) for ru in RUBRIC_USERS):
+                    pareto += 1
+                    every += all(fwd)
+    return {"ordered_pairs": total, "every_user_prefers": every, "no_user_reverses": pareto}
+
+
+def consensus_pairs(
+    prompts: Sequence[RubricPrompt],
+    by_prompt: dict[str, list[dict[str, Any]]],
+    *,
+    seed: int = 0,
+    per_prompt: int = 4,
+) -> tuple[list[PreferencePair], dict[str, Any]]:
+    """Pairs every user prefers the same way, one copy per user (see the module docstring).
+
+    For each prompt x of ``prompts`` and each candidate a of x: the twins of a are the candidates of the other
+    prompts of ``prompts`` with the same verdict on every aspect (and another text); the rejected response is a
+    twin from x's topic when there is one, else from any topic (a seeded choice). Up to ``per_prompt`` of x's
+    candidates with a twin are drawn (seeded); each (x, a ≻ b) becomes one pair per user, ``split="test"``."""
+    users = sorted(ru.user_id for ru in RUBRIC_USERS)
+    twins: dict[tuple[str | None, ...], list[tuple[str, dict[str, Any]]]] = {}
+    for p in prompts:
+        for c in by_prompt[p.prompt_id]:
+            twins.setdefault(_signature(c), []).append((p.prompt_id, c))
+    out: list[PreferencePair] = []
+    built: list[dict[str, str]] = []
+    without = []
+    n_same = 0
+    for p in prompts if per_prompt else ():
+        rng = random.Random(f"{seed}:consensus:{p.prompt_id}")
+        options = []
+        for a in sorted(by_prompt[p.prompt_id], key=lambda c: c["cand_id"]):
+            others = [(q, b) for q, b in twins[_signature(a)] if q != p.prompt_id and b["text"] != a["text"]]
+            near = [(q, b) for q, b in others if PROMPT_TOPICS.get(q) == PROMPT_TOPICS.get(p.prompt_id)]
+            if others:
+                options.append((a, rng.choice(sorted(near or others, key=lambda qb: qb[1]["cand_id"]))))
+        if not options:
+            without.append(p.prompt_id)
+            continue
+        for a, (q, b) in sorted(rng.sample(options, min(per_prompt, len(options))), key=lambda ab: ab[0]["cand_id"]):
+            same = PROMPT_TOPICS.get(q) == PROMPT_TOPICS.get(p.prompt_id)
+            built.append({"prompt_id": p.prompt_id, "chosen_id": a["cand_id"], "rejected_id": b["cand_id"]})
+            n_same += same
+            for u in users:
+                out.append(
+                    PreferencePair(
+                        pair_id=f"{u}-{p.prompt_id}-consensus-{a['cand_id']}",
+                        user_id=u,
+                        prompt=p.text,
+                        chosen=a["text"],
+                        rejected=b["text"],
+                        split="test",
+                        meta={
+                            "prompt_id": p.prompt_id,
+                            "chosen_id": a["cand_id"],
+                            "rejected_id": b["cand_id"],
+                            "rejected_prompt_id": q,
+                            "same_topic": same,
+                        },
+                    )
+                )
+    report = {
+        "built": "chosen answers the prompt; rejected answers another test prompt (same topic where possible) and "
+        "has the same checker verdict as chosen on every aspect, so no user's rubric separates them and every "
+        "user prefers the answer to the question asked; each pair is evaluated for every user",
+        "per_prompt": per_prompt,
+        "distinct_pairs": len(built),
+        "same_topic": n_same,
+        "users": len(users),
+        "pairs": len(out),
+        "prompts_without_twin": without,
+        "rubric_consensus_in_pool": rubric_consensus_counts(prompts, by_prompt),
+    }
+    return out, report

@@ -13,6 +13,8 @@ question, each stating its readings:
 - :mod:`.ranking`: order, simultaneous intervals, equivalence (TOST within ``equivalence_margin``) and the
   decision (``separable`` | ``equivalent`` | ``undecided``) of every metric;
 - :mod:`.selection`: upstream → downstream rank correlations over systems, with chance values of NDCG and RBO;
+- :mod:`.validity`: which upstream benchmark (pair set) predicts each downstream ranking better, with paired
+  bootstrap CIs of the difference between two predictors' correlations;
 - :mod:`.fairness`: worst-decile and minority users (selected on train pairs, evaluated on test pairs);
 - :mod:`.power`: variance components and the users × prompts that would decide;
 - :mod:`.verdict`: the paragraph that says what to deploy.
@@ -24,7 +26,7 @@ own guided output, a reward-hacking signal rather than quality).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from perbench.metrics.analysis.base import (
@@ -46,6 +48,7 @@ from perbench.metrics.analysis.power import POWER, plan
 from perbench.metrics.analysis.ranking import ranking
 from perbench.metrics.analysis.roles import DEPLOYABLE, method_roles
 from perbench.metrics.analysis.selection import selection
+from perbench.metrics.analysis.validity import validity
 from perbench.metrics.analysis.verdict import choose_metric, verdict
 from perbench.metrics.bootstrap import MIN_LEVELS
 
@@ -78,6 +81,7 @@ def analyze(
     equivalence_margin: float | None = None,
     roles: Mapping[str, str] | None = None,
     adaptive: Mapping[str, Any] | None = None,
+    predictors: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The selection analysis of a run's cells: ``results["analysis"]`` (JSON-safe, deterministic given seed).
 
@@ -88,7 +92,8 @@ def analyze(
     of a proportion; 0: never claim equivalence). ``roles[method]`` is ``deployable``, ``baseline``, ``oracle`` or
     ``decoder`` for methods the registry does not know (see :mod:`.roles`). ``adaptive[metric]`` =
     ``{"rounds", "stopped": "separable"|"equivalent"|"budget", "cells", "budget"}`` says why the runner stopped
-    collecting cells for a metric; the verdict states it.
+    collecting cells for a metric; the verdict states it. ``predictors``: the upstream metrics compared as
+    predictors of each downstream ranking (None: the canonical ones present, see :mod:`.validity`).
     """
     margin = DEFAULT_MARGIN if equivalence_margin is None else float(equivalence_margin)
     if not math.isfinite(margin) or margin < 0:
@@ -122,6 +127,7 @@ def analyze(
         "ranking": rankings,
         "paired": est.paired(),
         "selection": sel,
+        "validity": validity(est, sel, predictors, role),
         "minority": minority,
         "fairness": fairness(est, v["metric"] if v["metric"] and is_downstream(v["metric"]) else None, minority),
         "verdict": v,

@@ -28,7 +28,19 @@ DIAGNOSTIC_METRICS = frozenset({TRAIN_ACC})
 #: two values closer than this (relative to their size, at least 1) are an exact tie: no float rounding ranks them
 TIE_TOL = 1e-12
 
-_UPSTREAM_ORDER = ("rm_acc_seen", "rm_acc_unseen", "rm_acc_pers_only", "fewshot_acc", "fewshot_active_acc")
+#: the prefix of an upstream metric on another benchmark's test pairs (``rm_acc_on_NAME``): its users and prompts are
+#: another population, drawn in a bootstrap stratum of their own (:func:`stratum`)
+EXTERNAL = "rm_acc_on_"
+
+_UPSTREAM_ORDER = (
+    "rm_acc_seen",
+    "rm_acc_unseen",
+    "rm_acc_all",
+    "rm_acc_pers_only",
+    "rm_acc_consensus",
+    "fewshot_acc",
+    "fewshot_active_acc",
+)
 _UPSTREAM_LATE = ("pa", "pa_rgd", "pa_prefix_mean", "pa_prefix_sum")
 _DECODER_ORDER = ("args", "best_of_n", "genarm", "zero_shot", "icl_rag")
 _QUALITY_ORDER = ("rubric_satisfaction", "rouge1", "rougeL", "bertscore_f1", "rm_win", "bon_gain")
@@ -61,6 +73,12 @@ def parse_group(group: str) -> GroupKey:
     m = _SEED.match(group)
     setting, seed = (m.group(1), int(m.group(2))) if m else (group, None)
     return GroupKey(setting=setting, seed=seed, benchmark=setting.split("|", 1)[0])
+
+
+def stratum(benchmark: str, metric: str) -> str:
+    """The bootstrap stratum of a row: its benchmark, or for ``rm_acc_on_NAME`` that other benchmark (inside this
+    run's), whose users and prompts are resampled among themselves."""
+    return f"{benchmark}>{metric[len(EXTERNAL) :]}" if metric.startswith(EXTERNAL) else benchmark
 
 
 def is_downstream(metric: str) -> bool:

@@ -20,6 +20,7 @@ from perbench.metrics.analysis.base import (
     is_downstream,
     metric_sort_key,
     parse_group,
+    stratum,
 )
 from perbench.metrics.bootstrap import Resampling, TwoWayBootstrap, factor_notes
 
@@ -113,9 +114,8 @@ class Data:
                 buckets.setdefault((g, m, ACC), []).append(i)
         self.rows = {key: np.asarray(v, dtype=np.intp) for key, v in buckets.items()}
 
-        self.boot = TwoWayBootstrap(
-            self.user_of, self.prompt_of, [benches[g] for g in self.g.tolist()], n_boot=n_boot, seed=seed
-        )
+        strata = [stratum(benches[g], k) for g, k in zip(self.g.tolist(), self.metric_of.tolist(), strict=True)]
+        self.boot = TwoWayBootstrap(self.user_of, self.prompt_of, strata, n_boot=n_boot, seed=seed)
         self.cells = self.boot.cell_of_row
         self.cell_sets = {key: np.unique(self.cells[r]) for key, r in self.rows.items()}
         self.cols = Columns()

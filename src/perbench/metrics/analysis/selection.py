@@ -10,6 +10,7 @@ come with their chance value (the expectation under a random ranking of the same
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,13 @@ def systems_note(est: Estimates) -> str:
     return head + "."
 
 
-def selection(est: Estimates) -> tuple[dict[str, Any], dict[str, FloatArray]]:
+def selection(
+    est: Estimates, methods: Collection[str] | None = None, upstream: Sequence[str] | None = None
+) -> tuple[dict[str, Any], dict[str, FloatArray]]:
+    """Every (upstream, downstream) pair's coefficients over the systems that have both; ``methods`` restricts the
+    systems to those methods (benchmark validity: the deployable ones), ``upstream`` the upstream metrics."""
     settings = sorted({k.setting for k in est.keys})
+    chosen = sorted(est.methods if methods is None else set(est.methods) & set(methods))
     single = len(settings) == 1
     cache: dict[tuple[str, str, str], Any] = {}
 
@@ -43,13 +49,10 @@ def selection(est: Estimates) -> tuple[dict[str, Any], dict[str, FloatArray]]:
 
     pairs = []
     tau_reps: dict[str, FloatArray] = {}
-    for u in est.upstream:
+    for u in est.upstream if upstream is None else [u for u in upstream if u in est.upstream]:
         for d in est.downstream:
             systems = [
-                (s, m)
-                for s in settings
-                for m in sorted(est.methods)
-                if val(s, m, u) is not None and val(s, m, d) is not None
+                (s, m) for s in settings for m in chosen if val(s, m, u) is not None and val(s, m, d) is not None
             ]
             xs, ys = [val(s, m, u) for s, m in systems], [val(s, m, d) for s, m in systems]
             x = np.array([e.point for e in xs])
