@@ -1028,23 +1028,17 @@ def _system_labels(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> li
         where = src.at("systems", data)
         spec = SystemsSpec.from_dict(raw, where)
         names = {m.name for m in v["methods"]} | {m.label() for m in v["methods"]}
-        for i, m in enumerate(spec.methods or ()):
+        named: list[tuple[str, int | str, str, str]] = [
+            ("methods", i, m, "") for i, m in enumerate(spec.methods or ())
+        ] + [("params", m, m, ", so its grid would expand nothing") for m in spec.params]
+        for key, at, m, why in named:
             if m not in names:
                 close = difflib.get_close_matches(m, sorted(names), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise (
-                    where.at("methods", raw)
-                    .at(i, raw.get("methods"))
-                    .error(f"{m!r} is not one of this config's methods.{hint}")
-                )
-        for m in spec.params:
-            if m not in names:
-                close = difflib.get_close_matches(m, sorted(names), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise (
-                    where.at("params", raw)
-                    .at(m, raw.get("params"))
-                    .error(f"{m!r} is not one of this config's methods, so its grid would expand nothing.{hint}")
+                    where.at(key, raw)
+                    .at(at, raw.get(key))
+                    .error(f"{m!r} is not one of this config's methods{why}.{hint}")
                 )
     try:
         systems = expand(v["methods"], v["baselines"], spec, seed=v["seed"], shots=v["shots"])
