@@ -377,10 +377,10 @@ def test_icl_decoders_judge_and_reward_models_get_the_same_shots(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from perbench.runner.methods import MethodHandle
-    from perbench.runner.units import Units
+    from perbench.runner.stores import Stores
 
     bench, _ = benches[name]
-    handle = MethodHandle(Component("shot_recorder"), bench, RMContext(), Units(tmp_path / "units.sqlite"))
+    handle = MethodHandle(Component("shot_recorder"), bench, RMContext(), Stores.in_memory().units)
     handle.adapted(SHOTS)
     fit = _by_user([p for p in bench.pairs if p.pair_id in set(recorder.fits[0])])
     rm_sets = {u: fit.get(u, []) for u in bench.seen_users} | {u: recorder.shots.get(u, []) for u in bench.unseen_users}
@@ -429,12 +429,12 @@ def test_methods_decoders_and_judges_are_handed_views_that_hold_no_answer_key(
     from perbench.runner.downstream import Downstream
     from perbench.runner.methods import MethodHandle
     from perbench.runner.state import RunState
-    from perbench.runner.units import Units
+    from perbench.runner.stores import Stores
 
     bench, _ = benches["persona"]
     assert {f.name for f in dataclasses.fields(UserView)} == {"user_id", "seen", "profile"}
     cfg = RunConfig(methods=[{"name": "icl_judge"}], baselines=[], decoders=[{"name": "icl", "k": 2}])
-    state = RunState(cfg, tmp_path, bench, Units(tmp_path / "units.sqlite"))
+    state = RunState(cfg, tmp_path, bench, Stores.in_memory())
     views = state.ctx.extra["users"]
     assert set(views) == set(bench.users) and all(type(v) is UserView for v in views.values())
     assert "answer_keys" not in state.ctx.extra
@@ -562,12 +562,12 @@ def test_the_judges_effective_shot_count_is_what_it_saw(
     from perbench.config import RunConfig
     from perbench.runner.methods import MethodHandle
     from perbench.runner.state import RunState
-    from perbench.runner.units import Units
+    from perbench.runner.stores import Stores
     from perbench.runner.upstream import Upstream
 
     bench, _ = benches["prism"]
     cfg = RunConfig(methods=[{"name": "icl_judge", "max_examples": 1}], baselines=[], decoders=[])
-    state = RunState(cfg, tmp_path, bench, Units(tmp_path / "units.sqlite"))
+    state = RunState(cfg, tmp_path, bench, Stores.in_memory())
     h = MethodHandle(cfg.methods[0], bench, state.ctx, state.units)
     users = bench.unseen_users
     eff = Upstream(state)._effective_shots(h, users, SHOTS)

@@ -190,7 +190,7 @@ def test_each_guided_decoder_pairs_with_the_policy_accuracy_at_its_own_weight(tm
     from perbench.config import RunConfig
     from perbench.data.records import Benchmark, User
     from perbench.runner.state import PAWeight, RunState
-    from perbench.runner.units import Units
+    from perbench.runner.stores import Stores
 
     bench = Benchmark(
         "b",
@@ -209,7 +209,7 @@ def test_each_guided_decoder_pairs_with_the_policy_accuracy_at_its_own_weight(tm
         ],
         pa_weight=3.0,
     )
-    state = RunState(cfg, tmp_path, bench, Units(tmp_path / "units.sqlite"))
+    state = RunState(cfg, tmp_path, bench, Stores.in_memory())
     h = {x.label: x for x in state.method_handles()}
     assert state.pa_weights(h["global_bt"]) == [
         PAWeight(2.0, 5, "args(k=5,w=2.0)"),
@@ -217,5 +217,5 @@ def test_each_guided_decoder_pairs_with_the_policy_accuracy_at_its_own_weight(tm
     ]
     assert state.pa_weights(h["genarm(beta=0.25)"]) == [PAWeight(0.5 / 0.25, 5, "genarm(alpha=0.5)")]
     assert state.pa_weights(h["length"]) == [PAWeight(3.0, 5, None)]  # Best-of-N applies no weight
-    only = RunState(cfg.override(guide_with=["length"]), tmp_path, bench, Units(tmp_path / "u2.sqlite"))
+    only = RunState(cfg.override(guide_with=["length"]), tmp_path, bench, Stores.in_memory())
     assert only.pa_weights(h["global_bt"]) == [PAWeight(3.0, 5, None)]  # guides nothing in that run

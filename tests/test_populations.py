@@ -12,10 +12,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from perbench.config import RunConfig
 from perbench.runner.run import run
+from tests.conftest import empty_cache
 from tests.test_end_to_end import tiny_config, tiny_pool  # noqa: F401 - the session fixture
 
 
@@ -97,6 +99,7 @@ def test_adaptive_rounds_are_recorded_and_the_same_on_every_run(
     tiny_pool: Path,  # noqa: F811
     tmp_path: Path,
     own_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cfg = tiny_config(tiny_pool, tmp_path / "runs").to_dict() | {
         "methods": ["global_bt", "mpu"],
@@ -129,7 +132,8 @@ def test_adaptive_rounds_are_recorded_and_the_same_on_every_run(
     assert summary["cells"] == len({(c["user"], c["prompt"]) for c in res["_cells"] if c["metric"].startswith("args:")})
     again = cli_run(cfg, tmp_path / "adaptive.yaml")  # rerun: nothing computed, the same rounds
     assert again["work"]["computed"] == {} and again["adaptive"] == res["adaptive"]
-    # a new run directory decides its rounds anew (generations come from its own store): the same rounds
+    # a new run directory over an empty cache decides its rounds anew: the same rounds
+    monkeypatch.setenv("PERBENCH_CACHE", str(empty_cache(tmp_path / "second-cache")))
     other = run(RunConfig.from_dict(cfg | {"run_name": "adaptive-again"})).results
     assert other["work"]["computed"]["adaptive"] == len(rounds)
     assert untimed(other["adaptive"]) == untimed(res["adaptive"])
