@@ -51,7 +51,8 @@ def tiny_config(pool: Path, out: Path) -> RunConfig:
 def test_default_config_is_valid() -> None:
     cfg = RunConfig.default()
     assert cfg.benchmark.name == "rubrics" and cfg.policy == "smollm2"
-    assert {d.name for d in cfg.decoders} >= {"zero_shot", "args"}
+    assert {d.name for d in cfg.decoders} >= {"zero_shot", "best_of_n"}
+    assert cfg.verdict_metric == "best_of_n:rubric_satisfaction" and cfg.systems is not None
 
 
 def test_unknown_config_key_has_hint() -> None:

@@ -149,14 +149,23 @@ def test_changing_args_k_in_the_default_config_reruns_only_args(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The default config (shrunk), then the same with ARGS's k changed, through ``perbench run``: the second run
-    is a new folder, yet only the unit holding the ARGS generations (its adaptive rounds) runs, and the work
+    """The default config (shrunk, ARGS added), then the same with ARGS's k changed, through ``perbench run``: the
+    second run is a new folder, yet only the unit holding the ARGS generations (its adaptive rounds) runs, and the work
     counters it prints name only generations, their quality, win rates and the rounds."""
     import yaml
 
     from perbench.cli import main
 
+    # the default config (shrunk), with ARGS on adaptive rounds as its comment says to add it
     cfg = shrunk("default", tiny_pool, tmp_path / "runs")
+    cfg = RunConfig.from_dict(
+        cfg.to_dict()
+        | {
+            "decoders": [*(d.to_dict() for d in cfg.decoders), {"name": "args", "k": 2, "w": 1.0}],
+            "guide_with": [cfg.methods[1].name],
+            "adaptive": {"budget": 6, "round": 2},
+        }
+    )
     args = next(d for d in cfg.decoders if d.name == "args")
     changed = cfg.to_dict() | {
         "decoders": [d.to_dict() if d is not args else {**d.to_dict(), "k": 3} for d in cfg.decoders]
