@@ -35,6 +35,7 @@ PIECES = {
     "methods": ("perf_methods", "Training many methods on shared features"),
     "policy_accuracy": ("perf_policy_accuracy", "Policy accuracy vs one forward per response"),
     "rm_scoring": ("perf_rm_scoring", "RM pair scoring"),
+    "sampling": ("perf_sampling", "Sampling a Best-of-N pool, and the user bootstrap"),
     "ray": ("perf_ray", "Ray executor vs local"),
 }
 MARKER = "<!-- bench/suite.py writes everything above this line; everything below it is kept as it is. -->"

@@ -134,3 +134,18 @@ def test_the_printed_verdict_names_the_decision_and_the_chance_values(
     assert "Verdict: Deploy mpu" in out
     assert f"Decision on {ARGS}: separable; deploy: mpu; reference lines: random" in out
     assert re.search(r"rm_acc_seen → args:rubric_satisfaction: NDCG 1\.00 \(chance 0\.\d\d\), RBO 1\.00", out)
+
+
+def test_an_upstream_tau_outside_its_own_ci_is_noted_in_the_verdict() -> None:
+    from types import SimpleNamespace
+
+    from perbench.metrics.analysis.verdict import Verdict
+
+    est = SimpleNamespace(methods_with=lambda u: ["mpu", "pref"], point_of=lambda m, u: {"mpu": 0.7, "pref": 0.6}[m])
+    v = Verdict(est, {"mpu": "deployable", "pref": "deployable"}, 0.05)  # type: ignore[arg-type]
+    res: dict[str, Any] = {}
+    bp = {"upstream": "rm_acc_seen", "kendall_tau_b": 0.73, "ci": [-0.04, 0.66]}
+    text = " ".join(v.upstream(ARGS, "mpu", bp, res))
+    assert "tau-b 0.73, CI [-0.04, 0.66]; the value lies outside its percentile CI" in text
+    inside = " ".join(v.upstream(ARGS, "mpu", {**bp, "kendall_tau_b": 0.5}, {}))
+    assert "outside" not in inside

@@ -8,6 +8,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 from perbench.data.user_context import UserView, derived_user_context, user_views
@@ -41,7 +42,9 @@ def prompt_messages(prompt: Prompt) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in prompt]
 
 
+@lru_cache(maxsize=8192)
 def prompt_key(prompt: Prompt) -> str:
+    """The canonical JSON of a prompt's messages: one key for equal prompts, whatever their Python form."""
     return json.dumps(prompt_messages(prompt), ensure_ascii=False, sort_keys=True)
 
 

@@ -74,7 +74,7 @@ class BestOfN(Decoder):
         pool: int | None = None,
         temperature: float = 1.0,
         top_p: float = 0.9,
-        sample_batch: int = 32,
+        sample_batch: int = 128,
         **params: Any,
     ) -> None:
         extra = {} if pool is None else {"pool": pool}

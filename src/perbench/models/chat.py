@@ -37,7 +37,13 @@ def _encode_prompt_cached(tokenizer: Any, key: str, _tpl: str) -> tuple[int, ...
 
 
 def encode_response(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(_encode_response_cached(tokenizer, text))
+
+
+@lru_cache(maxsize=8192)
+def _encode_response_cached(tokenizer: Any, text: str) -> tuple[int, ...]:
+    # a run looks up the same responses' features many times (every system, metric and pair set)
+    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def encode_pair(tokenizer: Any, prompt: Prompt, response: str, max_length: int) -> tuple[list[int], int, bool]:

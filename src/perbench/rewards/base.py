@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -208,15 +208,8 @@ class FeatureRM(RewardModel):
 
     def token_rewards(self, items: Sequence[ScoreItem]) -> list[np.ndarray]:
         """r(x, y_≤t) for every response token t, from one (cached) forward per response."""
-        import torch
-
         toks = self._require_extractor().tokens([(it.prompt, it.response) for it in items])
-        out = []
-        with torch.no_grad():
-            for it, tf in zip(items, toks, strict=True):
-                h = torch.from_numpy(tf.hidden)
-                out.append(self.rewards([it.user_id] * len(h), [it.prompt] * len(h), h).double().numpy())
-        return out
+        return per_token_rewards(items, [tf.hidden for tf in toks], self.rewards)
 
     def teacher_forced_candidate_rewards(
         self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
@@ -235,6 +228,38 @@ class FeatureRM(RewardModel):
             h = tree_candidate_hidden(ext.lm, ids, len(ids) - len(response_ids), cands)
             flat = h.reshape(T * k, -1).float()
             return self.rewards([item.user_id] * (T * k), [item.prompt] * (T * k), flat).view(T, k)
+
+
+#: rows of token states one reward call takes (bounds the memory of the stacked states)
+TOKEN_ROWS = 1 << 16
+
+
+def per_token_rewards(
+    items: Sequence[ScoreItem],
+    hidden: Sequence[np.ndarray],
+    reward: Callable[[Sequence[str], Sequence[Prompt], torch.Tensor], torch.Tensor],
+) -> list[np.ndarray]:
+    """``reward(users, prompts, states)`` at every token state of every item (``hidden[i]``: item i's (T_i, d)
+    states), stacked into calls of up to :data:`TOKEN_ROWS` rows instead of one call per response (a reward
+    is row-wise, so only float rounding can tell the two apart) -> one (T_i,) array per item."""
+    import torch
+
+    out: list[np.ndarray] = []
+    start = 0
+    while start < len(items):
+        stop, rows = start, 0
+        while stop < len(items) and (stop == start or rows + len(hidden[stop]) <= TOKEN_ROWS):
+            rows += len(hidden[stop])
+            stop += 1
+        lengths = [len(h) for h in hidden[start:stop]]
+        users = [it.user_id for it, n in zip(items[start:stop], lengths, strict=True) for _ in range(n)]
+        prompts = [it.prompt for it, n in zip(items[start:stop], lengths, strict=True) for _ in range(n)]
+        with torch.no_grad():
+            flat = torch.from_numpy(np.concatenate(hidden[start:stop]))
+            r = reward(users, prompts, flat).double().cpu().numpy()
+        out.extend(np.split(r, np.cumsum(lengths)[:-1]))
+        start = stop
+    return out
 
 
 def pair_feature_arrays(

@@ -21,6 +21,7 @@ text per row.
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,10 @@ from perbench.progress import progress
 
 #: the longest packed row a CPU forward holds (a single longer text still gets its own row)
 CPU_ROW_TOKENS = 512
+#: decoded features kept in memory per extractor (least recently used first out): a run reads the same texts'
+#: features for every system, metric and pair set, and decoding them from the store each time cost more than
+#: the systems' own arithmetic
+MEMO_BYTES = 256 << 20
 
 
 @dataclass
@@ -66,6 +71,8 @@ class FeatureExtractor:
         self.max_length = max_length
         self.share_prompt = share_prompt
         self.stats = ExtractStats()
+        self._memo: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()
+        self._memo_bytes = 0
 
     @property
     def fingerprint(self) -> str:
@@ -102,11 +109,13 @@ class FeatureExtractor:
     def _get(self, items: Sequence[tuple[Prompt, str]], kind: str, desc: str) -> list[dict[str, np.ndarray]]:
         encoded = [encode_pair(self.lm.tokenizer, p, r, self.max_length) for p, r in items]
         keys = [self._key(kind, ids, n) for ids, n, _ in encoded]
-        found = self.store.get_many_bytes(sorted(set(keys)))
-        todo = sorted({k: i for i, k in enumerate(keys) if k not in found}.values(), key=lambda i: -len(encoded[i][0]))
+        results = {k: self._memo[k] for k in keys if k in self._memo}
+        stored = self.store.get_many_bytes(sorted({k for k in keys if k not in results}))
+        results.update({k: unpack_arrays(v) for k, v in stored.items()})
+        first = {k: i for i, k in enumerate(keys) if k not in results}
+        todo = sorted(first.values(), key=lambda i: -len(encoded[i][0]))
         self.stats.reused += len(items) - len(todo)
         self.stats.truncated += sum(t for _, _, t in encoded)
-        results: dict[str, dict[str, np.ndarray]] = {k: unpack_arrays(v) for k, v in found.items()}
         bar = progress(total=len(todo), desc=desc, unit="seq")
         for rows in self._batches([encoded[i] for i in todo], todo):
             batch = [i for row in rows for i in row]
@@ -124,7 +133,22 @@ class FeatureExtractor:
             self.stats.computed += len(batch)
             bar.update(len(batch))
         bar.close()
+        self._remember(results)
         return [results[k] for k in keys]
+
+    def _remember(self, results: dict[str, dict[str, np.ndarray]]) -> None:
+        """Keep decoded features in memory, read-only (callers share them), within :data:`MEMO_BYTES`."""
+        for k, v in results.items():
+            if k in self._memo:
+                self._memo.move_to_end(k)
+                continue
+            for a in v.values():
+                a.flags.writeable = False
+            self._memo[k] = v
+            self._memo_bytes += sum(a.nbytes for a in v.values())
+        while self._memo_bytes > MEMO_BYTES and self._memo:
+            _, old = self._memo.popitem(last=False)
+            self._memo_bytes -= sum(a.nbytes for a in old.values())
 
     def _batches(self, encoded: Sequence[tuple[list[int], int, bool]], index: Sequence[int]) -> list[list[list[int]]]:
         """Group ``index`` (parallel to ``encoded``) into forwards of rows: a row is texts with the same prompt

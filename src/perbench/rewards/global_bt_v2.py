@@ -26,7 +26,7 @@ from perbench.cache import Store
 from perbench.data.records import PreferencePair
 from perbench.models.loader import LoadedLM
 from perbench.progress import track
-from perbench.rewards.base import RewardModel, RMContext, ScoreItem, pair_feature_arrays
+from perbench.rewards.base import RewardModel, RMContext, ScoreItem, pair_feature_arrays, per_token_rewards
 from perbench.rewards.features import FeatureExtractor
 from perbench.rewards.global_bt import Standardizer, fit_linear_bt
 from perbench.rewards.lm_utils import (
@@ -163,8 +163,7 @@ class GlobalBTv2(RewardModel):
         if self.extractor is None or self.w is None:
             raise RuntimeError(f"{self.name} used before fit")
         toks = self.extractor.tokens([(it.prompt, it.response) for it in items], desc=f"{self.name} token features")
-        with torch.no_grad():
-            return [self._head(torch.from_numpy(tf.hidden)).double().numpy() for tf in toks]
+        return per_token_rewards(items, [tf.hidden for tf in toks], lambda _u, _p, h: self._head(h))
 
     def teacher_forced_candidate_rewards(
         self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
