@@ -560,6 +560,15 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
     assert {"rl:rubric_satisfaction", "rl_sampled:rubric_satisfaction", "rl:rm_win"} <= metrics
     assert not any(m.startswith(("rl_placebo", "rl_random", "rl_base")) for m in metrics)
     assert res["work"]["computed"]["rl"] == 4
+    # a verdict on an rl metric says its CIs leave the seeds out (one mean over seeds per cell)
+    from perbench.runner.results import analyze_cells
+
+    from perbench.config import RunConfig
+
+    cell_rows = [json.loads(line) for line in (first.run_dir / "cells.jsonl").read_text().splitlines()]
+    on_rl = RunConfig.from_dict(cfg.to_dict() | {"verdict_metric": "rl:rubric_satisfaction"})
+    on_rl = analyze_cells(cell_rows, on_rl)["verdict"]
+    assert "averaged over the 2 training seeds" in on_rl["text"] and on_rl["seed_note"]
     html = (first.run_dir / "report.html").read_text()
     assert 'id="rl"' in html and "rl_placebo" in html and "KL-matched" in html
     # the same config through the CLI: the summary shows the placebo; nothing is trained or decoded again

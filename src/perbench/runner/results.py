@@ -206,7 +206,7 @@ def analyze_cells(
 
     metrics = {c["metric"] for c in cells}
     verdict = cfg.verdict_metric or next((m for m in VERDICT_DEFAULTS if m in metrics), None)
-    return analyze(
+    analysis = analyze(
         cells,
         verdict_metric=verdict,
         reference_method=cfg.reference_method,
@@ -216,6 +216,17 @@ def analyze_cells(
         roles={b.label(): "baseline" for b in cfg.baselines},
         adaptive=adaptive,
     )
+    seeds = (cfg.rl or {}).get("seeds") or []
+    v = analysis.get("verdict")
+    if v and len(seeds) > 1 and str(v.get("metric") or "").partition(":")[0] in ("rl", "rl_sampled"):
+        note = (
+            f"The verdict's CIs resample users and prompts, each cell averaged over the {len(seeds)} training seeds, "
+            "so they leave out seed-to-seed variance; the RL table's CIs resample the seeds too and are the ones "
+            "to act on."
+        )
+        v["text"] = f"{v.get('text', '')} {note}".strip()
+        v["seed_note"] = note
+    return analysis
 
 
 def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:
