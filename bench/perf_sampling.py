@@ -2,9 +2,10 @@
 
 Sampling: 4 prompts × 16 samples (the default's pool rows: several samples per prompt), SmolLM2-135M, fp32,
 EOS disabled so every variant decodes the same number of tokens, nucleus top-p 0.9 as the pool samples. The
-variants differ in one thing each, cumulatively: transformers' ``DynamicCache`` (its layers concatenate the
-whole cache to itself at every step) with a prefill per row and one ``torch.multinomial`` per row; then the
-growing cache (``growing_cache``); then one prefill per distinct prompt; then inverse-CDF draws (``draw``).
+variants differ in one thing each, cumulatively: a prefill per row, every row's vocabulary sorted whenever any
+row's nucleus lies outside its top 256 tokens, and one ``torch.multinomial`` per row (before); then one prefill
+per distinct prompt; then the current sampler (``sample_top_p``: inverse-CDF draws, only the rows that need it
+sorted).
 Bootstrap: ``bootstrap_by_group`` of the macro mean on 600 pair outcomes of 32 users, 1,000 replicates, on
 the same draws: the vectorised path against the per-replicate loop (a wrapper function takes the loop).
 """
@@ -37,17 +38,12 @@ def multinomial_top_p(logprobs: Any, top_p: float, gens: list[Any]) -> Any:
     return torch.stack(out)
 
 
-def decode(
-    lm: Any, prompt_ids: list[list[int]], steps: int, *, stock: bool, share: bool, sampler: Callable[..., Any]
-) -> Any:
+def decode(lm: Any, prompt_ids: list[list[int]], steps: int, *, share: bool, sampler: Callable[..., Any]) -> Any:
     import torch
-    from transformers import DynamicCache
 
     from perbench.models.stepper import CachedLM
 
     state = CachedLM(lm, prompt_ids)
-    if stock:
-        state.cache = DynamicCache(config=lm.model.config)
     if not share:
         state.copy_of = torch.arange(len(prompt_ids))
     gens = [torch.Generator().manual_seed(i) for i in range(len(prompt_ids))]
@@ -71,10 +67,9 @@ def run(settings: Settings) -> Section:
     n_prompts, per_prompt, steps = settings.size(4, 1), settings.size(16, 4), settings.size(56, 8)
     ids = [encode_prompt(lm.tokenizer, p) for p in PROMPTS[:n_prompts] for _ in range(per_prompt)]
     variants = {
-        "DynamicCache, prefill per row, multinomial (before)": dict(stock=True, share=False, sampler=multinomial_top_p),
-        "growing cache": dict(stock=False, share=False, sampler=multinomial_top_p),
-        "+ one prefill per prompt": dict(stock=False, share=True, sampler=multinomial_top_p),
-        "+ inverse-CDF draws, sort only wide rows (now)": dict(stock=False, share=True, sampler=sample_top_p),
+        "prefill per row, multinomial (before)": dict(share=False, sampler=multinomial_top_p),
+        "+ one prefill per prompt": dict(share=True, sampler=multinomial_top_p),
+        "+ inverse-CDF draws, sort only wide rows (now)": dict(share=True, sampler=sample_top_p),
     }
     fns = {name: (lambda kw=kw: decode(lm, ids, steps, **kw)) for name, kw in variants.items()}
     med, outs = interleaved(fns, settings.rounds)
@@ -87,10 +82,14 @@ def run(settings: Settings) -> Section:
         *table(["variant", "time", "tokens/s", "speed-up"], rows),
         "",
     ]
-    # the first three variants draw with the same sampler: the cache and the prefill must not change a token
-    same = [outs[n] for n in list(variants)[:3]]
-    identical = all(bool((o == same[0]).all()) for o in same)
-    sec.body.append(f"The three variants with one sampler drew identical tokens: {'yes' if identical else 'NO'}.")
+    # the first two variants draw with one sampler: a row's tokens differ only where float rounding (a prefill
+    # of another batch shape) flips a draw, after which the rest of the row differs too
+    a, b = (outs[n] for n in list(variants)[:2])
+    same_rows = int((a == b).all(1).sum())
+    sec.body.append(
+        f"Rows with the same tokens under both prefills (one sampler): {same_rows} of {len(ids)} (a draw is "
+        "sensitive to float rounding, and one different draw changes the rest of its row)."
+    )
     sec.body.append("")
     first, last = next(iter(med)), list(med)[-1]
     sec.goals.append(

@@ -561,9 +561,8 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
     assert not any(m.startswith(("rl_placebo", "rl_random", "rl_base")) for m in metrics)
     assert res["work"]["computed"]["rl"] == 4
     # a verdict on an rl metric says its CIs leave the seeds out (one mean over seeds per cell)
-    from perbench.runner.results import analyze_cells
-
     from perbench.config import RunConfig
+    from perbench.runner.results import analyze_cells
 
     cell_rows = [json.loads(line) for line in (first.run_dir / "cells.jsonl").read_text().splitlines()]
     on_rl = RunConfig.from_dict(cfg.to_dict() | {"verdict_metric": "rl:rubric_satisfaction"})

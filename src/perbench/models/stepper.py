@@ -5,10 +5,6 @@ position. ``step(tokens)`` appends one token per row. ``expand(cands)`` feeds k 
 in **one** row of the forward: every candidate sits at the same position and attends to the prefix and
 itself only (a custom 4-D mask), so k candidates cost one k-token forward and no cache copies.
 ``commit(idx)`` then keeps only the chosen candidate's keys/values.
-
-The cache's layers keep their keys and values in buffers with room to grow (:func:`growing_cache`): the stock
-layer concatenates the whole cache to itself at every step, which on a CPU cost more than the step's matrix
-products once a batch's cache reaches a few MB.
 """
 
 from __future__ import annotations
@@ -21,61 +17,10 @@ import torch
 from perbench.models.loader import LoadedLM
 
 
-def growing_cache(config: Any) -> Any:
-    """A ``DynamicCache`` for ``config`` whose full-attention layers append into buffers with room to grow (by
-    half their length, at least 64 tokens: amortised O(1) copies per token instead of a copy of the whole cache).
-    Layers of other kinds (sliding windows) are kept as they are."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]
-        _kbuf: torch.Tensor | None = None
-        _vbuf: torch.Tensor | None = None
-
-        def update(
-            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            keys, values = self.keys, self.values
-            n = keys.shape[-2] if keys is not None and keys.numel() else 0
-            end = n + key_states.shape[-2]
-            kb, vb = self._kbuf, self._vbuf
-            # keys / values must still be the leading slice of the buffers (commit() and crop() keep them so;
-            # anything that replaced them with new tensors gets new buffers)
-            backed = (
-                kb is not None
-                and vb is not None
-                and keys is not None
-                and values is not None
-                and n > 0
-                and keys.data_ptr() == kb.data_ptr()
-                and values.data_ptr() == vb.data_ptr()
-                and keys.stride() == kb.stride()
-                and values.stride() == vb.stride()
-                and keys.shape[:2] == key_states.shape[:2]
-            )
-            if not backed or kb is None or vb is None or end > kb.shape[-2]:
-                cap = end + max(64, end // 2)  # room for 64 tokens, or half as many again
-                kb = key_states.new_empty((*key_states.shape[:2], cap, key_states.shape[-1]))
-                vb = value_states.new_empty((*value_states.shape[:2], cap, value_states.shape[-1]))
-                if n:
-                    assert keys is not None and values is not None
-                    kb[:, :, :n] = keys
-                    vb[:, :, :n] = values
-                self._kbuf, self._vbuf = kb, vb
-            kb[:, :, n:end] = key_states
-            vb[:, :, n:end] = value_states
-            self.keys, self.values = kb[:, :, :end], vb[:, :, :end]
-            return self.keys, self.values
-
-    cache = DynamicCache(config=config)
-    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]  # type: ignore[no-untyped-call]
-    return cache
-
-
 class CachedLM:
     def __init__(self, lm: LoadedLM, prompt_ids: Sequence[Sequence[int]]) -> None:
+        from transformers import DynamicCache
+
         self.lm = lm
         self.decoder = lm.model.get_decoder()
         self.head = lm.model.get_output_embeddings()
@@ -95,7 +40,7 @@ class CachedLM:
         self.prompt = ids.to(self.device)
         self.mask = mask.to(self.device)
         self.next_pos = self.mask.sum(1)  # (B,) position of the next token
-        self.cache: Any = growing_cache(lm.model.config)
+        self.cache: Any = DynamicCache(config=lm.model.config)
         self._pending: int = 0  # candidate entries in the cache awaiting commit
 
     @torch.inference_mode()
