@@ -144,8 +144,28 @@ def test_an_upstream_tau_outside_its_own_ci_is_noted_in_the_verdict() -> None:
     est = SimpleNamespace(methods_with=lambda u: ["mpu", "pref"], point_of=lambda m, u: {"mpu": 0.7, "pref": 0.6}[m])
     v = Verdict(est, {"mpu": "deployable", "pref": "deployable"}, 0.05)  # type: ignore[arg-type]
     res: dict[str, Any] = {}
-    bp = {"upstream": "rm_acc_seen", "kendall_tau_b": 0.73, "ci": [-0.04, 0.66]}
+    # as the selection's best predictor carries it: its coefficient entry's note on a value outside the CI
+    note = "the value lies outside its percentile CI: a coefficient of noisy means is biased toward 0 in the resamples"
+    bp = {"upstream": "rm_acc_seen", "kendall_tau_b": 0.73, "ci": [-0.04, 0.66], "note": note}
     text = " ".join(v.upstream(ARGS, "mpu", bp, res))
     assert "tau-b 0.73, CI [-0.04, 0.66]; the value lies outside its percentile CI" in text
-    inside = " ".join(v.upstream(ARGS, "mpu", {**bp, "kendall_tau_b": 0.5}, {}))
+    inside = " ".join(v.upstream(ARGS, "mpu", {**bp, "kendall_tau_b": 0.5, "note": None}, {}))
     assert "outside" not in inside
+
+
+def test_the_best_predictor_carries_its_coefficients_note_to_the_verdict() -> None:
+    from types import SimpleNamespace
+
+    from perbench.metrics.analysis.selection import _best_predictor
+
+    note = "the value lies outside its percentile CI: a coefficient of noisy means is biased toward 0 in the resamples"
+    pairs = [
+        {
+            "upstream": "rm_acc_seen",
+            "downstream": ARGS,
+            "kendall_tau_b": {"value": 0.73, "ci": [-0.04, 0.66], "note": note},
+        },
+        {"upstream": "pa", "downstream": ARGS, "kendall_tau_b": {"value": 0.2, "ci": [-0.3, 0.5], "note": None}},
+    ]
+    bp = _best_predictor(SimpleNamespace(n_boot=0, level=0.95), pairs, {}, ARGS)  # type: ignore[arg-type]
+    assert bp["upstream"] == "rm_acc_seen" and bp["note"] == note

@@ -216,9 +216,12 @@ def analyze_cells(
         roles={b.label(): "baseline" for b in cfg.baselines},
         adaptive=adaptive,
     )
-    seeds = (cfg.rl or {}).get("seeds") or []
+    from perbench.training.spec import RLPhase
+
     v = analysis.get("verdict")
-    if v and len(seeds) > 1 and str(v.get("metric") or "").partition(":")[0] in ("rl", "rl_sampled"):
+    on_rl = bool(cfg.rl and v and str(v.get("metric") or "").partition(":")[0] in ("rl", "rl_sampled"))
+    seeds = RLPhase.from_dict(cfg.rl).training_seeds if on_rl and cfg.rl else ()
+    if v and len(seeds) > 1:
         note = (
             f"The verdict's CIs resample users and prompts, each cell averaged over the {len(seeds)} training seeds, "
             "so they leave out seed-to-seed variance; the RL table's CIs resample the seeds too and are the ones "

@@ -170,6 +170,7 @@ def _best_predictor(
         "kendall_tau_b": t_best["value"],
         "ci": t_best["ci"],
         "p_best": p_best,
+        "note": t_best.get("note"),
         "text": _predictor_text(est, u_best, d, t_best["value"], t_best["ci"], p_best),
     }
 

@@ -160,8 +160,8 @@ class Verdict:
         out = []
         tci = bp["ci"]
         tau = f"tau-b {bp['kendall_tau_b']:.2f}" + (f", CI [{tci[0]:.2f}, {tci[1]:.2f}]" if tci else "")
-        if tci and not tci[0] - 1e-12 <= bp["kendall_tau_b"] <= tci[1] + 1e-12:
-            tau += "; the value lies outside its percentile CI, since resampled noisy means pull tau-b toward 0"
+        if bp.get("note"):  # the selection's own remark on this coefficient (a value outside its CI)
+            tau += f"; {bp['note']}"
         if ups and lead in ups:
             top_value = max(ups.values())
             top = sorted(m for m, v in ups.items() if same_value(v, top_value))
