@@ -57,6 +57,33 @@ def simultaneous(
     return crit, [(float(p - h), float(p + h)) for p, h in zip(pts, half, strict=True)]
 
 
+def simultaneous_lower(
+    points: Sequence[float], reps: Sequence[FloatArray], level: float
+) -> tuple[float | None, list[float]]:
+    """One-sided simultaneous lower bounds for several differences Δ_j (each system − the null, say): with se*_j
+    the replicates' sd and T = max_j (Δ*_j − Δ̂_j) / se*_j over the bootstrap, c is the ``level`` quantile of T and
+    every bound is Δ̂_j − c·se*_j, so P(Δ_j ≥ bound_j for every j) ≈ ``level`` (family-wise, one-sided).
+
+    A difference whose replicates never vary gets its point as bound; c is None when none varies."""
+    if not points:
+        return None, []
+    pts = np.asarray(points, dtype=np.float64)
+    mat = np.stack([np.asarray(r, dtype=np.float64) for r in reps], axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.nanstd(mat, axis=0, ddof=1) if mat.shape[0] > 1 else np.zeros(len(pts))
+    se = np.where(np.isfinite(se), se, 0.0)
+    vary = se > 1e-12 * np.maximum(1.0, np.abs(pts))
+    crit: float | None = None
+    if vary.any():
+        z = (mat[:, vary] - pts[vary]) / se[vary]
+        finite = np.isfinite(z).any(axis=1)
+        if finite.any():
+            t = np.nanmax(np.where(np.isfinite(z[finite]), z[finite], np.nan), axis=1)
+            crit = float(np.quantile(t, level))
+    half = np.where(vary, se * (crit if crit is not None else 0.0), 0.0)
+    return crit, [float(p - h) for p, h in zip(pts, half, strict=True)]
+
+
 def tost_level(level: float) -> float:
     """The (1 − 2α) level of two one-sided tests at α = 1 − level (0.90 for level 0.95)."""
     return max(0.0, 2 * level - 1)
