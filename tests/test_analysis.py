@@ -128,7 +128,7 @@ def test_na_states_and_too_few_systems() -> None:
     assert na["value"] is None and na["ci"] is None and na["n"] == 0 and na["na"] == "no per-token reward"
     assert res["table"]["global_bt"][ARGS]["na"] is None
     tau = res["selection"]["pairs"][0]["kendall_tau_b"]
-    assert tau["value"] is None and tau["ci"] is None and "need 3" in tau["na"]
+    assert tau["value"] is None and tau["ci"] is None and "need 5" in tau["na"]
     assert res["selection"]["best_predictor"][ARGS]["upstream"] is None
     assert res["ranking"][ARGS]["order"] == ["global_bt"]
     assert not any("unreliable" in n for n in res["notes"])  # 12 users, 8 and 96 prompts: no notes

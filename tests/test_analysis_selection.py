@@ -83,18 +83,22 @@ def test_seeds_are_averaged_into_one_system_and_say_so() -> None:
 def test_variants_of_one_method_also_count_once_across_methods() -> None:
     # three variants per family: within a family the rankings agree perfectly, across families they are reversed
     spec: dict[str, tuple[float, float]] = {}
-    for i, fam in enumerate(["a", "b", "c", "d"]):
+    for i, fam in enumerate(["a", "b", "c", "d", "e"]):
         for j, frac in enumerate(["(train_fraction=0.25)", "(train_fraction=0.5)", ""]):
             spec[fam + frac] = (0.5 + 0.1 * i + 0.02 * j, 0.9 - 0.1 * i + 0.02 * j)
     res = analyze(_systems("b|p|seed0", spec), upstream=["rm_acc_seen"], downstream=[ARGS], n_boot=200)
     pair = res["selection"]["pairs"][0]
     fam = pair["across_methods"]
-    assert pair["n_systems"] == 12 and fam["n_families"] == 4 and fam["families"] == ["a", "b", "c", "d"]
+    assert pair["n_systems"] == 15 and fam["n_families"] == 5 and fam["families"] == ["a", "b", "c", "d", "e"]
     assert fam["kendall_tau_b"]["value"] == pytest.approx(-1.0) and fam["spearman"]["value"] == pytest.approx(-1.0)
     assert fam["kendall_tau_b"]["ci"] is not None
     assert (
         pair["kendall_tau_b"]["value"] > fam["kendall_tau_b"]["value"]
     )  # the pooled one mixes in the within-family agreement
+    # four families are too few to report a coefficient over (it says why)
+    four = analyze(_systems("b|p|seed0", {k: v for k, v in spec.items() if not k.startswith("e")}), n_boot=50)
+    fam4 = four["selection"]["pairs"][0]["across_methods"]
+    assert fam4["kendall_tau_b"]["value"] is None and "4 method families (need 5" in fam4["kendall_tau_b"]["na"]
     # one system per family: nothing to cluster, so no second version
     plain = analyze(_systems("b|p|seed0", {"a": (0.5, 0.4), "b": (0.6, 0.5), "c": (0.7, 0.6)}), n_boot=50)
     assert all(p["across_methods"] is None for p in plain["selection"]["pairs"])
