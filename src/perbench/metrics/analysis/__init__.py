@@ -44,7 +44,7 @@ from perbench.metrics.analysis.base import (
 )
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.fairness import fairness, minority_users
-from perbench.metrics.analysis.power import POWER, plan
+from perbench.metrics.analysis.power import POWER, decision
 from perbench.metrics.analysis.ranking import ranking
 from perbench.metrics.analysis.roles import DEPLOYABLE, method_roles
 from perbench.metrics.analysis.selection import selection
@@ -104,6 +104,7 @@ def analyze(
     rankings = {k: ranking(est, k, role, margin) for k in [*est.upstream, *est.downstream]}
     v, plans = verdict(est, verdict_metric, sel, rankings, role, margin, adaptive)
     minority = minority_users(est)
+    whole = _whole_decision(est, v["metric"], rankings, margin)
     out = {
         "resampling": (
             f"two-way: users × prompts (pigeonhole bootstrap), n_boot={n_boot}, seed={seed}; with fewer than "
@@ -131,9 +132,20 @@ def analyze(
         "minority": minority,
         "fairness": fairness(est, v["metric"] if v["metric"] and is_downstream(v["metric"]) else None, minority),
         "verdict": v,
-        "power": {v["metric"]: plans} if v["metric"] else {},
+        "power": {v["metric"]: plans + whole["vs_random"]} if v["metric"] else {},
+        "power_decision": {v["metric"]: whole["decision"]} if v["metric"] else {},
     }
     return dict(json_safe(out))
+
+
+def _whole_decision(est: Estimates, metric: str | None, rankings: Mapping[str, Any], margin: float) -> dict[str, Any]:
+    """The planner's rows of each system against the random pick and the whole decision's size (:func:`.decision`)
+    for the verdict's metric."""
+    order = list((rankings.get(metric) or {}).get("order") or []) if metric else []
+    if not order or metric is None:
+        return {"vs_random": [], "decision": None}
+    crit = rankings[metric].get("critical_value")
+    return decision(est, metric, order, margin=margin, crit=crit)
 
 
 def plan_sizes(
@@ -151,8 +163,11 @@ def plan_sizes(
 ) -> dict[str, Any]:
     """The power planner on its own (``perbench plan``): for the leader of ``metric`` (default: the verdict's
     default) against each other deployable method, the users × prompts that separate them at ``effect`` (metric
-    units; None: each observed difference) or establish equivalence within the margin, at ``power``.
-    ``critical_value`` is the verdict's simultaneous one when known (None: z for one comparison). ``points``:
+    units; None: each observed difference) or establish equivalence within the margin, at ``power``; where the
+    metric has ``random_pick`` cells, each deployable system against the random pick (one-sided); and
+    ``decision``, the size at which all of those comparisons succeed together (:func:`.power.decision`).
+    ``critical_value`` is the verdict's simultaneous one when known (None: the planner's own at the current
+    size, from the comparisons' joint distribution). ``points``:
     ``effect`` and ``equivalence_margin`` are in points (1/100) when the metric is a proportion. Without
     ``equivalence_margin``, the margin is ``run_margin`` (the run's, in metric units), else ``DEFAULT_MARGIN``."""
     est = Estimates(cells, None, None, "", 0, 0, level, None)
@@ -172,9 +187,9 @@ def plan_sizes(
         if role.get(m) == DEPLOYABLE and (v := est.point_of(m, chosen)) is not None
     }
     order = order_by_value(vals)
-    entries = []
+    got: dict[str, Any] = {"leader": [], "vs_random": [], "decision": None, "critical_values": {}}
     if order:
-        entries = plan(est, chosen, order[0], order[1:], margin=margin, crit=critical_value, effect=effect, power=power)
+        got = decision(est, chosen, order, margin=margin, crit=critical_value, effect=effect, power=power)
     out = {
         "metric": chosen,
         "proportion": est.is_proportion(chosen),
@@ -182,6 +197,8 @@ def plan_sizes(
         "order": order,
         "margin": margin,
         "notes": [n.replace("the verdict uses", "the plan uses") for n in notes],
-        "plans": entries,
+        "plans": got["leader"] + got["vs_random"],
+        "decision": got["decision"],
+        "critical_values": got["critical_values"],
     }
     return dict(json_safe(out))
