@@ -152,8 +152,8 @@ class TwoWayBootstrap:
     ``resample_users`` / ``resample_prompts`` switch a factor off (its counts stay 1), which gives the
     one-way bootstraps for comparison. ``user_classes`` (one per row, the same for every row of a user) stratifies
     the user draws: each class's users are drawn among themselves, so every replicate has as many users of each
-    class as the data (seen and unseen users, say). A column with fewer than ``min_levels`` users falls back to resampling
-    prompts or (user, prompt) pairs (:meth:`resampling`; ``min_levels=0`` keeps every column two-way).
+    class as the data (seen and unseen users, say). A column with fewer than ``min_levels`` users falls back to
+    resampling prompts or (user, prompt) pairs (:meth:`resampling`; ``min_levels=0`` keeps every column two-way).
     """
 
     def __init__(
