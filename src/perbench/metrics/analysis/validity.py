@@ -37,7 +37,9 @@ import numpy as np
 from perbench.metrics.analysis.base import EXTERNAL, Est, FloatArray, ci_, f_, order_by_value
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.predictors import (
+    CURATED,
     HEADLINE,
+    ONPOLICY,
     PREDICTORS,
     PUBLISHED,
     describe,
@@ -62,7 +64,8 @@ def predictors_of(est: Estimates, predictors: Sequence[str] | None) -> list[str]
     if predictors is not None:
         return [p for p in predictors if p in est.upstream]
     extra = sorted(u for u in est.upstream if u.startswith(EXTERNAL))
-    chosen = [p for p in PREDICTORS if p in est.upstream] + extra
+    onpolicy = sorted(u for u in est.upstream if u.startswith(ONPOLICY))
+    chosen = [p for p in PREDICTORS if p in est.upstream] + onpolicy + extra
     return chosen if len(chosen) >= 2 else list(est.upstream)
 
 
@@ -213,6 +216,31 @@ def _verdict(
         out["decision"] = "best" if out["better_than"] and not out["tied_with"] else "undecided"
     tau_ci = next(r for r in table if r["upstream"] == lead)["kendall_tau_b"].get("ci")
     out["text"] = verdict_text(d, lead, taus[lead], tau_ci, out, sys.est.level)
+    out["max_of_k"] = _max_of_k(sys, d, order)
+    return out
+
+
+def _max_of_k(sys: _Systems, d: str, order: Sequence[str]) -> dict[str, Any]:
+    """The highest τ-b of K predictors is a maximum, selected after the fact: its percentile interval does not
+    cover it (it sits high in its own replicates). The interval given instead is simultaneous over the K
+    predictors (the max-statistic bootstrap of |τ*_k − τ̂_k| / se*_k), so it holds whichever predictor came out
+    on top."""
+    points, reps = [], []
+    for u in order:
+        t, r = sys.coefs(u, d, sys.having([u, d]))["kendall_tau_b"]
+        if t is None:
+            continue
+        points.append(float(t))
+        reps.append(r)
+    out: dict[str, Any] = {"upstream": order[0] if order else None, "k": len(points), "value": None, "ci": None}
+    if not points:
+        return out
+    out["value"] = f_(points[0])
+    if sys.est.n_boot >= 2 and len(points) > 1:
+        crit, bounds = simultaneous(points, reps, sys.est.level)
+        if crit is not None:
+            lo, hi = bounds[0]
+            out.update(ci=[max(-1.0, lo), min(1.0, hi)], critical_value=crit)
     return out
 
 
@@ -267,9 +295,13 @@ def validity(
         own = {r["upstream"]: r["n_systems"] for r in table}
         diffs = {frozenset((a, b)): _difference(sys, a, b, d, own) for i, a in enumerate(preds) for b in preds[i + 1 :]}
         head = diffs.get(frozenset(HEADLINE))
+        vs_curated = [
+            diffs[frozenset((p, CURATED))] for p in preds if p.startswith(ONPOLICY) and frozenset((p, CURATED)) in diffs
+        ]
         out["by_downstream"][d] = {
             "predictors": table,
             "differences": list(diffs.values()),
+            "onpolicy_vs_curated": vs_curated,
             "verdict": _verdict(sys, d, table, diffs),
             "headline": None if head is None else head["text"],
             "published": published_for(downstream=d),
