@@ -313,7 +313,6 @@ def print_verdict(analysis: dict[str, Any]) -> None:
         if verdict.get("reference_lines"):
             facts.append("reference lines: " + ", ".join(map(str, verdict["reference_lines"])))
         print("; ".join(facts))
-    print_headroom(analysis)
     pairs = (analysis.get("selection") or {}).get("pairs") or []
     if not pairs:
         return

@@ -258,7 +258,8 @@ def validity(
     the deployable systems alone."""
     preds = predictors_of(est, predictors)
     role = {m: (roles or {}).get(m, DEPLOYABLE) for m in est.methods}
-    reference = sorted(m for m, r in role.items() if r in (BASELINE, ORACLE))
+    scored = {m for p in preds for m in est.methods_with(p)}  # (a pool's random pick has no upstream rows)
+    reference = sorted(m for m, r in role.items() if r in (BASELINE, ORACLE) and m in scored)
     methods = [m for m, r in role.items() if r == DEPLOYABLE]
     if reference:  # (pure decoders have no upstream cells: they are in no system either way)
         selection = _selection(est, methods, preds)[0]

@@ -124,7 +124,7 @@ class Verdict:
 
     def margin_text(self, metric: str) -> str:
         shown = "±" + self.est.fmt(metric, self.margin, True).lstrip("+")
-        return f"{shown} ({self.margin_source})"
+        return f"{shown}, the margin: {self.margin_source}"
 
     # ------------------------------------------------------------------ the parts
     def headroom(self, metric: str, lead: str | None) -> str:
@@ -336,7 +336,7 @@ class Verdict:
         ci = None if d is None else self.est.ci(d)
         out = {"value": f_(mine.point), "null": f_(null.point), "excess": None if d is None else f_(d.point),
                "ci": None if ci is None else list(ci)}  # fmt: skip
-        excess = "" if d is None else f", {self.pct(k, d.point, True)} above it ({self.est.fmt_ci(k, ci)})"
+        excess = "" if d is None else f": {self.pct(k, d.point, True)} beyond it ({self.est.fmt_ci(k, ci)})"
         return out, (
             f"Reward hacking: {pick}'s own reward prefers its pick to the zero-shot output in "
             f"{self.pct(k, mine.point)} of cells, where a scorer with no information gets "
