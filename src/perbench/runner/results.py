@@ -409,6 +409,9 @@ def print_validity(analysis: dict[str, Any]) -> None:
         return "n/a" if v is None else f"{v:+.2f}" + ("" if not ci else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
 
     print(f"\nWhich benchmark to trust for {d} (τ-b / Spearman ρ / NDCG, 95% CI, over systems):")
+    pre = entry.get("prespecified") or {}
+    if pre.get("upstream"):
+        print(f"  the predictor fixed before the run: {pre['upstream']}, τ-b {corr(pre.get('kendall_tau_b'))}")
     if validity.get("reference_lines"):
         print(f"  (deployable systems only; reference lines left out: {', '.join(validity['reference_lines'])})")
     for r in rows:

@@ -118,7 +118,7 @@ def analyze(
         k: ranking(est, k, role, margins[k]["value"], qualified(room.get(k), est.methods) if k in room else None)
         for k in [*est.upstream, *est.downstream]
     }
-    valid = validity(est, sel, predictors, role)
+    valid = validity(est, sel, predictors, role, verdict_predictor)
     v, plans = verdict(est, verdict_metric, rankings, role, margins, adaptive, room, valid, systems, verdict_predictor)
     margin = margins[v["metric"]]["value"] if v["metric"] in margins else DEFAULT_MARGIN
     minority = minority_users(est)

@@ -216,8 +216,26 @@ def _verdict(
         out["decision"] = "best" if out["better_than"] and not out["tied_with"] else "undecided"
     tau_ci = next(r for r in table if r["upstream"] == lead)["kendall_tau_b"].get("ci")
     out["text"] = verdict_text(d, lead, taus[lead], tau_ci, out, sys.est.level)
-    out["max_of_k"] = _max_of_k(sys, d, order)
+    out["max_of_k"] = best = _max_of_k(sys, d, order)
+    if best.get("ci") and best["k"] > 1:
+        lo, hi = best["ci"]
+        out["text"] += (
+            f" {lead} is the highest of {best['k']} predictors, chosen after the fact: as that maximum, its τ-b has "
+            f"the simultaneous 95% interval [{lo:+.2f}, {hi:+.2f}]."
+        )
     return out
+
+
+def _prespecified(table: Sequence[Mapping[str, Any]], name: str | None) -> dict[str, Any] | None:
+    """The row of the predictor fixed before the run (``verdict_predictor``; default ``rm_acc_all``, else the first
+    predictor present): the one the verdict quotes."""
+    rows = {r["upstream"]: r for r in table}
+    chosen = name if name in rows else ("rm_acc_all" if name is None and "rm_acc_all" in rows else None)
+    if chosen is None and name is None and table:
+        chosen = table[0]["upstream"]
+    if chosen is None:
+        return None
+    return {"upstream": chosen, "n_systems": rows[chosen]["n_systems"], "kendall_tau_b": rows[chosen]["kendall_tau_b"]}
 
 
 def _max_of_k(sys: _Systems, d: str, order: Sequence[str]) -> dict[str, Any]:
@@ -249,6 +267,7 @@ def validity(
     selection: dict[str, Any],
     predictors: Sequence[str] | None = None,
     roles: Mapping[str, str] | None = None,
+    prespecified: str | None = None,
 ) -> dict[str, Any]:
     """``analysis["validity"]``: per downstream metric, the predictors side by side, their pairwise differences,
     and which one to trust (see the module docstring). The systems are the deployable ones (``roles``, see
@@ -304,6 +323,7 @@ def validity(
             "differences": list(diffs.values()),
             "onpolicy_vs_curated": vs_curated,
             "verdict": _verdict(sys, d, table, diffs),
+            "prespecified": _prespecified(table, prespecified),
             "headline": None if head is None else head["text"],
             "published": published_for(downstream=d),
         }

@@ -375,7 +375,8 @@ class Verdict:
                 return [f"No upstream metric has a defined rank correlation with {metric} over the deployable systems."]
             if explicit:
                 return [f"The pre-specified predictor {predictor} has no rows in this run; see the validity section."]
-            fallback = next(u for u in self.est.upstream if u in rows)  # the first in the canonical metric order
+            # the validity section's choice (the first predictor present), so both quote the same one
+            fallback = (by.get("prespecified") or {}).get("upstream") or next(iter(rows))
             note = f" ({predictor}, the default, is not in this run: the first upstream metric present is read)"
             predictor = fallback
         row = rows[predictor]
