@@ -104,7 +104,9 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path, own_cache: Path)
         and a["minority"]["selected_from"] == res["benchmark"]["users_seen"] + res["benchmark"]["users_unseen"]
     )
     v = a["verdict"]
-    assert v["metric"] == "args:rubric_satisfaction" and v["deploy"] == "global_bt" and v["decision"] == "separable"
+    # 2 users × 2 prompts of ARGS cells: CIs that cannot resample users and prompts carry no "deploy"
+    assert v["metric"] == "args:rubric_satisfaction" and v["deploy"] is None and v["decision"] == "too_little_data"
+    assert "At least 5 users and 5 prompts are needed" in v["text"]
     seen = up["global_bt"]["rm_accuracy"]["seen"]
     assert seen["ci_source"] == "analysis" and seen["ci"] == a["table"]["global_bt"]["rm_acc_seen"]["ci"]
     guided = down["args(k=10,w=1.0)[global_bt]"]
