@@ -328,3 +328,22 @@ def test_a_method_cannot_reach_the_pools_labels_through_what_it_is_given(tmp_pat
     assert Snoop.scored > 0 and "diagnosis" in res["downstream"]["best_of_n(n=2,pool=4)[snoop]"]  # pool scored
     assert "perbench.rewards.base.RMContext" in Snoop.seen  # the walk does reach what the method is given
     assert not Snoop.seen & set(EVALUATION), Snoop.seen & set(EVALUATION)
+
+
+def test_the_report_shows_where_the_signal_is_lost() -> None:
+    from perbench.report.html import build_plots
+    from perbench.report.signal import signal_section
+
+    cells = pool_cells({"mpu": 3.0, "pref": 0.0}, np.random.default_rng(10))
+    cells += [{**c, "metric": "onpolicy_acc", "value": 0.6} for c in cells if c["method"] in ("mpu", "pref")]
+    analysis = analyze(cells, verdict_metric=METRIC, n_boot=50)
+    poles = {"format=bulleted": {"rho": 0.3, "cells": 40}, "length=concise": {"rho": -0.2, "cells": 3}}
+    diag = {"poles": poles, "collapsed_users": [{"user": "u3", "reason": "blind"}], "hacked_prompts": [],
+            "rho_truth": {"mean": 0.1}, "cells": 120, "cells_constant_truth": 7, "rules": {"blind": "…"}}  # fmt: skip
+    results = {"analysis": analysis, "downstream": {"best_of_n[mpu]": {"guide": "mpu", "diagnosis": diag}}}
+    html = signal_section(results)
+    assert "Where the signal is lost" in html and "on-policy pairs (chance 50)" in html
+    assert "<td>mpu</td><td>–</td><td>60.0</td>" in html  # curated (absent here) → on-policy → gain, share
+    assert "u3 (blind)" in html and "7 of 120" in html
+    assert "poles" in build_plots(analysis, results)
+    assert signal_section({"analysis": {}}) == ""  # no pooled decoder: no section
