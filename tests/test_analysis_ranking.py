@@ -54,7 +54,7 @@ def test_no_method_is_deployed_when_all_are_equal() -> None:
     for s in range(n):
         est = estimates(crossed_cells(means, rng), seed=s)
         rank = ranking(est, METRIC, _deployable(*means), 0.05)
-        v, _ = verdict(est, METRIC, {"best_predictor": {}}, {METRIC: rank}, _deployable(*means), 0.05)
+        v, _ = verdict(est, METRIC, {METRIC: rank}, _deployable(*means), {METRIC: {"value": 0.05, "source": "test"}})
         deployed += v["text"].startswith("Deploy") or v["deploy"] is not None
     assert deployed / n <= 0.05
 

@@ -143,15 +143,22 @@ def test_an_upstream_tau_outside_its_own_ci_is_noted_in_the_verdict() -> None:
 
     from perbench.metrics.analysis.verdict import Verdict
 
-    est = SimpleNamespace(methods_with=lambda u: ["mpu", "pref"], point_of=lambda m, u: {"mpu": 0.7, "pref": 0.6}[m])
-    v = Verdict(est, {"mpu": "deployable", "pref": "deployable"}, 0.05)  # type: ignore[arg-type]
-    res: dict[str, Any] = {}
-    # as the selection's best predictor carries it: its coefficient entry's note on a value outside the CI
+    est = SimpleNamespace(
+        methods_with=lambda u: ["mpu", "pref"], point_of=lambda m, u: {"mpu": 0.7, "pref": 0.6}[m], upstream=[]
+    )
+    roles = {"mpu": "deployable", "pref": "deployable"}
+    v = Verdict(est, roles, {"value": 0.05, "source": "test"}, None, None)  # type: ignore[arg-type]
+    # as the validity table carries the selection's coefficient entry: its note on a value outside the CI
     note = "the value lies outside its percentile CI: a coefficient of noisy means is biased toward 0 in the resamples"
-    bp = {"upstream": "rm_acc_seen", "kendall_tau_b": 0.73, "ci": [-0.04, 0.66], "note": note}
-    text = " ".join(v.upstream(ARGS, "mpu", bp, res))
-    assert "tau-b 0.73, CI [-0.04, 0.66]; the value lies outside its percentile CI" in text
-    inside = " ".join(v.upstream(ARGS, "mpu", {**bp, "kendall_tau_b": 0.5, "note": None}, {}))
+
+    def valid(tau: float, note: str | None) -> dict[str, Any]:
+        coef = {"value": tau, "ci": [-0.04, 0.66], "note": note}
+        row = {"upstream": "rm_acc_seen", "n_systems": 2, "kendall_tau_b": coef}
+        return {"by_downstream": {ARGS: {"predictors": [row]}}}
+
+    text = " ".join(v.upstream(ARGS, "mpu", valid(0.73, note), "rm_acc_seen", {}))
+    assert "τ-b +0.73, 95% CI [-0.04, +0.66]; the value lies outside its percentile CI" in text
+    inside = " ".join(v.upstream(ARGS, "mpu", valid(0.5, None), "rm_acc_seen", {}))
     assert "outside" not in inside
 
 

@@ -104,7 +104,9 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path, own_cache: Path)
         and a["minority"]["selected_from"] == res["benchmark"]["users_seen"] + res["benchmark"]["users_unseen"]
     )
     v = a["verdict"]
-    assert v["metric"] == "args:rubric_satisfaction" and v["deploy"] == "global_bt" and v["decision"] == "separable"
+    # 2 users × 2 prompts of ARGS cells: CIs that cannot resample users and prompts carry no "deploy"
+    assert v["metric"] == "args:rubric_satisfaction" and v["deploy"] is None and v["decision"] == "too_little_data"
+    assert "At least 5 users and 5 prompts are needed" in v["text"]
     seen = up["global_bt"]["rm_accuracy"]["seen"]
     assert seen["ci_source"] == "analysis" and seen["ci"] == a["table"]["global_bt"]["rm_acc_seen"]["ci"]
     guided = down["args(k=10,w=1.0)[global_bt]"]
@@ -341,7 +343,9 @@ def test_cli_run_scores_every_system_on_every_predictor(
         # every member of the grid is a system of its own (6: a rank coefficient needs at least 5)
         systems={"train_fraction": [0.25, 0.5, 1.0]},
         seed=7,  # fits of its own: the session's shared fit cache stays as other tests expect it
-        decoders=["zero_shot", {"name": "best_of_n", "n": 2}],
+        # 8 samples of 40 tokens: pools whose exact truth varies (on-policy pairs and the diagnosis have evidence)
+        decoders=["zero_shot", {"name": "best_of_n", "n": 2, "pool": 8}],
+        max_new_tokens=40,
         upstream_benchmarks=[extra],
     )
     path = tmp_path / "cfg.yaml"
@@ -366,10 +370,34 @@ def test_cli_run_scores_every_system_on_every_predictor(
     assert res["benchmark"]["pair_sets"]["consensus"]["users"] == len(consensus)
     v = res["analysis"]["validity"]
     assert v["predictors"] == [
-        "rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "pa", "rm_acc_on_general",
+        "rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "pa", "onpolicy_acc",
+        "onpolicy_bok_acc@4", "rm_acc_on_general",
     ]  # fmt: skip
     entry = v["by_downstream"]["best_of_n:rubric_satisfaction"]
-    assert len(entry["differences"]) == 15 and {r["upstream"] for r in entry["predictors"]} == set(v["predictors"])
+    assert len(entry["differences"]) == 28 and {r["upstream"] for r in entry["predictors"]} == set(v["predictors"])
+    # on-policy accuracy beside curated accuracy: its Δτ against rm_acc_all, both on the same replicates
+    assert {(d["a"], d["b"]) for d in entry["onpolicy_vs_curated"]} <= {
+        (x, y) for p in ("onpolicy_acc", "onpolicy_bok_acc@4") for x, y in ((p, "rm_acc_all"), ("rm_acc_all", p))
+    } and len(entry["onpolicy_vs_curated"]) == 2
+    # every pooled number beside its null and its ceiling, for every system
+    room = res["analysis"]["headroom"]["best_of_n:rubric_satisfaction"]
+    assert room["random_pick"]["value"] is not None and room["oracle"]["value"] >= room["random_pick"]["value"]
+    assert set(room["systems"]) == systems
+    for m, e in room["systems"].items():
+        assert e["gain"]["value"] == pytest.approx(e["value"] - room["random_pick"]["value"]), m
+        assert e["share"]["value"] is not None or e["share"]["na"], m
+    verdict = res["analysis"]["verdict"]
+    assert verdict["parts"][0]["kind"] == "headroom" and verdict["text"].startswith("Headroom on best_of_n:")
+    qualified = set(verdict["qualified"] or [])
+    called = {verdict["deploy"], verdict["pick"], *verdict["equivalent"], *verdict["tied"]} - {None}
+    assert called <= qualified and all(room["systems"][m]["beats_random"] for m in called)
+    assert "against its null and ceiling" in out and "beats random*" in out
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    pool_cells = [r for r in samples if r["kind"] == "bon_pool_cell"]
+    assert pool_cells and all("rubric_satisfaction" in r["oracle_top"] for r in pool_cells)
+    diag = res["downstream"]["best_of_n(n=2,pool=8)[mpu]"]["diagnosis"]
+    assert diag["truth"] == "rubric_satisfaction" and diag["onpolicy"]["k"] == 4 and "collapsed_users" in diag
+    assert diag["cells_constant_truth"] < diag["cells"] and diag["onpolicy"]["pairs"] > 0
     # the baselines are scored like every system but left out of the correlations: reference lines
     assert v["reference_lines"] == ["length", "random"] and {r["n_systems"] for r in entry["predictors"]} == {6}
     assert "reference lines left out: length, random" in out

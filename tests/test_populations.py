@@ -78,7 +78,9 @@ def test_a_population_of_systems_gets_pooled_best_of_n_on_every_cell(
             bon[c["method"]].add((c["user"], c["prompt"]))
     users = res["benchmark"]["users_seen"] + res["benchmark"]["users_unseen"]
     prompts = {p for cells in bon.values() for _, p in cells}
-    assert set(bon) == set(labels) and all(cells == {(u, p) for u, p in bon["mpu"]} for cells in bon.values())
+    # every system and the pool's two reference lines (random pick, oracle pick) on the same cells
+    assert set(bon) == {*labels, "random_pick", "oracle_pick"}
+    assert all(cells == {(u, p) for u, p in bon["mpu"]} for cells in bon.values())
     assert len(bon["mpu"]) == users * len(prompts) and len(prompts) == res["benchmark"]["meta"]["prompts"]["test"]
     down = res["downstream"]
     assert all(down[f"best_of_n(n=2,pool=4)[{label}]"]["pool"]["prompts"] == len(prompts) for label in labels)

@@ -156,7 +156,7 @@ def _print_summary(results: dict[str, Any]) -> None:
     optional: a method that is not applicable (no train pairs, an evaluation-only benchmark) shows its reason."""
     from perbench.report.extract import _d, rl_summary
     from perbench.report.fmt import ci_text, num
-    from perbench.runner.results import print_validity
+    from perbench.runner.results import print_headroom, print_validity
 
     print("\nRM accuracy (seen / unseen):")
     for label, r in _d(results.get("upstream")).items():
@@ -181,6 +181,7 @@ def _print_summary(results: dict[str, Any]) -> None:
             if gain.get("delta") is not None:
                 line += f"  {num(gain['delta'], signed=True)} {ci_text(gain.get('ci'), signed=True)} on {gain.get('n')}"
             print(line)
+    print_headroom(_d(results.get("analysis")))
     rows = rl_summary(results)
     if rows:
         design = results.get("rl", {}).get("design", {})

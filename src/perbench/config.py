@@ -750,8 +750,14 @@ class RunConfig:
     upstream_benchmarks: list[Component] | None = None
     #: practical-equivalence margin ε of the verdict, in the metric's units (0.05 = 5 points of a proportion):
     #: methods whose 90% CI of the difference to the leader lies inside ±ε are "practically equivalent"; None:
-    #: the default 0.05; 0: never claim equivalence
+    #: ``equivalence_fraction`` of the metric's headroom where it has one, else 0.05; 0: never claim equivalence
     equivalence_margin: Annotated[float, NON_NEGATIVE] | None = None
+    #: on a metric with a null and a ceiling (a pooled decoder's random pick and oracle), the equivalence margin as a
+    #: fraction of that headroom (oracle − random pick) when ``equivalence_margin`` is unset; None: the default 0.1
+    equivalence_fraction: Annotated[float, Bound(0, 1, lo_open=True)] | None = None
+    #: the upstream metric the verdict's upstream sentence reads, fixed before the run (None: ``rm_acc_all``, RM
+    #: accuracy on every test pair); the best of all predictors is reported beside it as a maximum, adjusted
+    verdict_predictor: str | None = None
     #: BERTScore-F1 of generations against the user's reference (bundled all-MiniLM-L6-v2)
     bertscore: bool = True
     #: the training-time downstream phase: GRPO (+ LoRA) of the policy against each RM, evaluated like a decoder
@@ -853,6 +859,8 @@ class RunConfig:
             "seeds",
             "verdict_metric",
             "equivalence_margin",
+            "equivalence_fraction",
+            "verdict_predictor",
             "rl",
             "upstream_benchmarks",
             "systems",

@@ -56,7 +56,15 @@ def analyze_runs(
         "n_boot": boot,
         "seed": seed,
         "equivalence_margin": _setting(runs, "equivalence_margin", None),
+        "equivalence_fraction": _setting(runs, "equivalence_fraction", None),
+        "verdict_predictor": _setting(runs, "verdict_predictor", None),
         "roles": pooled_roles(runs),
+        "systems": {
+            m: dict(info)
+            for r in runs
+            for m, info in ((((r.results or {}).get("systems") or {}).get("members")) or {}).items()
+            if isinstance(info, dict)
+        },
     }
     try:
         pooled = analyze(cells, **kw)

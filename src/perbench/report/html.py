@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perbench.io import atomic_write_text, refuse_links, writing_inside
-from perbench.report import details, extract, plots, sections, validity, verdict
+from perbench.report import details, extract, plots, sections, signal, validity, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 from perbench.report.generations import generations_section
@@ -91,6 +91,7 @@ def build_plots(
     q = _quality(a)
     rows = extract.win_gain_rows(r, q) or extract.win_gain_from_analysis(a, q)
     add("win_gain", lambda: plots.win_gain_plot([(x["label"], x["win"], x["gain"]) for x in rows], q))
+    add("poles", lambda: signal.pole_heatmap(r))
     return out
 
 
@@ -122,6 +123,7 @@ def _shared_sections(
     parts.append(f'<section id="methods">{sections.method_table(a)}{sections.paired_section(a)}</section>')
     parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
     parts.append(validity.validity_section(a))
+    parts.append(signal.signal_section(results, figure(figs.get("poles"))))
     few, bon = figure(figs.get("fewshot")), figure(figs.get("bon"))
     if few or bon:
         few = f'<div class="grid">{few}</div>' if few else ""

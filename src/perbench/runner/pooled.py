@@ -25,6 +25,7 @@ import numpy as np
 
 from perbench.config import Component
 from perbench.data.records import Prompt, prompt_key
+from perbench.metrics.analysis.roles import ORACLE_PICK, RANDOM_PICK
 from perbench.runner.methods import MethodHandle
 from perbench.runner.scoring import QUALITY_METRICS, Scoring
 from perbench.runner.state import RunState, seed_for
@@ -32,6 +33,13 @@ from perbench.runner.units import unit_key
 
 if TYPE_CHECKING:
     from perbench.decoding.best_of_n import BestOfN
+
+#: on-policy accuracy metrics (upstream-style: no ``:``) of the diagnosed pool
+ONPOLICY_PAIRS, ONPOLICY_BOK, ONPOLICY_K = "onpolicy_acc", "onpolicy_bok_acc", 4
+NULL_WIN_RULE = (
+    "a scorer with no information ranks the zero-shot output and the n = {n} candidates in random order, so its "
+    "pick beats the zero-shot output with probability n/(n+1)"
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,7 @@ class Pooled:
                 self._features(self.s.extractor, pool, [])
         with self.s.timed("pool.quality"):
             self.quality(pool)
+            self.wants(pool)
 
     def _features(
         self, extractor: Any, pool: Pool, extra: list[tuple[Prompt, str]]
@@ -150,6 +159,30 @@ class Pooled:
             return out
 
         return self.s.units.arrays("bon_quality", key, compute)
+
+    def wants(self, pool: Pool) -> dict[str, np.ndarray]:
+        """Per rubric pole ``aspect=pole`` that some cell's user wants: (cells, N) 1.0 where the sample lands on
+        it, 0.0 where it does not, NaN for cells whose user does not want it (the per-aspect diagnosis). Empty
+        when no user has a checkable rubric."""
+        key = unit_key("bon_wants", pool.key, self.s.bench.fingerprint())
+
+        def compute() -> dict[str, np.ndarray]:
+            from perbench.data.rubrics.aspects import annotate
+
+            users = self.s.bench.users
+            poles = sorted({f"{ap.aspect}={ap.pole}" for _, u in pool.cells for ap in (users[u].rubric or ())})
+            if not poles:
+                return {}
+            C, N = len(pool.cells), pool.size
+            notes = {t: annotate(t) for row in pool.texts for t in row}
+            out = {p: np.full((C, N), np.nan) for p in poles}
+            for c, (i, u) in enumerate(pool.cells):
+                for ap in users[u].rubric or ():
+                    got = [notes[t][ap.aspect] == ap.pole for t in pool.texts[i]]
+                    out[f"{ap.aspect}={ap.pole}"][c] = np.asarray(got, np.float64)
+            return out
+
+        return self.s.units.arrays("bon_wants", key, compute)
 
     # ------------------------------------------------------------------ one system's scores (its plan unit)
     def scores(self, h: MethodHandle, pool: Pool, zero: dict[tuple[str, str], str] | None) -> dict[str, np.ndarray]:
@@ -221,14 +254,16 @@ class Pooled:
         bench = self.s.bench
         result: dict[str, Any] = {}
         written: set[str] = set()
+        diagnosed = self._diagnosis_family(systems)
         for sys in systems:
             h: MethodHandle = sys.method
             decoder = self.decoder(sys.spec)
             pool = self.pool(decoder, targets)
+            qual = self.quality(pool)
             if pool.key not in written:
                 written.add(pool.key)
                 self._pool_rows(sys.spec.label(), pool)
-            qual = self.quality(pool)
+                self._reference_cells(sys.family, sys.spec.label(), pool, qual, decoder.n, zero is not None)
             sc = self.scores(h, pool, zero)
             S, Z = sc["pool"], sc["zero"]
             na = self.s.not_applicable(h)
@@ -301,8 +336,101 @@ class Pooled:
                     seed=cfg.seed,
                 )
             summary["bon_curve"] = curves
+            if "rm_win" in summary:
+                summary["rm_win"]["null"] = n / (n + 1)
+                summary["rm_win"]["null_rule"] = NULL_WIN_RULE.format(n=n)
+            if sys.family == diagnosed:
+                summary["diagnosis"] = self._diagnose(h, pool, qual, S, keep)
             result[sys.label] = summary
         return result
+
+    def _diagnosis_family(self, systems: Sequence[Any]) -> str | None:
+        """The pooled decoder whose pool the on-policy accuracy and the diagnosis read: the verdict metric's, else
+        the first one."""
+        fams = list(dict.fromkeys(sys.family for sys in systems))
+        verdict = self.s.cfg.verdict_metric or ""
+        return next((f for f in fams if verdict.startswith(f"{f}:")), fams[0] if fams else None)
+
+    def truth_metric(self, qual: dict[str, np.ndarray]) -> str | None:
+        """The exact quality the on-policy pairs and the diagnosis are labelled by: the verdict metric's quality
+        when the pool has it, else rubric satisfaction, the judge's score or ROUGE-L (a labelled oracle)."""
+        verdict = (self.s.cfg.verdict_metric or "").partition(":")[2]
+        for m in (verdict, "rubric_satisfaction", "judge_score", "rougeL"):
+            if m in qual and not np.isnan(qual[m]).all():
+                return m
+        return None
+
+    def _reference_cells(
+        self, family: str, label: str, pool: Pool, qual: dict[str, np.ndarray], n: int, with_zero: bool
+    ) -> None:
+        """The pool's reference lines, on every cell with ground truth: ``random_pick`` (the pool mean, the exact
+        Best-of-1: what a pick with no information gets) and ``oracle_pick`` (Best-of-n by the quality itself:
+        the ceiling of any re-ranker of this pool), per quality metric; for ``rm_win``, ``random_pick`` holds
+        n/(n+1), the win rate of a scorer with no information (:data:`NULL_WIN_RULE`)."""
+        from perbench.decoding.best_of_n import bon_expected
+
+        cells = self.s.cells
+        for m in QUALITY_METRICS:
+            if m not in qual:
+                continue
+            mean = qual[m].mean(1)
+            best = bon_expected(qual[m], qual[m], n)
+            for c, (_, u) in enumerate(pool.cells):
+                cells.add(RANDOM_PICK, f"{family}:{m}", u, pool.prompt_id(c), float(mean[c]))
+                cells.add(ORACLE_PICK, f"{family}:{m}", u, pool.prompt_id(c), float(best[c]))
+        if with_zero:
+            for c, (_, u) in enumerate(pool.cells):
+                cells.add(RANDOM_PICK, f"{family}:rm_win", u, pool.prompt_id(c), n / (n + 1))
+        for c, (_, u) in enumerate(pool.cells):
+            row: dict[str, Any] = {
+                "kind": "bon_pool_cell", "decoder": label, "user_id": u, "prompt_id": pool.prompt_id(c), "n": n,
+                "pool": pool.size, "random_pick": {}, "oracle": {}, "oracle_top": {},
+            }  # fmt: skip
+            for m in QUALITY_METRICS:
+                if m in qual and not np.isnan(qual[m][c]).any():
+                    row["random_pick"][m] = float(qual[m][c].mean())
+                    row["oracle"][m] = float(bon_expected(qual[m][c : c + 1], qual[m][c : c + 1], n)[0])
+                    row["oracle_top"][m] = int(np.argmax(qual[m][c]))
+            self.s.samples.append(row)
+
+    def _diagnose(
+        self, h: MethodHandle, pool: Pool, qual: dict[str, np.ndarray], S: np.ndarray, keep: list[int]
+    ) -> dict[str, Any]:
+        """On-policy accuracy cells (``onpolicy_acc``, ``onpolicy_bok_acc@K``) and the per-pole / per-user /
+        per-prompt diagnosis of one system on the pool (``perbench.metrics.onpolicy``)."""
+        from perbench.metrics.onpolicy import best_of_k_accuracy, pair_accuracy
+        from perbench.metrics.pool_diagnosis import diagnose
+
+        truth_name = self.truth_metric(qual)
+        if truth_name is None:
+            return {"na": "no exact quality on the pool's cells (no checkable rubric, judge or reference)"}
+        cfg = self.s.cfg
+        T, Sk = qual[truth_name][keep], S[keep]
+        users = [pool.cells[c][1] for c in keep]
+        prompts = [pool.prompt_id(c) for c in keep]
+        pairs = pair_accuracy(Sk, T, cfg.tie_policy)
+        k = min(ONPOLICY_K, pool.size)
+        bok = best_of_k_accuracy(Sk, T, k, cfg.tie_policy) if k >= 2 else None
+        for i, (u, p) in enumerate(zip(users, prompts, strict=True)):
+            self.s.cells.add(h.label, ONPOLICY_PAIRS, u, p, float(pairs.value[i]))
+            if bok is not None:
+                self.s.cells.add(h.label, f"{ONPOLICY_BOK}@{k}", u, p, float(bok.value[i]))
+        wants = {p: w[keep] for p, w in self.wants(pool).items()}
+        out = diagnose(Sk, T, wants, users, prompts)
+        out.update(
+            truth=truth_name,
+            onpolicy={
+                "pairs": int(pairs.count.sum()),
+                "pairs_tied_truth": int(pairs.excluded.sum()),
+                "cells_without_pairs": int(np.isnan(pairs.value).sum()),
+                "k": k,
+                "subsets": None if bok is None else float(bok.count.sum()),
+                "subsets_tied_best": None if bok is None else float(bok.excluded.sum()),
+                "cells_without_subsets": None if bok is None else int(np.isnan(bok.value).sum()),
+                "weighting": "each (user, prompt) cell counts alike (its value: the mean over its pairs / subsets)",
+            },
+        )
+        return out
 
     @staticmethod
     def _expected_win(S: np.ndarray, Z: np.ndarray, n: int) -> np.ndarray:

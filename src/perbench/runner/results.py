@@ -171,13 +171,21 @@ def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[st
 def systems_section(state: RunState) -> dict[str, Any]:
     """Every system of the run with its family and axes (``perbench.systems``): what the analysis needs to treat
     variants of one method as one family."""
+    from perbench import registry
+    from perbench.rewards.base import FeatureRM
     from perbench.systems import SystemsSpec
 
     cfg = state.cfg
+
+    def traits(sd: Any) -> dict[str, Any]:
+        cls = registry.reward_models.get(sd.method.name)
+        # what the verdict's tie-break reads: a frozen-feature head fits in seconds, anything else trains a model
+        return {"user_agnostic": bool(cls.user_agnostic), "fit_cost": 0 if issubclass(cls, FeatureRM) else 1}
+
     return {
         "family_rule": "a system's family is its label up to the first '('",
         "grid": None if cfg.systems is None else SystemsSpec.from_dict(cfg.systems, _where()).to_dict(),
-        "members": {sd.label: sd.record() for sd in state.systems()},
+        "members": {sd.label: {**sd.record(), **traits(sd)} for sd in state.systems()},
     }
 
 
@@ -198,10 +206,14 @@ VERDICT_DEFAULTS = (
 
 
 def analyze_cells(
-    cells: list[dict[str, Any]], cfg: RunConfig, adaptive: Mapping[str, Any] | None = None
+    cells: list[dict[str, Any]],
+    cfg: RunConfig,
+    adaptive: Mapping[str, Any] | None = None,
+    systems: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The selection analysis of a run's cells (method table, rankings, correlations, verdict). The config's
-    ``baselines`` are reference lines; ``adaptive[metric]`` says why adaptive rounds stopped (see ``analyze``)."""
+    ``baselines`` are reference lines; ``adaptive[metric]`` says why adaptive rounds stopped; ``systems``:
+    results.json's ``systems.members`` (what the verdict's tie-break reads) (see ``analyze``)."""
     from perbench.metrics.analysis import analyze
 
     metrics = {c["metric"] for c in cells}
@@ -213,8 +225,11 @@ def analyze_cells(
         n_boot=cfg.bootstrap,
         seed=cfg.seed,
         equivalence_margin=cfg.equivalence_margin,
+        equivalence_fraction=cfg.equivalence_fraction,
+        verdict_predictor=cfg.verdict_predictor,
         roles={b.label(): "baseline" for b in cfg.baselines},
         adaptive=adaptive,
+        systems=systems,
     )
     from perbench.training.spec import RLPhase
 
@@ -326,6 +341,55 @@ def print_verdict(analysis: dict[str, Any]) -> None:
         print(f"  {best['upstream']} → {verdict['metric']}: {shown}, over {pair.get('n_systems')} systems")
 
 
+def headroom_lines(analysis: Mapping[str, Any], metric: str | None = None) -> list[str]:
+    """The verdict metric's null and ceiling, and every system against them, as text lines (the CLI summary)."""
+    room = analysis.get("headroom") or {}
+    metric = metric or str((analysis.get("verdict") or {}).get("metric") or "")
+    entry = room.get(metric)
+    if not entry or not entry.get("oracle") or not entry.get("headroom"):
+        return []
+
+    def pts(e: Mapping[str, Any] | None, delta: bool = True) -> str:
+        e = e or {}
+        v, ci = e.get("value"), e.get("ci")
+        if v is None:
+            return "n/a"
+        text = f"{100 * v:+.1f}" if delta else f"{100 * v:.1f}%"
+        return text + (f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else "")
+
+    def share(e: Mapping[str, Any] | None) -> str:
+        e = e or {}
+        v, ci = e.get("value"), e.get("ci")
+        if v is None:
+            return "n/a"
+        return f"{100 * v:.0f}%" + (f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]" if ci else "")
+
+    lines = [
+        f"\n{metric} against its null and ceiling (points, 95% CIs): random pick {pts(entry['random_pick'], False)}, "
+        f"oracle {pts(entry['oracle'], False)}, headroom {pts(entry['headroom'])}"
+    ]
+    if entry.get("sampling_term"):
+        lines.append(f"  sampling alone (random pick − greedy zero-shot): {pts(entry['sampling_term'])}")
+    systems = entry.get("systems") or {}
+    order = sorted(systems, key=lambda m: -(systems[m].get("value") or float("-inf")))
+    width = max((len(m) for m in order), default=6) + 2
+    lines.append(f"  {'system':<{width}}{'value':>8}  {'gain over random':<22}{'share of headroom':<20}beats random*")
+    for m in order:
+        e = systems[m]
+        mark = "yes" if e.get("beats_random") else "no"
+        if e.get("role") != "deployable":
+            mark += f" ({e.get('role')})"
+        value = "n/a" if e.get("value") is None else f"{100 * e['value']:.1f}%"
+        lines.append(f"  {m:<{width}}{value:>8}  {pts(e.get('gain')):<22}{share(e.get('share')):<20}{mark}")
+    lines.append(f"  * {entry.get('test')}")
+    return lines
+
+
+def print_headroom(analysis: Mapping[str, Any]) -> None:
+    for line in headroom_lines(analysis):
+        print(line)
+
+
 def print_validity(analysis: dict[str, Any]) -> None:
     """Which benchmark to trust: for the verdict metric (else the first downstream metric with predictors), each
     predictor's τ-b, ρ and NDCG with CIs, the verdict with its uncertainty, and the headline comparison."""
@@ -345,6 +409,9 @@ def print_validity(analysis: dict[str, Any]) -> None:
         return "n/a" if v is None else f"{v:+.2f}" + ("" if not ci else f" [{ci[0]:+.2f}, {ci[1]:+.2f}]")
 
     print(f"\nWhich benchmark to trust for {d} (τ-b / Spearman ρ / NDCG, 95% CI, over systems):")
+    pre = entry.get("prespecified") or {}
+    if pre.get("upstream"):
+        print(f"  the predictor fixed before the run: {pre['upstream']}, τ-b {corr(pre.get('kendall_tau_b'))}")
     if validity.get("reference_lines"):
         print(f"  (deployable systems only; reference lines left out: {', '.join(validity['reference_lines'])})")
     for r in rows:

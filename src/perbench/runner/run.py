@@ -19,7 +19,7 @@ from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
 from perbench.runner.methods import MethodHandle
 from perbench.runner.preflight import check_models, check_paths, check_setup
-from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict
+from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict, systems_section
 from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
 from perbench.runner.work import Work
@@ -119,7 +119,8 @@ class Runner:
         state.timing["total"] = time.perf_counter() - t0
         with state.timed("analysis"):
             adaptive = {rec["metric"]: rec["summary"] for rec in state.adaptive.values()}
-            analysis = analyze_cells(state.cells.rows, cfg, adaptive)
+            members = systems_section(state)["members"]
+            analysis = analyze_cells(state.cells.rows, cfg, adaptive, members)
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         # which units this run computed (here or on workers) and which it found finished by an earlier run

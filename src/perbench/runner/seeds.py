@@ -40,8 +40,8 @@ def run_seeds(cfg: RunConfig) -> RunResult:
         for r in runs:
             pooled.rows += read_cells(r.run_dir / "cells.jsonl")
         pooled.write(parent / "cells.jsonl")
-        analysis = analyze_cells(pooled.rows, cfg)
         first = runs[0].results
+        analysis = analyze_cells(pooled.rows, cfg, systems=(first.get("systems") or {}).get("members"))
         results: dict[str, Any] = {
             **first,
             "config": cfg.to_dict(),

@@ -122,7 +122,8 @@ class Work:
                 guide = sys.method.key(sys.method.shots) if sys.method is not None else None
                 if sys.pooled:  # the system's scores of one sample pool shared by every system and user
                     if name not in pools:
-                        content = [decoder, pool_cells, rm_fp, cfg.max_length, *common]
+                        # "wants": the unit also stores each sample's per-pole satisfaction (the diagnosis)
+                        content = [decoder, pool_cells, rm_fp, cfg.max_length, "wants", *common]
                         pools[name] = unit("pool", name, content, [], policy)
                         units.append(pools[name])
                     content = [decoder, guide, pool_cells, *common]

@@ -44,6 +44,7 @@ from perbench.metrics.analysis.base import (
 )
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.fairness import fairness, minority_users
+from perbench.metrics.analysis.headroom import DEFAULT_FRACTION, headroom, margin_of, qualified
 from perbench.metrics.analysis.power import POWER, decision
 from perbench.metrics.analysis.ranking import ranking
 from perbench.metrics.analysis.roles import DEPLOYABLE, method_roles
@@ -82,6 +83,9 @@ def analyze(
     roles: Mapping[str, str] | None = None,
     adaptive: Mapping[str, Any] | None = None,
     predictors: Sequence[str] | None = None,
+    equivalence_fraction: float | None = None,
+    systems: Mapping[str, Mapping[str, Any]] | None = None,
+    verdict_predictor: str | None = None,
 ) -> dict[str, Any]:
     """The selection analysis of a run's cells: ``results["analysis"]`` (JSON-safe, deterministic given seed).
 
@@ -94,15 +98,29 @@ def analyze(
     ``{"rounds", "stopped": "separable"|"equivalent"|"budget", "cells", "budget"}`` says why the runner stopped
     collecting cells for a metric; the verdict states it. ``predictors``: the upstream metrics compared as
     predictors of each downstream ranking (None: the canonical ones present, see :mod:`.validity`).
+    ``equivalence_fraction``: on a metric with a random pick and an oracle (:mod:`.headroom`) and no
+    ``equivalence_margin``, the margin is this fraction of the headroom (None: ``DEFAULT_FRACTION``).
+    ``systems[label]``: what the verdict's tie-break reads (``train_fraction``, ``user_agnostic``, ``fit_s``).
+    ``verdict_predictor``: the upstream metric the verdict's upstream sentence reads (None: ``rm_acc_all``).
     """
-    margin = DEFAULT_MARGIN if equivalence_margin is None else float(equivalence_margin)
-    if not math.isfinite(margin) or margin < 0:
+    if equivalence_margin is not None and (not math.isfinite(float(equivalence_margin)) or equivalence_margin < 0):
         raise ValueError(f"equivalence_margin must be a finite number >= 0, got {equivalence_margin!r}")
+    fraction = DEFAULT_FRACTION if equivalence_fraction is None else float(equivalence_fraction)
+    if not (math.isfinite(fraction) and 0 < fraction <= 1):
+        raise ValueError(f"equivalence_fraction must be in (0, 1], got {equivalence_fraction!r}")
     est = Estimates(cells, upstream, downstream, reference_method, n_boot, seed, level, na_reasons)
     role = method_roles(est.methods, est.pure_decoders, roles)
     sel, _ = selection(est)
-    rankings = {k: ranking(est, k, role, margin) for k in [*est.upstream, *est.downstream]}
-    v, plans = verdict(est, verdict_metric, sel, rankings, role, margin, adaptive)
+    room = headroom(est, role)
+    every = [*est.upstream, *est.downstream]
+    margins = {k: margin_of(est, k, room.get(k), equivalence_margin, fraction) for k in every}
+    rankings = {
+        k: ranking(est, k, role, margins[k]["value"], qualified(room.get(k), est.methods) if k in room else None)
+        for k in [*est.upstream, *est.downstream]
+    }
+    valid = validity(est, sel, predictors, role, verdict_predictor)
+    v, _ = verdict(est, verdict_metric, rankings, role, margins, adaptive, room, valid, systems, verdict_predictor)
+    margin = margins[v["metric"]]["value"] if v["metric"] in margins else DEFAULT_MARGIN
     minority = minority_users(est)
     whole = _whole_decision(est, v["metric"], rankings, margin)
     out = {
@@ -116,9 +134,17 @@ def analyze(
         ),
         "equivalence": (
             f"practically equivalent: the {100 * max(0.0, 2 * level - 1):g}% CI of (leader − method) lies inside "
-            f"±{margin:g} (two one-sided tests at {100 * (1 - level):g}%)"
+            f"±margin (two one-sided tests at {100 * (1 - level):g}%); the margin is {fraction:g} × the metric's "
+            "headroom (oracle − random pick) where it has one and no absolute margin is set"
         ),
         "equivalence_margin": margin,
+        "margins": margins,
+        "null": (
+            "every pooled downstream number stands beside its null, a random pick from the same pool (the pool "
+            "mean), and its ceiling, the oracle pick by the exact metric; only systems that beat the random pick "
+            "(one-sided, simultaneous over the deployable systems) are ranked"
+        ),
+        "headroom": room,
         "n_boot": n_boot,
         "notes": est.notes,
         "methods": est.methods,
@@ -128,24 +154,25 @@ def analyze(
         "ranking": rankings,
         "paired": est.paired(),
         "selection": sel,
-        "validity": validity(est, sel, predictors, role),
+        "validity": valid,
         "minority": minority,
         "fairness": fairness(est, v["metric"] if v["metric"] and is_downstream(v["metric"]) else None, minority),
         "verdict": v,
-        "power": {v["metric"]: plans + whole["vs_random"]} if v["metric"] else {},
+        "power": {v["metric"]: whole["leader"] + whole["vs_random"]} if v["metric"] else {},
         "power_decision": {v["metric"]: whole["decision"]} if v["metric"] else {},
     }
     return dict(json_safe(out))
 
 
 def _whole_decision(est: Estimates, metric: str | None, rankings: Mapping[str, Any], margin: float) -> dict[str, Any]:
-    """The planner's rows of each system against the random pick and the whole decision's size (:func:`.decision`)
-    for the verdict's metric."""
-    order = list((rankings.get(metric) or {}).get("order") or []) if metric else []
+    """The planner's rows and the whole decision's size (:func:`.decision`) for the verdict's metric: the leader
+    against every other deployable system (the ranked ones, then those not shown to beat the random pick: more
+    data could qualify them) and each of them against the random pick."""
+    rank = (rankings.get(metric) or {}) if metric else {}
+    order = [*(rank.get("order") or []), *(rank.get("no_better_than_random") or [])]
     if not order or metric is None:
-        return {"vs_random": [], "decision": None}
-    crit = rankings[metric].get("critical_value")
-    return decision(est, metric, order, margin=margin, crit=crit)
+        return {"leader": [], "vs_random": [], "decision": None}
+    return decision(est, metric, order, margin=margin, crit=rank.get("critical_value"))
 
 
 def plan_sizes(
@@ -196,7 +223,7 @@ def plan_sizes(
         "leader": order[0] if order else None,
         "order": order,
         "margin": margin,
-        "notes": [n.replace("the verdict uses", "the plan uses") for n in notes],
+        "notes": [n.replace("the verdict ranks on", "the plan uses") for n in notes],
         "plans": got["leader"] + got["vs_random"],
         "decision": got["decision"],
         "critical_values": got["critical_values"],

@@ -17,7 +17,13 @@ DESCRIPTIONS = {
     "rm_acc_all": "all test pairs, seen and unseen users",
     "rm_acc_unseen": "few-shot accuracy: unseen users after adapting from their shots",
     "pa": "policy accuracy of the reward-guided policy (Rezk et al.)",
+    "onpolicy_acc": "on-policy pairs: two of the policy's own pool samples for a user whose exact quality differs",
 }
+#: on-policy predictors (``onpolicy_acc``, ``onpolicy_bok_acc@K``): read from the Best-of-N pool, labelled by the
+#: exact quality inside evaluation only
+ONPOLICY = "onpolicy_"
+#: the curated-pair accuracy every on-policy predictor is compared with
+CURATED = "rm_acc_all"
 #: the comparison named first when both are present: does personalization-only accuracy beat consensus accuracy?
 HEADLINE = ("rm_acc_pers_only", "rm_acc_consensus")
 #: published values for context (other RMs, data and downstream judges than any run's: not a test of ours)
@@ -51,6 +57,9 @@ PUBLISHED: tuple[dict[str, Any], ...] = (
 def describe(metric: str) -> str:
     if metric.startswith(EXTERNAL):
         return f"the test pairs of {metric[len(EXTERNAL) :]}, its users strangers to every method"
+    if metric.startswith(f"{ONPOLICY}bok_acc@"):
+        k = metric.rpartition("@")[2]
+        return f"on-policy best-of-{k}: the best of {k} pool samples (by exact quality) above the other {int(k) - 1}"
     return DESCRIPTIONS.get(metric, metric)
 
 

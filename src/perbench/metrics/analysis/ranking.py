@@ -3,6 +3,8 @@ establish that the rest are practically equivalent to it, or cannot tell yet.
 
 - **Order.** Deployable methods by decreasing value; values equal up to float rounding (``TIE_TOL``) are ordered
   by name. Baselines, oracles and pure decoders are ``reference_lines``: shown, never ranked against the leader.
+  On a metric with a random pick (a pooled decoder, :mod:`.headroom`) only the systems that beat it are ranked;
+  the others are ``no_better_than_random`` (decision ``no_better_than_random`` when that is all of them).
 - **Simultaneous intervals.** For the k − 1 differences Δ_j = leader − m_j (paired on the cells both cover), the
   bootstrap replicates give se*_j and T = max_j |Δ*_j − Δ̂_j| / se*_j; with c the ``level`` quantile of T, every
   interval is Δ̂_j ± c·se*_j, so all of them hold together with probability ``level`` (family-wise).
@@ -13,12 +15,13 @@ establish that the rest are practically equivalent to it, or cannot tell yet.
   or identical to the leader (at least one excluded); ``equivalent`` when each method not excluded is identical
   or established equivalent; else ``undecided``, and ``contenders`` lists the methods neither excluded nor
   equivalent (where more cells would decide). ``best`` is the leader only when separable; ``tied`` is the leader
-  and the contenders.
+  and the contenders. A "separable" or "equivalent" decision whose CIs could not resample users and prompts
+  (fewer than 5 users: prompts or pairs only) is ``too_little_data`` instead: no deploy, no equivalence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +31,10 @@ from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.roles import DEPLOYABLE
 
 SEPARABLE, EQUIVALENT, UNDECIDED = "separable", "equivalent", "undecided"
+#: no deployable method beats the random pick of the metric's pool
+NO_BETTER = "no_better_than_random"
+#: the CIs could not resample users and prompts (or the planner says the claim needs more cells): no claim
+TOO_LITTLE = "too_little_data"
 
 
 def simultaneous(
@@ -97,23 +104,48 @@ def _status(c: Mapping[str, Any]) -> str:
     return "equivalent" if c["equivalent"] else "contender"
 
 
-def ranking(est: Estimates, metric: str, roles: Mapping[str, str], margin: float) -> dict[str, Any]:
-    """The ranking entry of one metric (``analyze(...)["ranking"][metric]``)."""
+def ranking(
+    est: Estimates,
+    metric: str,
+    roles: Mapping[str, str],
+    margin: float,
+    candidates: Collection[str] | None = None,
+) -> dict[str, Any]:
+    """The ranking entry of one metric (``analyze(...)["ranking"][metric]``). ``candidates``: the deployable methods
+    that may be ranked at all (those that beat the metric's random pick, :mod:`.headroom`); the others are listed
+    under ``no_better_than_random`` and are never best, tied, equivalent or a contender."""
     vals = {m: e.point for m in est.methods_with(metric) if (e := est.value(m, metric)) is not None}
     deployable = {m: v for m, v in vals.items() if roles.get(m, DEPLOYABLE) == DEPLOYABLE}
-    order = order_by_value(deployable)
+    below = [] if candidates is None else [m for m in order_by_value(deployable) if m not in set(candidates)]
+    order = order_by_value({m: v for m, v in deployable.items() if m not in below})
     res: dict[str, Any] = {
         "order": order, "best": None, "tied": order[:1], "vs_runner_up": None,
         "decision": None, "equivalent": [], "contenders": [], "identical": [], "comparisons": [],
         "reference_lines": [m for m in order_by_value(vals) if m not in deployable],
+        "no_better_than_random": below,
         "margin": margin, "level": est.level, "equivalence_level": tost_level(est.level),
         "critical_value": None, "reason": None,
     }  # fmt: skip
     if not order:
-        res.update(decision=UNDECIDED, reason=f"no deployable method has {metric} rows")
+        res.update(
+            decision=NO_BETTER if below else UNDECIDED,
+            tied=[],
+            reason=(
+                f"no deployable method beats the random pick on {metric}"
+                if below
+                else f"no deployable method has {metric} rows"
+            ),
+        )
         return res
+    thin = thin_data(est, metric, [*order, *below])
+    if thin:
+        res["thin"] = thin
     if len(order) == 1:
-        res.update(best=order[0], decision=SEPARABLE, reason=f"{order[0]} is the only deployable method")
+        if thin:
+            res.update(decision=TOO_LITTLE, reason=thin)
+        else:
+            only = "that beats the random pick" if below else "deployable method"
+            res.update(best=order[0], decision=SEPARABLE, reason=f"{order[0]} is the only {only}")
         return res
     lead = order[0]
     comps = [_comparison(est, metric, lead, m, margin) for m in order[1:]]
@@ -139,12 +171,15 @@ def ranking(est: Estimates, metric: str, roles: Mapping[str, str], margin: float
         decision = EQUIVALENT
     else:
         decision = SEPARABLE
+    if thin and decision in (SEPARABLE, EQUIVALENT):
+        decision = TOO_LITTLE
+        res["reason"] = thin
     runner = next((c for c in comps if c["status"] != "identical"), None)
     res.update(
         best=lead if decision == SEPARABLE else None,
         tied=[lead, *contenders],
         decision=decision,
-        equivalent=identical + equivalent,
+        equivalent=identical + equivalent if decision != TOO_LITTLE else identical,
         contenders=contenders,
         identical=identical,
         comparisons=[{k: v for k, v in c.items() if not k.startswith("_")} for c in comps],
@@ -152,6 +187,29 @@ def ranking(est: Estimates, metric: str, roles: Mapping[str, str], margin: float
     if runner is not None:
         res["vs_runner_up"] = {k: v for k, v in runner.items() if not k.startswith("_")}
     return res
+
+
+def thin_data(est: Estimates, metric: str, methods: Sequence[str]) -> str | None:
+    """Why the CIs of ``methods`` on ``metric`` cannot carry a "deploy" or an "equivalent" claim (None: they can):
+    a value whose bootstrap could not resample users and prompts (fewer than 5 users, or no CI), or whose cells
+    cover fewer than 5 prompts."""
+    from perbench.metrics.bootstrap import MIN_LEVELS, TWO_WAY
+
+    if est.n_boot < 2:
+        return None  # said elsewhere: without replicates nothing is called best
+    for m in methods:
+        e = est.value(m, metric)
+        if e is None:
+            continue
+        how = est.resampled(e.cols)
+        if how["resampled"] != TWO_WAY:
+            note = how["ci_note"] or "its CI resamples neither users nor prompts"
+            return f"{m}'s CI could not resample users and prompts ({note})"
+        few = min(est.plans[c].prompts for c in e.cols)
+        if few < MIN_LEVELS:
+            plural = "s" * (few != 1)
+            return f"{m}'s cells cover only {few} prompt{plural} (< {MIN_LEVELS}): its CI says little of the next"
+    return None
 
 
 def _comparison(est: Estimates, metric: str, lead: str, m: str, margin: float) -> dict[str, Any]:

@@ -7,6 +7,9 @@
 - ``decoder``: a decoder without a reward model (``zero_shot``, ``icl``, ``icl_rag``): its metrics are its own
   ``DECODER:*``.
 
+A pooled decoder's two reference lines have fixed roles: ``random_pick`` (the pool mean: the exact Best-of-1, what a
+pick with no information gets) is a baseline, ``oracle_pick`` (Best-of-n by the exact metric) an oracle.
+
 Roles come from, in order: the explicit mapping a caller passes (``perbench compare`` passes what each run's
 results.json says; a run passes its ``baselines:``), then the registry entry of the label's method name (the name
 before any ``(params)``), then whether the method only has its own ``DECODER:*`` metrics.
@@ -20,6 +23,9 @@ from collections.abc import Iterable, Mapping
 DEPLOYABLE, BASELINE, ORACLE, DECODER = "deployable", "baseline", "oracle", "decoder"
 ROLES = (DEPLOYABLE, BASELINE, ORACLE, DECODER)
 _NAME = re.compile(r"[A-Za-z0-9_]+")
+#: the null and the ceiling of a pooled decoder (cells written by ``runner/pooled.py``)
+RANDOM_PICK, ORACLE_PICK = "random_pick", "oracle_pick"
+FIXED = {RANDOM_PICK: BASELINE, ORACLE_PICK: ORACLE}
 
 
 def registry_role(label: str) -> str | None:
@@ -46,6 +52,8 @@ def method_roles(
     for m in methods:
         if m in given:
             out[m] = given[m]
+        elif m in FIXED:
+            out[m] = FIXED[m]
         elif m in pure:
             out[m] = DECODER
         else:

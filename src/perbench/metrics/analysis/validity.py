@@ -38,7 +38,9 @@ import numpy as np
 from perbench.metrics.analysis.base import EXTERNAL, Est, FloatArray, ci_, f_, order_by_value
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.predictors import (
+    CURATED,
     HEADLINE,
+    ONPOLICY,
     PREDICTORS,
     PUBLISHED,
     describe,
@@ -64,7 +66,8 @@ def predictors_of(est: Estimates, predictors: Sequence[str] | None) -> list[str]
     if predictors is not None:
         return [p for p in predictors if p in est.upstream]
     extra = sorted(u for u in est.upstream if u.startswith(EXTERNAL))
-    chosen = [p for p in PREDICTORS if p in est.upstream] + extra
+    onpolicy = sorted(u for u in est.upstream if u.startswith(ONPOLICY))
+    chosen = [p for p in PREDICTORS if p in est.upstream] + onpolicy + extra
     return chosen if len(chosen) >= 2 else list(est.upstream)
 
 
@@ -219,6 +222,49 @@ def _verdict(
         out["decision"] = "best" if out["better_than"] and not out["tied_with"] else "undecided"
     tau_ci = next(r for r in table if r["upstream"] == lead)["kendall_tau_b"].get("ci")
     out["text"] = verdict_text(d, lead, taus[lead], tau_ci, out, sys.est.level)
+    out["max_of_k"] = best = _max_of_k(sys, d, order)
+    if best.get("ci") and best["k"] > 1:
+        lo, hi = best["ci"]
+        out["text"] += (
+            f" {lead} is the highest of {best['k']} predictors, chosen after the fact: as that maximum, its τ-b has "
+            f"the simultaneous 95% interval [{lo:+.2f}, {hi:+.2f}]."
+        )
+    return out
+
+
+def _prespecified(table: Sequence[Mapping[str, Any]], name: str | None) -> dict[str, Any] | None:
+    """The row of the predictor fixed before the run (``verdict_predictor``; default ``rm_acc_all``, else the first
+    predictor present): the one the verdict quotes."""
+    rows = {r["upstream"]: r for r in table}
+    chosen = name if name in rows else ("rm_acc_all" if name is None and "rm_acc_all" in rows else None)
+    if chosen is None and name is None and table:
+        chosen = table[0]["upstream"]
+    if chosen is None:
+        return None
+    return {"upstream": chosen, "n_systems": rows[chosen]["n_systems"], "kendall_tau_b": rows[chosen]["kendall_tau_b"]}
+
+
+def _max_of_k(sys: _Systems, d: str, order: Sequence[str]) -> dict[str, Any]:
+    """The highest τ-b of K predictors is a maximum, selected after the fact: its percentile interval does not
+    cover it (it sits high in its own replicates). The interval given instead is simultaneous over the K
+    predictors (the max-statistic bootstrap of |τ*_k − τ̂_k| / se*_k), so it holds whichever predictor came out
+    on top."""
+    points, reps = [], []
+    for u in order:
+        t, r = sys.coefs(u, d, sys.having([u, d]))["kendall_tau_b"]
+        if t is None:
+            continue
+        points.append(float(t))
+        reps.append(r)
+    out: dict[str, Any] = {"upstream": order[0] if order else None, "k": len(points), "value": None, "ci": None}
+    if not points:
+        return out
+    out["value"] = f_(points[0])
+    if sys.est.n_boot >= 2 and len(points) > 1:
+        crit, bounds = simultaneous(points, reps, sys.est.level)
+        if crit is not None:
+            lo, hi = bounds[0]
+            out.update(ci=[max(-1.0, lo), min(1.0, hi)], critical_value=crit)
     return out
 
 
@@ -227,6 +273,7 @@ def validity(
     selection: dict[str, Any],
     predictors: Sequence[str] | None = None,
     roles: Mapping[str, str] | None = None,
+    prespecified: str | None = None,
 ) -> dict[str, Any]:
     """``analysis["validity"]``: per downstream metric, the predictors side by side, their pairwise differences,
     and which one to trust (see the module docstring). The systems are the deployable ones (``roles``, see
@@ -236,7 +283,8 @@ def validity(
     the deployable systems alone."""
     preds = predictors_of(est, predictors)
     role = {m: (roles or {}).get(m, DEPLOYABLE) for m in est.methods}
-    reference = sorted(m for m, r in role.items() if r in (BASELINE, ORACLE))
+    scored = {m for p in preds for m in est.methods_with(p)}  # (a pool's random pick has no upstream rows)
+    reference = sorted(m for m, r in role.items() if r in (BASELINE, ORACLE) and m in scored)
     methods = [m for m, r in role.items() if r == DEPLOYABLE]
     if reference:  # (pure decoders have no upstream cells: they are in no system either way)
         selection = _selection(est, methods, preds)[0]
@@ -274,10 +322,15 @@ def validity(
         own = {r["upstream"]: r["n_systems"] for r in table}
         diffs = {frozenset((a, b)): _difference(sys, a, b, d, own) for i, a in enumerate(preds) for b in preds[i + 1 :]}
         head = diffs.get(frozenset(HEADLINE))
+        vs_curated = [
+            diffs[frozenset((p, CURATED))] for p in preds if p.startswith(ONPOLICY) and frozenset((p, CURATED)) in diffs
+        ]
         out["by_downstream"][d] = {
             "predictors": table,
             "differences": list(diffs.values()),
+            "onpolicy_vs_curated": vs_curated,
             "verdict": _verdict(sys, d, table, diffs),
+            "prespecified": _prespecified(table, prespecified),
             "headline": None if head is None else head["text"],
             "published": published_for(downstream=d),
         }
