@@ -95,20 +95,23 @@ def test_perfect_upstream_predictor() -> None:
     rng = np.random.default_rng(2)
     g = "rubrics|smollm2|seed0"
     cells: list[dict[str, Any]] = []
-    for m, skill in [("global_bt", 0.55), ("mpu", 0.75), ("pal_b", 0.65), ("length", 0.5), ("random", 0.45)]:
+    # five deployable systems (the verdict's upstream sentence reads the deployable ones; a coefficient needs 5)
+    # and two baselines
+    systems = [("global_bt", 0.55), ("mpu", 0.75), ("pal_b", 0.65), ("vpl", 0.6), ("lore", 0.7)]
+    for m, skill in [*systems, ("length", 0.5), ("random", 0.45)]:
         cells += _rows(g, m, "rm_acc_unseen", skill, rng, noise=0)  # orders methods exactly like downstream
         cells += _rows(g, m, "pa_sum", 1 - skill, rng, noise=0)  # the reverse order
         cells += _rows(g, m, ARGS, skill, rng, noise=0.02)
     res = _run(cells)
     pairs = {(p["upstream"], p["downstream"]): p for p in res["selection"]["pairs"]}
     good = pairs[("rm_acc_unseen", ARGS)]
-    assert good["n_systems"] == 5
+    assert good["n_systems"] == 7
     assert good["kendall_tau_b"]["value"] == pytest.approx(1.0)
     assert good["spearman"]["value"] == pytest.approx(1.0) and good["ndcg"]["value"] == pytest.approx(1.0)
     assert good["rbo"]["value"] == pytest.approx(1.0)
     assert good["kendall_tau_b"]["ci"][0] > 0
     assert pairs[("pa_sum", ARGS)]["kendall_tau_b"]["value"] == pytest.approx(-1.0)
-    assert sorted(p[0] for p in good["points"]) == ["global_bt", "length", "mpu", "pal_b", "random"]
+    assert sorted(p[0] for p in good["points"]) == ["global_bt", "length", "lore", "mpu", "pal_b", "random", "vpl"]
     bp = res["selection"]["best_predictor"][ARGS]
     assert bp["upstream"] == "rm_acc_unseen" and bp["p_best"] == pytest.approx(1.0)
     assert "rm_acc_unseen best predicts" in bp["text"] and "excludes 0" in bp["text"]
