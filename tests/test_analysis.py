@@ -95,20 +95,23 @@ def test_perfect_upstream_predictor() -> None:
     rng = np.random.default_rng(2)
     g = "rubrics|smollm2|seed0"
     cells: list[dict[str, Any]] = []
-    for m, skill in [("global_bt", 0.55), ("mpu", 0.75), ("pal_b", 0.65), ("length", 0.5), ("random", 0.45)]:
+    # five deployable systems (the verdict's upstream sentence reads the deployable ones; a coefficient needs 5)
+    # and two baselines
+    systems = [("global_bt", 0.55), ("mpu", 0.75), ("pal_b", 0.65), ("vpl", 0.6), ("lore", 0.7)]
+    for m, skill in [*systems, ("length", 0.5), ("random", 0.45)]:
         cells += _rows(g, m, "rm_acc_unseen", skill, rng, noise=0)  # orders methods exactly like downstream
         cells += _rows(g, m, "pa_sum", 1 - skill, rng, noise=0)  # the reverse order
         cells += _rows(g, m, ARGS, skill, rng, noise=0.02)
     res = _run(cells)
     pairs = {(p["upstream"], p["downstream"]): p for p in res["selection"]["pairs"]}
     good = pairs[("rm_acc_unseen", ARGS)]
-    assert good["n_systems"] == 5
+    assert good["n_systems"] == 7
     assert good["kendall_tau_b"]["value"] == pytest.approx(1.0)
     assert good["spearman"]["value"] == pytest.approx(1.0) and good["ndcg"]["value"] == pytest.approx(1.0)
     assert good["rbo"]["value"] == pytest.approx(1.0)
     assert good["kendall_tau_b"]["ci"][0] > 0
     assert pairs[("pa_sum", ARGS)]["kendall_tau_b"]["value"] == pytest.approx(-1.0)
-    assert sorted(p[0] for p in good["points"]) == ["global_bt", "length", "mpu", "pal_b", "random"]
+    assert sorted(p[0] for p in good["points"]) == ["global_bt", "length", "lore", "mpu", "pal_b", "random", "vpl"]
     bp = res["selection"]["best_predictor"][ARGS]
     assert bp["upstream"] == "rm_acc_unseen" and bp["p_best"] == pytest.approx(1.0)
     assert "rm_acc_unseen best predicts" in bp["text"] and "excludes 0" in bp["text"]
@@ -128,7 +131,7 @@ def test_na_states_and_too_few_systems() -> None:
     assert na["value"] is None and na["ci"] is None and na["n"] == 0 and na["na"] == "no per-token reward"
     assert res["table"]["global_bt"][ARGS]["na"] is None
     tau = res["selection"]["pairs"][0]["kendall_tau_b"]
-    assert tau["value"] is None and tau["ci"] is None and "need 3" in tau["na"]
+    assert tau["value"] is None and tau["ci"] is None and "need 5" in tau["na"]
     assert res["selection"]["best_predictor"][ARGS]["upstream"] is None
     assert res["ranking"][ARGS]["order"] == ["global_bt"]
     assert not any("unreliable" in n for n in res["notes"])  # 12 users, 8 and 96 prompts: no notes

@@ -3,14 +3,25 @@ that reach the power they promise under the verdict's own decision rule."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from perbench.metrics.analysis import plan_sizes
-from perbench.metrics.analysis.power import Components, plan_comparison, power_separate, variance_components
-from perbench.metrics.analysis.ranking import ranking
+from perbench.metrics.analysis import analyze, plan_sizes
+from perbench.metrics.analysis.power import (
+    Components,
+    joint_components,
+    plan_comparison,
+    power_separate,
+    variance_components,
+    variances,
+)
+from perbench.metrics.analysis.ranking import ranking, simultaneous_lower
+from perbench.metrics.bootstrap import TwoWayBootstrap
 from tests.crossed import METRIC, crossed_cells, estimates
+
+ROLES = {"a": "deployable", "b": "deployable", "c": "deployable", "random_pick": "baseline"}
 
 
 def test_variance_components_recover_the_crossed_design() -> None:
@@ -70,22 +81,33 @@ def test_plan_sizes_reads_effects_in_points_and_names_the_sizes() -> None:
 
 
 def test_perbench_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``perbench plan RUN_DIR`` prints one table (a row per comparison, the random pick's rows one-sided) and the
+    whole decision's size."""
     from perbench.cli import main
 
     rng = np.random.default_rng(3)
-    cells = crossed_cells(
-        {"mpu": 0.7, "pref": 0.55, "random": 0.5}, rng, 12, 10, metric="best_of_n:rubric_satisfaction"
-    )
+    means = {"mpu": 0.7, "pref": 0.55, "random": 0.5, "random_pick": 0.52}
+    cells = crossed_cells(means, rng, 12, 10, metric="best_of_n:rubric_satisfaction")
     for c in cells:
         c["value"] = float(np.clip(c["value"], 0, 1))
     run = tmp_path / "run"
     run.mkdir()
     (run / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    (run / "results.json").write_text(json.dumps({"analysis": {"roles": {"random_pick": "baseline"}}}))
     assert main(["plan", str(run), "--effect", "5"]) == 0
     out = capsys.readouterr().out
+    lines = out.splitlines()
     assert "the plan uses best_of_n:rubric_satisfaction" in out
     assert "best_of_n:rubric_satisfaction, leader mpu (2 deployable methods)" in out  # random is a baseline
-    assert "mpu − pref: observed" in out and "at an effect of +5.0 pts" in out and "random" not in out
+    assert "now 10 prompts × 12 users; sizes are prompts × users for 80% power" in out
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["comparison"])
+    assert "to separate" in lines[head] and "to establish equivalence (±5 pts)" in lines[head]
+    rows = {line.split("  +")[0].strip(): line for line in lines[head + 1 : head + 4]}
+    assert set(rows) == {"mpu − pref", "mpu − random_pick (one-sided)", "pref − random_pick (one-sided)"}
+    assert all(" × " in r or "now (" in r for r in rows.values())
+    assert "random " not in out.replace("random pick", "")  # the baseline `random` is in no comparison
+    assert lines[head + 4].strip().startswith("The whole decision (mpu separated from each of the other 1; 2 systems")
+    assert "at an effect of +5.0 pts on every comparison" in lines[head + 4] and "for 80% power" in lines[head + 4]
     assert main(["plan", str(run), "--metric", "args:nope"]) == 2
     assert "has no args:nope cells" in capsys.readouterr().err
     assert main(["plan", str(tmp_path / "missing")]) == 2
@@ -101,3 +123,116 @@ def test_identical_methods_have_nothing_to_plan_from() -> None:
     [p] = plan_sizes(cells)["plans"]
     assert p["constant"] and p["separate"] is None and p["equivalence"] is None
     assert p["text"] == "mpu − mpu_avg is +0.000 on every cell both cover: no variation to plan from"
+
+
+@pytest.mark.parametrize(("users", "prompts", "sd"), [(32, 16, (0.0, 0.0, 1.0)), (12, 8, (0.3, 0.3, 1.0))])
+def test_the_bootstrap_variance_is_the_one_the_planner_assumes(users: int, prompts: int, sd: tuple[float, ...]) -> None:
+    """The two-way bootstrap's variance of a mean over U × P crossed cells, averaged over datasets, is
+    k_u·σ²_u/U + k_p·σ²_p/P + k_e·σ²_e/(U·P) with k_e = k_u + k_p + k_u·k_p ≈ 2.8 at 32 × 16 (not 2, which made the
+    planner promise power it did not deliver)."""
+    rng = np.random.default_rng(users)
+    su, sp, se = sd
+    c = Components(su**2, sp**2, se**2, users, prompts, users * prompts, True)
+    _, predicted = variances(c, users, prompts)
+    two = su**2 / users + sp**2 / prompts + 2 * se**2 / (users * prompts)  # the former assumption
+    names_u = [f"u{i}" for i in range(users) for _ in range(prompts)]
+    names_p = [f"p{j}" for _ in range(users) for j in range(prompts)]
+    measured = []
+    for k in range(40):
+        y = rng.normal(0, su, (users, 1)) + rng.normal(0, sp, (1, prompts)) + rng.normal(0, se, (users, prompts))
+        _, reps = TwoWayBootstrap(names_u, names_p, n_boot=800, seed=k).means(y.ravel(), [np.arange(y.size)])
+        measured.append(float(np.var(reps[:, 0], ddof=1)))
+    assert np.mean(measured) == pytest.approx(predicted, rel=0.06)
+    if su == 0:
+        assert np.mean(measured) > 1.25 * two
+
+
+def test_joint_components_give_each_comparison_and_their_covariances() -> None:
+    """Two comparisons against one null share its noise: the covariance of (a − r) and (b − r) is r's own
+    components, the diagonal that of each difference (and what :func:`variance_components` gives)."""
+    rng = np.random.default_rng(5)
+    u, p = 60, 40
+
+    def method() -> np.ndarray:
+        return rng.normal(0, 0.2, (u, 1)) + rng.normal(0, 0.1, (1, p)) + rng.normal(0, 0.3, (u, p))
+
+    a, b, r = method(), method(), method()
+    y = np.stack([(a - r).ravel(), (b - r).ravel()], axis=1)
+    users = [f"u{i}" for i in range(u) for _ in range(p)]
+    prompts = [f"p{j}" for _ in range(u) for j in range(p)]
+    j = joint_components(users, prompts, y)
+    assert j.crossed and j.users == u and j.prompts == p
+    single = variance_components(users, prompts, y[:, 0].tolist())
+    assert j.user[0, 0] == pytest.approx(single.user) and j.residual[0, 0] == pytest.approx(single.residual)
+    assert j.residual[0, 1] == pytest.approx(0.09, rel=0.1) and j.residual[0, 0] == pytest.approx(0.18, rel=0.1)
+    assert j.user[0, 1] == pytest.approx(0.04, rel=0.5) and j.prompt[0, 1] == pytest.approx(0.01, rel=0.6)
+    # a comparison missing some cells: its covariances come from the cells both have
+    y[:300, 1] = np.nan
+    assert joint_components(users, prompts, y).residual[0, 1] == pytest.approx(0.09, rel=0.15)
+
+
+def _exact_pilot(means: dict[str, float], rng: np.random.Generator, **kw: Any) -> list[dict[str, Any]]:
+    """A large pilot whose observed method means are the truth exactly (each method shifted by a constant, which
+    leaves every variance component as it was)."""
+    cells = crossed_cells(means, rng, users=60, prompts=40, **kw)
+    for m, mu in means.items():
+        rows = [c for c in cells if c["method"] == m]
+        shift = mu - float(np.mean([c["value"] for c in rows]))
+        for c in rows:
+            c["value"] += shift
+    return cells
+
+
+def test_the_whole_decision_delivers_the_power_it_plans() -> None:
+    """The planner sizes the whole decision: a separated from b and c (two-sided, simultaneous) and every system
+    shown to beat the random pick (one-sided, simultaneous), four comparisons of about equal difficulty. Runs of
+    that size simulated from the same truth and put through the analysis's own bootstrap and simultaneous
+    intervals decide everything together in 80 % ± 5 % of runs. (Sizing each pair on its own, or assuming the
+    bootstrap counts the residual twice, delivered 51 % and 67 %.)"""
+    means = {"a": 0.60, "b": 0.55, "c": 0.55, "random_pick": 0.50}
+    kw: dict[str, Any] = {"noise_sd": 0.1, "method_user_sd": 0.01, "method_prompt_sd": 0.01}
+    rng = np.random.default_rng(0)
+    got = plan_sizes(_exact_pilot(means, rng, **kw), roles=ROLES, equivalence_margin=0)
+    d = got["decision"]
+    assert d["comparisons"] == {"leader": 2, "random_pick": 3} and d["required"] == 5 and d["limited_by"] is not None
+    size = d["size"]
+    assert size["cells"] > max(p["separate"]["cells"] for p in got["plans"])  # more than its hardest pair alone
+    decided, n = 0, 300
+    for s in range(n):
+        cells = crossed_cells(means, rng, users=size["users"], prompts=size["prompts"], **kw)
+        est = estimates(cells, n_boot=300, seed=s)
+        r = ranking(est, METRIC, ROLES, 0.0)
+        vs = [est.delta(m, METRIC, "random_pick", METRIC) for m in ("a", "b", "c")]
+        _, lower = simultaneous_lower([e.point for e in vs if e], [e.reps for e in vs if e], est.level)
+        decided += r["decision"] == "separable" and r["order"][0] == "a" and all(lo > 0 for lo in lower)
+    assert 0.75 <= decided / n <= 0.85
+
+
+def test_equivalence_decides_what_no_separation_can() -> None:
+    """Two systems equal in truth: no size separates them, but showing them equivalent within the margin decides the
+    comparison; without a margin the whole decision is out of reach, and the sentence says so."""
+    means = {"a": 0.60, "b": 0.60, "random_pick": 0.50}
+    rng = np.random.default_rng(2)
+    cells = _exact_pilot(means, rng, noise_sd=0.1, method_user_sd=0.01, method_prompt_sd=0.01)
+    with_margin = plan_sizes(cells, roles={**ROLES, "b": "deployable"}, equivalence_margin=0.05)["decision"]
+    assert with_margin["size"] is not None
+    assert with_margin["tests"][0]["succeeds_by"] == "separation or equivalence"
+    none = plan_sizes(cells, roles=ROLES, equivalence_margin=0)["decision"]
+    assert none["size"] is None and "no practical size reaches 80% power" in none["text"]
+
+
+def test_the_analysis_plans_each_system_against_the_random_pick() -> None:
+    rng = np.random.default_rng(6)
+    means = {"a": 0.72, "b": 0.60, "c": 0.47, "random_pick": 0.52}
+    res = analyze(crossed_cells(means, rng, 12, 10), roles=ROLES, n_boot=200)
+    rows = res["power"][METRIC]
+    assert [(p["a"], p["b"], p["family"]) for p in rows] == [
+        ("a", "b", "leader"), ("a", "c", "leader"),
+        ("a", "random_pick", "random_pick"), ("b", "random_pick", "random_pick"), ("c", "random_pick", "random_pick"),
+    ]  # fmt: skip
+    c_row = rows[-1]
+    assert c_row["one_sided"] and c_row["equivalence"] is None and c_row["separate"] is None
+    assert c_row["text"].startswith("c is not above the random pick")
+    d = res["power_decision"][METRIC]
+    assert [t["required"] for t in d["tests"]] == [True, True, True, True, False]  # c is below the random pick
+    assert "the 1 not above it left out" in d["text"]

@@ -87,8 +87,10 @@ def test_adaptive_rounds_say_why_collection_stopped() -> None:
 
 def test_agrees_only_when_the_upstream_metric_puts_the_leader_alone_first() -> None:
     cells: list[dict[str, Any]] = []
-    # downstream order mpu > pref > lore > vpl; rm_acc_seen puts pref first, then mpu
-    for m, down, up in [("mpu", 0.8, 0.7), ("pref", 0.6, 0.75), ("lore", 0.4, 0.5), ("vpl", 0.2, 0.3)]:
+    # downstream order mpu > pref > lore > vpl > pal; rm_acc_seen puts pref first, then mpu (5 systems: the fewest
+    # a rank coefficient is reported over)
+    sys5 = [("mpu", 0.8, 0.7), ("pref", 0.6, 0.75), ("lore", 0.4, 0.5), ("vpl", 0.2, 0.3), ("pal", 0.1, 0.2)]
+    for m, down, up in sys5:
         cells += _cells(m, range(12), down)
         cells += _cells(m, range(12), up, metric="rm_acc_seen")
     v = analyze(cells, n_boot=100)["verdict"]

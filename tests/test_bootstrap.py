@@ -179,3 +179,68 @@ def test_fallback_columns_leave_two_way_columns_alone() -> None:
     _, mixed = boot.means(y, [everyone, two])
     np.testing.assert_array_equal(alone[:, 0], mixed[:, 0])
     assert np.isfinite(mixed[:, 1]).all() and mixed[:, 1].std() > 0
+
+
+def _split_cells(anchor: bool = True) -> list[dict[str, object]]:
+    """20 seen users with rm_acc_seen pairs, 8 unseen users with rm_acc_unseen pairs (each user's own pairs), and
+    metric ``probe``: value 0 for each unseen user and 1 for one ``anchor`` user who is neither seen nor unseen, so
+    a replicate's mean of probe is 1 / (the unseen users it drew + 1)."""
+    rng = np.random.default_rng(0)
+    g = "bench|policy|seed0"
+    cells: list[dict[str, object]] = []
+    for metric, who, n in (("rm_acc_seen", "s", 20), ("rm_acc_unseen", "n", 8)):
+        for i in range(n):
+            for j in range(4):
+                v = float(rng.random() < 0.6)
+                cells.append(_cell(g, metric, f"{who}{i}", f"{who}{i}/{j}", v))
+    probe = [(f"n{i}", 0.0) for i in range(8)] + ([("anchor", 1.0)] if anchor else [])
+    cells += [_cell(g, "probe", u, f"{u}/probe", v) for u, v in probe]
+    return cells
+
+
+def _cell(group: str, metric: str, user: str, prompt: str, value: float) -> dict[str, object]:
+    return {"group": group, "method": "m", "metric": metric, "user": user, "prompt": prompt, "value": value}
+
+
+def test_unseen_users_are_drawn_among_themselves() -> None:
+    """Users are drawn per class (seen / unseen, read off the cells): every replicate of a column over unseen users
+    has exactly the 8 unseen users (drawn over all 29 users together it had 0 to 20 of them)."""
+    from perbench.metrics.analysis.data import user_classes
+    from perbench.metrics.analysis.estimates import Estimates
+
+    cells = _split_cells()
+    est = Estimates(cells, None, None, "m", 400, 0, 0.95, None)
+    probe = est.value("m", "probe")
+    assert probe is not None and np.allclose(probe.reps, 1 / 9)
+    # the same rows without the classes: the number of unseen users in a replicate varies
+    rows = [(str(c["user"]), str(c["prompt"])) for c in cells]
+    flat = TwoWayBootstrap([u for u, _ in rows], [p for _, p in rows], n_boot=400, seed=0)
+    idx = np.flatnonzero([c["metric"] == "probe" for c in cells])
+    _, reps = flat.means(np.array([float(c["value"]) for c in cells]), [idx])  # type: ignore[arg-type]
+    with np.errstate(divide="ignore"):  # a replicate that did not draw the anchor has mean 0
+        drawn = 1 / reps[:, 0] - 1
+    assert drawn.min() < 6 and drawn.max() > 10
+    classes = user_classes(["b"] * 3, ["rm_acc_seen", "rm_acc_unseen", "args:x"], ["s", "n", "z"])
+    assert classes == ["seen", "unseen", ""]
+    # a benchmark without the split (no unseen rows): no classes, the unstratified draws
+    assert user_classes(["b"] * 2, ["rm_acc_seen", "args:x"], ["s", "z"]) is None
+
+
+def test_stratified_draws_leave_a_seen_only_column_alike_in_distribution() -> None:
+    from perbench.metrics.analysis.estimates import Estimates
+
+    cells = _split_cells(anchor=False)
+    est = Estimates(cells, None, None, "m", 2000, 1, 0.95, None)
+    seen = est.value("m", "rm_acc_seen")
+    assert seen is not None
+    idx = np.flatnonzero([c["metric"] == "rm_acc_seen" for c in cells])
+    users = [str(c["user"]) for c in cells]
+    prompts = [str(c["prompt"]) for c in cells]
+    flat = TwoWayBootstrap(users, prompts, n_boot=2000, seed=2)
+    _, reps = flat.means(np.array([float(c["value"]) for c in cells]), [idx])  # type: ignore[arg-type]
+    assert np.std(seen.reps) == pytest.approx(np.std(reps[:, 0]), rel=0.08)
+    # the CI: its ends and middle agree to within 1/8 of its width (the stratified replicates are means over
+    # exactly 80 cells, the flat ones over a varying number: their lattices differ, their spread does not)
+    q = [0.025, 0.5, 0.975]
+    width = float(np.subtract(*np.quantile(reps[:, 0], [0.975, 0.025])))
+    np.testing.assert_allclose(np.quantile(seen.reps, q), np.quantile(reps[:, 0], q), atol=width / 8)

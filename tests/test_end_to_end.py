@@ -340,7 +340,8 @@ def test_cli_run_scores_every_system_on_every_predictor(
     cfg = tiny_config(tiny_pool, tmp_path).to_dict()
     cfg.update(
         methods=["global_bt", "mpu"],
-        systems={"train_fraction": [0.5, 1.0]},  # every member of the grid is a system of its own
+        # every member of the grid is a system of its own (6: a rank coefficient needs at least 5)
+        systems={"train_fraction": [0.25, 0.5, 1.0]},
         seed=7,  # fits of its own: the session's shared fit cache stays as other tests expect it
         # 8 samples of 40 tokens: pools whose exact truth varies (on-policy pairs and the diagnosis have evidence)
         decoders=["zero_shot", {"name": "best_of_n", "n": 2, "pool": 8}],
@@ -357,7 +358,7 @@ def test_cli_run_scores_every_system_on_every_predictor(
     by_metric: dict[str, set[str]] = {}
     for c in cells:
         by_metric.setdefault(c["metric"], set()).add(c["method"])
-    grid = {"global_bt", "global_bt(train_fraction=0.5)", "mpu", "mpu(train_fraction=0.5)"}
+    grid = {f"{m}{f}" for m in ("global_bt", "mpu") for f in ("", "(train_fraction=0.25)", "(train_fraction=0.5)")}
     systems = grid | {"length", "random"}
     for metric in ("rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "rm_acc_on_general"):
         assert by_metric[metric] == systems, metric
@@ -398,7 +399,7 @@ def test_cli_run_scores_every_system_on_every_predictor(
     assert diag["truth"] == "rubric_satisfaction" and diag["onpolicy"]["k"] == 4 and "collapsed_users" in diag
     assert diag["cells_constant_truth"] < diag["cells"] and diag["onpolicy"]["pairs"] > 0
     # the baselines are scored like every system but left out of the correlations: reference lines
-    assert v["reference_lines"] == ["length", "random"] and {r["n_systems"] for r in entry["predictors"]} == {4}
+    assert v["reference_lines"] == ["length", "random"] and {r["n_systems"] for r in entry["predictors"]} == {6}
     assert "reference lines left out: length, random" in out
     assert "Which benchmark to trust for best_of_n:rubric_satisfaction" in out
     assert "Which benchmark should you trust for this deployment" in (run_dir / "report.html").read_text()

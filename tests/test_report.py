@@ -22,9 +22,10 @@ XSS_TEXT = "<script>document.title='pwned';document.body.setAttribute('data-pwne
 XSS_METHOD = "evil<b onmouseover=alert(1)>"
 USERS = [f"u{i}" for i in range(1, 8)] + [XSS_USER]
 PROMPTS = [f"p{j}" for j in range(5)]
-# true per-method quality: mpu clearly best downstream; length / random are the baselines
-QUALITY = {"global_bt": 0.45, "mpu": 0.9, "pal_b": 0.5, XSS_METHOD: 0.4, "length": 0.3, "random": 0.2}
-ACCURACY = {"global_bt": 0.6, "mpu": 0.85, "pal_b": 0.65, XSS_METHOD: 0.55, "length": 0.5, "random": 0.5}
+# true per-method quality: mpu clearly best downstream; length / random are the baselines; five deployable systems,
+# the fewest a rank coefficient is reported over
+QUALITY = {"global_bt": 0.45, "mpu": 0.9, "pal_b": 0.5, "vpl": 0.55, XSS_METHOD: 0.4, "length": 0.3, "random": 0.2}
+ACCURACY = {"global_bt": 0.6, "mpu": 0.85, "pal_b": 0.65, "vpl": 0.62, XSS_METHOD: 0.55, "length": 0.5, "random": 0.5}
 
 
 def make_cells(group: str, seed: int) -> list[dict[str, Any]]:
@@ -355,7 +356,7 @@ def test_cli_compare_and_report_several_runs(tmp_path: Path, capsys: pytest.Capt
     assert set(saved["per_benchmark"]) == {"synth", "other"} and saved["analysis"]["n_boot"] == 40
     # which benchmark to trust, pooled over both runs' systems (benchmarks × policies), printed and in the report
     pooled = saved["analysis"]["validity"]["by_downstream"]["args:rubric_satisfaction"]
-    assert {r["n_systems"] for r in pooled["predictors"]} == {2 * 4}  # 4 RMs guide ARGS in each run
+    assert {r["n_systems"] for r in pooled["predictors"]} == {2 * 5}  # 5 RMs guide ARGS in each run
     assert "Which benchmark to trust for args:rubric_satisfaction" in capsys.readouterr().out
     assert "Which benchmark should you trust for this deployment" in html
     assert (out / "leaderboard.md").exists() and (out / "plots" / "scatter_main.svg").exists()

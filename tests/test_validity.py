@@ -66,7 +66,7 @@ def test_difference_is_computed_on_the_same_replicate_and_the_same_systems() -> 
     v = validity(est, selection(est)[0])
     e = v["by_downstream"][DOWN]["differences"][0]
     assert {e["a"], e["b"]} == {"rm_acc_pers_only", "rm_acc_consensus"} and e["n_systems"] == 10
-    # by hand: both τ on the same replicate's system values, then the percentile interval of the difference
+    # by hand: both τ on the same replicate's system values, then the interval of the difference
     methods = sorted({c.method for c in cells})
     reps = {k: np.stack([est.value(m, k).reps for m in methods], axis=1) for k in (e["a"], e["b"], DOWN)}  # type: ignore[union-attr]
     points = {k: [est.value(m, k).point for m in methods] for k in (e["a"], e["b"], DOWN)}  # type: ignore[union-attr]
@@ -74,7 +74,9 @@ def test_difference_is_computed_on_the_same_replicate_and_the_same_systems() -> 
     t = e["kendall_tau_b"]
     want = kendall_tau_b(points[e["a"]], points[DOWN]) - kendall_tau_b(points[e["b"]], points[DOWN])  # type: ignore[operator]
     assert t["delta"] == pytest.approx(want) and t["delta"] >= 0  # a is the predictor with the higher τ-b
-    assert t["ci"] == pytest.approx(list(np.quantile(delta[np.isfinite(delta)], [0.025, 0.975])))
+    lo, hi = np.quantile(delta[np.isfinite(delta)], [0.025, 0.975])
+    h = max(t["delta"] - lo, hi - t["delta"])  # the percentile interval made symmetric about the estimate
+    assert t["ci"] == pytest.approx([max(-2.0, t["delta"] - h), min(2.0, t["delta"] + h)])
     # the per-predictor values are the selection's own (one number, one CI)
     sel = {(p["upstream"], p["downstream"]): p for p in selection(est)[0]["pairs"]}
     for row in v["by_downstream"][DOWN]["predictors"]:
@@ -127,8 +129,9 @@ def test_verdict_uses_simultaneous_intervals_and_names_the_leader() -> None:
     v = a["validity"]["by_downstream"][DOWN]["verdict"]
     assert v["leader"] == "rm_acc_pers_only" and v["critical_value"] is not None and v["critical_value"] > 1.96
     comps = {c["b"]: c for c in v["comparisons"]}
-    for c in comps.values():  # a simultaneous interval is wider than the marginal one of the same difference
-        assert c["ci"][1] - c["ci"][0] > c["ci_marginal"][1] - c["ci_marginal"][0]
+    for c in comps.values():  # a simultaneous interval: Δ̂ ± c·se*, centred on the estimate
+        assert (c["ci"][0] + c["ci"][1]) / 2 == pytest.approx(c["delta"])
+        assert c["ci_marginal"][0] <= c["delta"] <= c["ci_marginal"][1]
     assert v["decision"] == ("best" if all(c["ci"][0] > 0 for c in comps.values()) else "undecided")
     assert v["text"].startswith("rm_acc_pers_only predicts best_of_n:rubric_satisfaction best")
     head = a["validity"]["by_downstream"][DOWN]["headline"]
@@ -209,9 +212,9 @@ def test_consensus_pairs_every_user_agrees_and_no_rubric_separates_them() -> Non
 
 def test_predictors_on_disjoint_systems_are_named_not_compared() -> None:
     rng = np.random.default_rng(5)
-    q = rng.normal(0, 1, 9)
+    q = rng.normal(0, 1, 10)
     cells = crossed(rng, {"rm_acc_pers_only": q, "rm_acc_consensus": q}, q, users=6, prompts=4)
-    firsts, lasts = {f"m{i:02d}" for i in range(4)}, {f"m{i:02d}" for i in range(4, 9)}
+    firsts, lasts = {f"m{i:02d}" for i in range(5)}, {f"m{i:02d}" for i in range(5, 10)}
     cells = [
         c
         for c in cells
@@ -220,8 +223,8 @@ def test_predictors_on_disjoint_systems_are_named_not_compared() -> None:
     ]
     v = _validity(cells, n_boot=50)["by_downstream"][DOWN]
     [e] = v["differences"]
-    assert e["n_systems"] == 0 and e["na"] and "need 3" in e["text"]
-    assert len(v["verdict"]["order"]) == 2 and "fewer than 3 systems have both" in v["verdict"]["text"]
+    assert e["n_systems"] == 0 and e["na"] and "need 5" in e["text"]
+    assert len(v["verdict"]["order"]) == 2 and "fewer than 5 systems have both" in v["verdict"]["text"]
 
 
 def test_every_grid_system_is_a_predictor_system_and_reference_lines_are_left_out() -> None:

@@ -507,22 +507,47 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
+    """One table: each comparison's observed difference and the prompts × users that separate it (or show it
+    beats the random pick) and that establish equivalence; then the size of the whole decision."""
     metric, plans = got["metric"], got["plans"]
     if got["leader"] is None:
         return f"{run_dir}: no deployable method has {metric} cells: nothing to plan."
+    unit = 100 if got["proportion"] else 1
+    pts = " pts" if unit == 100 else ""
     lines = [*got["notes"], f"{run_dir}: {metric}, leader {got['leader']} ({len(got['order'])} deployable methods)"]
     if not plans:
         lines.append("  no other deployable method shares 2 or more cells with the leader: nothing to compare.")
-    unit = 100 if got["proportion"] else 1
+        return "\n".join(lines)
+    c = plans[0]["components"]
+    per = "" if c["crossed"] else " per user"
+    now_p = c["prompts"] if c["crossed"] else max(1, c["prompts"] // max(1, c["users"]))
+    power = f"{100 * plans[0]['power']:.0f}%"
+    lines.append(f"  now {now_p} prompts{per} × {c['users']} users; sizes are prompts{per} × users for {power} power")
+
+    def size(s: Any) -> str:
+        if not s:
+            return "> 1e8 cells"
+        return f"now ({100 * s['power_now']:.0f}%)" if s["scale"] <= 1 else f"{s['prompts']} × {s['users']}"
+
+    margin = f"{unit * got['margin']:g}{pts}"
+    head = ["comparison", "observed", "to separate", f"to establish equivalence (±{margin})"]
+    rows = []
     for p in plans:
-        c = p["components"]
-        design = "crossed users × prompts" if c["crossed"] else "prompts nested in users"
-        lines.append(
-            f"  {p['a']} − {p['b']}: observed {unit * p['observed']:+.2f}{' pts' * (unit == 100)} on {c['cells']} "
-            f"cells ({c['users']} users, {c['prompts']} prompts, {design}); variance components "
-            f"user {c['user']:.4g}, prompt {c['prompt']:.4g}, residual {c['residual']:.4g}"
-        )
-        lines.append(f"    {p['text']}.")
+        one = p.get("one_sided", False)
+        name = f"{p['a']} − {p['b']}" + (" (one-sided)" if one else "")
+        if p["constant"]:
+            sep = eq = "identical" if p["observed"] == 0 else "constant"
+        else:
+            sep = "—" if one and p["effect"] <= 0 else "—" if p["effect"] == 0 else size(p["separate"])
+            inside = not one and p["margin"] > 0 and abs(p["observed"]) < p["margin"]
+            eq = size(p["equivalence"]) if inside else "—"
+        rows.append([name, f"{unit * p['observed']:+.2f}{pts}", sep, eq])
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        lines.append("  " + "  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+    d = got.get("decision")
+    if d:
+        lines.append(f"  {d['text']}.")
     return "\n".join(lines)
 
 

@@ -11,6 +11,11 @@ differences, rankings and correlations computed from the replicates carry the re
 Replicate weights are applied as one sparse product per chunk of replicates, so ~50k rows × 1000 replicates
 stay within a few tens of MB.
 
+Users of different classes (seen and unseen users of a benchmark, ``user_classes``) are drawn per class, each
+class's users among themselves: a replicate of a metric on unseen users only then always has the data's number
+of unseen users (drawn over all users together, it would have a random number of them), and a metric over all
+users keeps the data's mix of the classes.
+
 A prompt that only one user ever sees (a user's own prompts, as in most upstream pair sets) is nested in
 that user: resampling the user already carries its variance, so its count stays 1 (resampling it again would
 count that variance twice and widen the CI about √2-fold). Shared prompts, the crossed factor, are resampled
@@ -31,6 +36,7 @@ the same cells, so both of its sides always have the same unit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +59,38 @@ def percentile_ci(replicates: Any, level: float = 0.95, *, min_finite: int = 2) 
         return None
     lo, hi = np.quantile(r, [(1 - level) / 2, 1 - (1 - level) / 2])
     return float(lo), float(hi)
+
+
+def replicate_position(point: float, replicates: Any) -> float | None:
+    """The share of the finite replicates below ``point`` (ties count half): 0.5 when the bootstrap distribution
+    is centred on the estimate; near 0 or 1 when the replicates are pulled away from it (a biased statistic)."""
+    r = np.asarray(replicates, dtype=np.float64).ravel()
+    r = r[np.isfinite(r)]
+    if not r.size or not math.isfinite(point):
+        return None
+    return float(np.mean(r < point) + 0.5 * np.mean(r == point))
+
+
+def symmetric_ci(
+    point: float,
+    replicates: Any,
+    level: float = 0.95,
+    *,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+    min_finite: int = 2,
+) -> tuple[float, float] | None:
+    """The percentile interval made symmetric about the estimate: ``point ± h`` with h the larger of
+    ``point − q_lo`` and ``q_hi − point`` (q: the percentile interval's ends), clipped to ``bounds``.
+
+    It is the hull of the percentile and the basic interval (``2·point − q_hi``, ``2·point − q_lo``): where the
+    replicates are pulled to one side of the estimate (a rank coefficient of noisy means, pulled toward 0), it
+    reaches as far on the other side instead of following them, and it always contains the estimate. None when
+    fewer than ``min_finite`` replicates are finite."""
+    ci = percentile_ci(replicates, level, min_finite=min_finite)
+    if ci is None or not math.isfinite(point):
+        return None
+    h = max(point - ci[0], ci[1] - point, 0.0)
+    return max(bounds[0], point - h), min(bounds[1], point + h)
 
 
 def factor_notes(
@@ -112,8 +150,10 @@ class TwoWayBootstrap:
     """Replicate weights for rows (stratum, user, prompt), drawn once and applied to any number of columns.
 
     ``resample_users`` / ``resample_prompts`` switch a factor off (its counts stay 1), which gives the
-    one-way bootstraps for comparison. A column with fewer than ``min_levels`` users falls back to resampling
-    prompts or (user, prompt) pairs (:meth:`resampling`; ``min_levels=0`` keeps every column two-way).
+    one-way bootstraps for comparison. ``user_classes`` (one per row, the same for every row of a user) stratifies
+    the user draws: each class's users are drawn among themselves, so every replicate has as many users of each
+    class as the data (seen and unseen users, say). A column with fewer than ``min_levels`` users falls back to
+    resampling prompts or (user, prompt) pairs (:meth:`resampling`; ``min_levels=0`` keeps every column two-way).
     """
 
     def __init__(
@@ -127,10 +167,13 @@ class TwoWayBootstrap:
         resample_users: bool = True,
         resample_prompts: bool = True,
         min_levels: int = MIN_LEVELS,
+        user_classes: Sequence[str] | None = None,
     ) -> None:
         n = len(users)
         if len(prompts) != n or (strata is not None and len(strata) != n):
             raise ValueError("users, prompts and strata must have one entry per row")
+        if user_classes is not None and len(user_classes) != n:
+            raise ValueError("user_classes must have one entry per row")
         self.n_rows = n
         self.n_boot = max(0, int(n_boot))
         self.seed = seed
@@ -141,6 +184,14 @@ class TwoWayBootstrap:
         # global user / prompt levels: (stratum, id) pairs, numbered stratum by stratum
         self._user_of_row, self._user_stratum = self._levels(st, users)
         self._prompt_of_row, self._prompt_stratum = self._levels(st, prompts)
+        # the users drawn among themselves: a stratum's, or a (stratum, class)'s; numbered by stratum, then class,
+        # so with one class per stratum the groups are the strata and the draws are those of the unstratified run
+        self._user_group = self._user_stratum
+        if user_classes is not None and len(self._user_stratum):
+            cls = np.empty(len(self._user_stratum), dtype=object)
+            cls[self._user_of_row] = np.asarray(list(user_classes), dtype=object)
+            keys = np.array([f"{s:09d}\x00{c}" for s, c in zip(self._user_stratum.tolist(), cls, strict=True)])
+            self._user_group = np.unique(keys, return_inverse=True)[1].ravel().astype(np.intp)
         # cells: distinct (user level, prompt level); rows of one cell always share a weight
         pair = self._user_of_row.astype(np.int64) * max(1, len(self._prompt_stratum)) + self._prompt_of_row
         cells, cell_of_row = np.unique(pair, return_inverse=True)
@@ -186,11 +237,12 @@ class TwoWayBootstrap:
     def _counts(
         self, rng: np.random.Generator, level_stratum: IntArray, nb: int, on: bool, active: npt.NDArray[np.bool_]
     ) -> FloatArray:
-        """(nb, levels) counts: per stratum, its active levels drawn with replacement; the others stay 1."""
+        """(nb, levels) counts: per group (``level_stratum``: a stratum, or for users a (stratum, class)), its active
+        levels drawn with replacement; the others stay 1."""
         out = np.ones((nb, len(level_stratum)))
         if not on:
             return out
-        for s in range(self._n_strata):
+        for s in range(int(level_stratum.max()) + 1 if level_stratum.size else 0):
             lv = np.flatnonzero((level_stratum == s) & active)
             k = lv.size
             if k == 0:
@@ -259,7 +311,7 @@ class TwoWayBootstrap:
             for u, (part, used) in plans.items():
                 rng = rngs[u]
                 if u == TWO_WAY:
-                    cu = self._counts(rng, self._user_stratum, nb, self._resample[0], self._all_users)
+                    cu = self._counts(rng, self._user_group, nb, self._resample[0], self._all_users)
                     cp = self._counts(rng, self._prompt_stratum, nb, self._resample[1], self._prompt_crossed)
                     w = cu[:, self._cell_user] * cp[:, self._cell_prompt]  # (nb, n_cells)
                 elif u == PROMPTS:

@@ -2,7 +2,8 @@
 
 Each function takes ``x`` (the systems' upstream scores) and ``y`` (their downstream scores), higher is better
 on both, and returns a float, or ``None`` when the coefficient is undefined: fewer than 3 systems, a constant
-input, or a non-finite value. ``None`` is the "not applicable" state; it is never reported as 0 or NaN.
+input, or a non-finite value. ``None`` is the "not applicable" state; it is never reported as 0 or NaN. The
+analysis reports no coefficient over fewer than ``MIN_REPORTED_SYSTEMS`` (5) systems.
 
 - ``kendall_tau_b``: Kendall's τ-b (``scipy.stats.kendalltau``, variant ``b``: corrected for ties).
 - ``weighted_tau``: ``scipy.stats.weightedtau`` with its defaults: the additive hyperbolic weigher 1/(r + 1),
@@ -44,6 +45,18 @@ Correlation = Callable[[Any, Any], "float | None"]
 BatchedCorrelation = Callable[[FloatArray, FloatArray], FloatArray]
 
 MIN_SYSTEMS = 3
+#: the fewest systems a coefficient is *reported* over (the analysis says "not applicable" below it): τ-b of 4
+#: systems takes 7 values, and its bootstrap interval spans most of them whatever the data say
+MIN_REPORTED_SYSTEMS = 5
+#: the range of each coefficient (its interval is clipped to it)
+BOUNDS: dict[str, tuple[float, float]] = {
+    "kendall_tau_b": (-1.0, 1.0),
+    "weighted_tau": (-1.0, 1.0),
+    "spearman": (-1.0, 1.0),
+    "pearson": (-1.0, 1.0),
+    "ndcg": (0.0, 1.0),
+    "rbo": (0.0, 1.0),
+}
 RBO_P = 0.9
 #: values closer than this (relative to their size, at least 1) are one tie
 TIE_TOL = 1e-12

@@ -45,7 +45,7 @@ from perbench.metrics.analysis.base import (
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.fairness import fairness, minority_users
 from perbench.metrics.analysis.headroom import DEFAULT_FRACTION, headroom, margin_of, qualified
-from perbench.metrics.analysis.power import POWER, plan
+from perbench.metrics.analysis.power import POWER, decision
 from perbench.metrics.analysis.ranking import ranking
 from perbench.metrics.analysis.roles import DEPLOYABLE, method_roles
 from perbench.metrics.analysis.selection import selection
@@ -119,9 +119,10 @@ def analyze(
         for k in [*est.upstream, *est.downstream]
     }
     valid = validity(est, sel, predictors, role, verdict_predictor)
-    v, plans = verdict(est, verdict_metric, rankings, role, margins, adaptive, room, valid, systems, verdict_predictor)
+    v, _ = verdict(est, verdict_metric, rankings, role, margins, adaptive, room, valid, systems, verdict_predictor)
     margin = margins[v["metric"]]["value"] if v["metric"] in margins else DEFAULT_MARGIN
     minority = minority_users(est)
+    whole = _whole_decision(est, v["metric"], rankings, margin)
     out = {
         "resampling": (
             f"two-way: users × prompts (pigeonhole bootstrap), n_boot={n_boot}, seed={seed}; with fewer than "
@@ -157,9 +158,21 @@ def analyze(
         "minority": minority,
         "fairness": fairness(est, v["metric"] if v["metric"] and is_downstream(v["metric"]) else None, minority),
         "verdict": v,
-        "power": {v["metric"]: plans} if v["metric"] else {},
+        "power": {v["metric"]: whole["leader"] + whole["vs_random"]} if v["metric"] else {},
+        "power_decision": {v["metric"]: whole["decision"]} if v["metric"] else {},
     }
     return dict(json_safe(out))
+
+
+def _whole_decision(est: Estimates, metric: str | None, rankings: Mapping[str, Any], margin: float) -> dict[str, Any]:
+    """The planner's rows and the whole decision's size (:func:`.decision`) for the verdict's metric: the leader
+    against every other deployable system (the ranked ones, then those not shown to beat the random pick: more
+    data could qualify them) and each of them against the random pick."""
+    rank = (rankings.get(metric) or {}) if metric else {}
+    order = [*(rank.get("order") or []), *(rank.get("no_better_than_random") or [])]
+    if not order or metric is None:
+        return {"leader": [], "vs_random": [], "decision": None}
+    return decision(est, metric, order, margin=margin, crit=rank.get("critical_value"))
 
 
 def plan_sizes(
@@ -177,8 +190,11 @@ def plan_sizes(
 ) -> dict[str, Any]:
     """The power planner on its own (``perbench plan``): for the leader of ``metric`` (default: the verdict's
     default) against each other deployable method, the users × prompts that separate them at ``effect`` (metric
-    units; None: each observed difference) or establish equivalence within the margin, at ``power``.
-    ``critical_value`` is the verdict's simultaneous one when known (None: z for one comparison). ``points``:
+    units; None: each observed difference) or establish equivalence within the margin, at ``power``; where the
+    metric has ``random_pick`` cells, each deployable system against the random pick (one-sided); and
+    ``decision``, the size at which all of those comparisons succeed together (:func:`.power.decision`).
+    ``critical_value`` is the verdict's simultaneous one when known (None: the planner's own at the current
+    size, from the comparisons' joint distribution). ``points``:
     ``effect`` and ``equivalence_margin`` are in points (1/100) when the metric is a proportion. Without
     ``equivalence_margin``, the margin is ``run_margin`` (the run's, in metric units), else ``DEFAULT_MARGIN``."""
     est = Estimates(cells, None, None, "", 0, 0, level, None)
@@ -198,9 +214,9 @@ def plan_sizes(
         if role.get(m) == DEPLOYABLE and (v := est.point_of(m, chosen)) is not None
     }
     order = order_by_value(vals)
-    entries = []
+    got: dict[str, Any] = {"leader": [], "vs_random": [], "decision": None, "critical_values": {}}
     if order:
-        entries = plan(est, chosen, order[0], order[1:], margin=margin, crit=critical_value, effect=effect, power=power)
+        got = decision(est, chosen, order, margin=margin, crit=critical_value, effect=effect, power=power)
     out = {
         "metric": chosen,
         "proportion": est.is_proportion(chosen),
@@ -208,6 +224,8 @@ def plan_sizes(
         "order": order,
         "margin": margin,
         "notes": [n.replace("the verdict ranks on", "the plan uses") for n in notes],
-        "plans": entries,
+        "plans": got["leader"] + got["vs_random"],
+        "decision": got["decision"],
+        "critical_values": got["critical_values"],
     }
     return dict(json_safe(out))

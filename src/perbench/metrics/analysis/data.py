@@ -1,5 +1,8 @@
 """The cells of a run, indexed for the analysis: rows per (group, method, metric), the bootstrap columns every
 estimate is computed from, and the paired columns of every comparison (restricted to the cells both sides have).
+
+User draws are stratified by user class where a benchmark splits its users into seen and unseen ones
+(:func:`user_classes`, read off the cells, so older runs' cells get it too): each class is drawn among itself.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from perbench.metrics.analysis.base import (
 )
 from perbench.metrics.bootstrap import Resampling, TwoWayBootstrap, factor_notes
 
+SEEN_METRIC, UNSEEN_METRIC = "rm_acc_seen", "rm_acc_unseen"  # whose users are the seen / unseen class
 ACC = "\x00acc"  # pooled fairness accuracy (rm_acc_seen and rm_acc_unseen rows), an internal pseudo-metric
 
 
@@ -115,7 +119,10 @@ class Data:
         self.rows = {key: np.asarray(v, dtype=np.intp) for key, v in buckets.items()}
 
         strata = [stratum(benches[g], k) for g, k in zip(self.g.tolist(), self.metric_of.tolist(), strict=True)]
-        self.boot = TwoWayBootstrap(self.user_of, self.prompt_of, strata, n_boot=n_boot, seed=seed)
+        classes = user_classes(strata, self.metric_of.tolist(), self.user_of)
+        self.boot = TwoWayBootstrap(
+            self.user_of, self.prompt_of, strata, n_boot=n_boot, seed=seed, user_classes=classes
+        )
         self.cells = self.boot.cell_of_row
         self.cell_sets = {key: np.unique(self.cells[r]) for key, r in self.rows.items()}
         self.cols = Columns()
@@ -242,6 +249,27 @@ class Data:
     def is_proportion(self, metric: str) -> bool:
         v = self.values[self.metric_of == metric]
         return bool(v.size) and bool(np.all((v >= 0) & (v <= 1)))
+
+
+def user_classes(strata: Sequence[str], metrics: Sequence[str], users: Sequence[str]) -> list[str] | None:
+    """Each row's user class for stratified user draws, read off the cells: in a stratum with both seen-user
+    (``rm_acc_seen``) and unseen-user (``rm_acc_unseen``) rows, a user with unseen rows is ``unseen``, one with
+    seen rows ``seen``, any other ``""``; in a stratum without that split every user is ``""``. None when no
+    stratum has the split (the draws are the unstratified ones)."""
+    seen: dict[str, set[str]] = {}
+    unseen: dict[str, set[str]] = {}
+    for s, k, u in zip(strata, metrics, users, strict=True):
+        if k == SEEN_METRIC:
+            seen.setdefault(s, set()).add(u)
+        elif k == UNSEEN_METRIC:
+            unseen.setdefault(s, set()).add(u)
+    split = set(seen) & set(unseen)
+    if not split:
+        return None
+    return [
+        ("unseen" if u in unseen[s] else "seen" if u in seen[s] else "") if s in split else ""
+        for s, u in zip(strata, users, strict=True)
+    ]
 
 
 def _sorted_by_cell(cells: IntArray, values: FloatArray) -> FloatArray:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perbench.metrics.analysis.base import EXTERNAL
+from perbench.metrics.correlation import MIN_REPORTED_SYSTEMS
 
 #: the canonical predictors, in this order when present (then every ``rm_acc_on_NAME``)
 PREDICTORS = ("rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "pa")
@@ -113,7 +114,7 @@ def verdict_text(d: str, lead: str, tau: float, ci: Sequence[float] | None, v: M
     def show(m: str) -> str:
         c = by[m]
         if c.get("delta") is None:
-            return f"{m} (fewer than 3 systems have both, or a constant ranking)"
+            return f"{m} (fewer than {MIN_REPORTED_SYSTEMS} systems have both, or a constant ranking)"
         return f"{m} (Δτ {signed(c['delta'])}" + (_interval(c["ci"]) + ")" if c.get("ci") else ", no CI)")
 
     bits = []

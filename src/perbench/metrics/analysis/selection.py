@@ -6,6 +6,10 @@ seeds of a setting are averaged into one system, never counted as separate syste
 settings as the papers pool across model scales. Each bootstrap replicate recomputes every system's values, then
 the coefficient (``perbench.metrics.correlation``); replicates where it is undefined are dropped. NDCG and RBO
 come with their chance value (the expectation under a random ranking of the same systems).
+
+No coefficient is reported over fewer than 5 systems (``na`` says why). An interval is the percentile interval
+made symmetric about the estimate (:func:`coefficient_ci`); an estimate above 80 % (or below 20 %) of its own
+replicates is flagged as biased in the entry's ``note`` (``biased``, ``replicate_position``).
 """
 
 from __future__ import annotations
@@ -17,8 +21,49 @@ import numpy as np
 
 from perbench.metrics.analysis.base import FloatArray, ci_, f_
 from perbench.metrics.analysis.estimates import Estimates
-from perbench.metrics.bootstrap import percentile_ci
-from perbench.metrics.correlation import CORRELATIONS, batched_all, ndcg_chance, rbo_chance
+from perbench.metrics.bootstrap import replicate_position, symmetric_ci
+from perbench.metrics.correlation import (
+    BOUNDS,
+    CORRELATIONS,
+    MIN_REPORTED_SYSTEMS,
+    batched_all,
+    ndcg_chance,
+    rbo_chance,
+)
+
+#: the estimate beyond this share of its replicates (or below 1 − it): its interval is flagged as biased
+BIAS_POSITION = 0.8
+
+
+def coefficient_ci(
+    name: str, value: float | None, reps: FloatArray, level: float, n_boot: int
+) -> tuple[tuple[float, float] | None, float | None]:
+    """The interval of a coefficient from its bootstrap replicates (NaN: undefined there, dropped) and the
+    estimate's position among them; no interval when it is undefined in more than half of the replicates.
+
+    The interval is :func:`~perbench.metrics.bootstrap.symmetric_ci` (the percentile interval made symmetric about
+    the estimate), clipped to the coefficient's range: a coefficient of noisy per-system means is pulled toward 0
+    in the resamples, so the percentile interval alone sits off to that side (docs/architecture.md, "Intervals of
+    rank coefficients", has the coverage of each candidate method)."""
+    if value is None:
+        return None, None
+    pos = replicate_position(value, reps)
+    if n_boot < 2 or np.isfinite(reps).sum() * 2 < n_boot:
+        return None, pos
+    return symmetric_ci(value, reps, level, bounds=BOUNDS.get(name, (-np.inf, np.inf))), pos
+
+
+def bias_note(position: float | None) -> str | None:
+    """The note of a coefficient whose estimate sits far out in its own replicates (see :data:`BIAS_POSITION`)."""
+    if position is None or 1 - BIAS_POSITION < position < BIAS_POSITION:
+        return None
+    side = "above" if position >= BIAS_POSITION else "below"
+    share = position if position >= BIAS_POSITION else 1 - position
+    return (
+        f"biased: the estimate is {side} {100 * share:.0f}% of its bootstrap replicates (a coefficient of noisy "
+        "means is pulled toward 0 in the resamples); at such positions its interval covered the truth less than "
+        "90% of the time in a double-bootstrap check, so read it as optimistic"
+    )
 
 
 def systems_note(est: Estimates) -> str:
@@ -64,34 +109,28 @@ def selection(
             entry: dict[str, Any] = {"upstream": u, "downstream": d, "n_systems": len(systems)}
             how = est.resampled(cols)
             unresampled = any(est.plans[c].unit is None for c in cols)
-            batched = batched_all(xr, yr) if len(systems) and est.n_boot else {}
+            few = len(systems) < MIN_REPORTED_SYSTEMS
+            batched = batched_all(xr, yr) if not few and est.n_boot else {}
             for name, fn in CORRELATIONS.items():
-                v = fn(x, y) if len(systems) else None
-                ci = None
+                v = None if few else fn(x, y)
                 reps = batched.get(name, np.zeros(0))
                 if name == "kendall_tau_b":
                     tau_reps[f"{u}\x00{d}"] = reps if v is not None else np.full(est.n_boot, np.nan)
-                enough = est.n_boot >= 2 and not unresampled
-                if v is not None and enough and np.isfinite(reps).sum() * 2 >= est.n_boot:
-                    ci = percentile_ci(reps, est.level)
+                ci, pos = coefficient_ci(name, v, reps, est.level, 0 if unresampled else est.n_boot)
                 na = None
-                if v is None:
-                    na = (
-                        f"{len(systems)} system(s) with both metrics (need 3)"
-                        if len(systems) < 3
-                        else "a constant input: the coefficient is undefined"
-                    )
+                if few:
+                    na = _few(len(systems), "system(s) with both metrics")
+                elif v is None:
+                    na = "a constant input: the coefficient is undefined"
                 elif unresampled and est.n_boot >= 2:
                     na = "a system's value has fewer than 2 (user, prompt) pairs: no CI"
                 elif ci is None and est.n_boot >= 2:
                     na = "undefined in more than half of the bootstrap replicates: no CI"
-                note = None
-                if v is not None and ci is not None and not ci[0] - 1e-12 <= v <= ci[1] + 1e-12:
-                    note = (
-                        "the value lies outside its percentile CI: a coefficient of noisy means is biased "
-                        "toward 0 in the resamples"
-                    )
-                e = {"value": f_(v), "ci": ci_(ci), "na": na, "note": note, **how}
+                note = bias_note(pos) if ci is not None else None
+                e = {
+                    "value": f_(v), "ci": ci_(ci), "na": na, "note": note, "biased": note is not None,
+                    "replicate_position": f_(pos) if ci is not None else None, **how,
+                }  # fmt: skip
                 if name == "ndcg":
                     e["chance"] = f_(ndcg_chance(y)) if v is not None else None
                 elif name == "rbo":
@@ -105,6 +144,13 @@ def selection(
             pairs.append(entry)
     best = {d: _best_predictor(est, pairs, tau_reps, d) for d in est.downstream}
     return {"pairs": pairs, "best_predictor": best, "systems": systems_note(est)}, tau_reps
+
+
+def _few(n: int, what: str) -> str:
+    return (
+        f"{n} {what} (need {MIN_REPORTED_SYSTEMS}: a rank coefficient over fewer takes so few values that its "
+        "interval says little)"
+    )
 
 
 def family(label: str) -> str:
@@ -132,18 +178,20 @@ def _across_methods(
     fy = np.array([y[ix].mean() for ix in members])
     fxr = np.stack([xr[:, ix].mean(axis=1) for ix in members], axis=1)
     fyr = np.stack([yr[:, ix].mean(axis=1) for ix in members], axis=1)
-    batched = batched_all(fxr, fyr) if est.n_boot else {}
+    few = len(keys) < MIN_REPORTED_SYSTEMS
+    batched = batched_all(fxr, fyr) if est.n_boot and not few else {}
     out: dict[str, Any] = {"n_families": len(keys), "families": [f for _, f in keys]}
     for name in ("kendall_tau_b", "spearman"):
-        v = CORRELATIONS[name](fx, fy)
+        v = None if few else CORRELATIONS[name](fx, fy)
         reps = batched.get(name, np.zeros(0))
-        ci = None
-        if v is not None and est.n_boot >= 2 and not unresampled and np.isfinite(reps).sum() * 2 >= est.n_boot:
-            ci = percentile_ci(reps, est.level)
+        ci, pos = coefficient_ci(name, v, reps, est.level, 0 if unresampled else est.n_boot)
         na = None
-        if v is None:
-            na = f"{len(keys)} method families (need 3)" if len(keys) < 3 else "a constant input: undefined"
-        out[name] = {"value": f_(v), "ci": ci_(ci), "na": na}
+        if few:
+            na = _few(len(keys), "method families")
+        elif v is None:
+            na = "a constant input: undefined"
+        note = bias_note(pos) if ci is not None else None
+        out[name] = {"value": f_(v), "ci": ci_(ci), "na": na, "note": note}
     return out
 
 

@@ -15,7 +15,8 @@ few-shot accuracy on unseen users, policy accuracy, and each other benchmark the
 - **Which predicts better.** For two predictors a, b and a downstream metric d: Δ = coef(a, d) − coef(b, d) on the
   systems that have all three metrics, computed on the point values and on every bootstrap replicate, both
   coefficients on the *same* replicate, so the CI of Δ carries their covariance (they share d and usually the
-  users and prompts). The CI is the percentile interval of the replicate differences, marginal: it answers the one
+  users and prompts). The CI is the percentile interval of the replicate differences made symmetric about the
+  estimate (as every coefficient's, :func:`.selection.coefficient_ci`), marginal: it answers the one
   comparison named. ``a`` (its CI above 0), ``b`` (below 0), ``identical`` (the two predictors rank the systems the
   same way on every replicate) or ``cannot tell``.
 - **Verdict.** Per downstream metric, the predictor with the highest τ-b leads; its differences with each other
@@ -49,9 +50,10 @@ from perbench.metrics.analysis.predictors import (
 )
 from perbench.metrics.analysis.ranking import simultaneous
 from perbench.metrics.analysis.roles import BASELINE, DEPLOYABLE, ORACLE
+from perbench.metrics.analysis.selection import bias_note, coefficient_ci
 from perbench.metrics.analysis.selection import selection as _selection
-from perbench.metrics.bootstrap import percentile_ci
-from perbench.metrics.correlation import BATCHED, CORRELATIONS, MIN_SYSTEMS
+from perbench.metrics.bootstrap import replicate_position, symmetric_ci
+from perbench.metrics.correlation import BATCHED, CORRELATIONS, MIN_REPORTED_SYSTEMS
 
 #: the coefficients compared between predictors (τ-b decides the verdict)
 COEFFICIENTS = ("kendall_tau_b", "spearman", "ndcg")
@@ -121,8 +123,8 @@ def _difference(sys: _Systems, a: str, b: str, d: str, own: dict[str, int]) -> d
         "a": a, "b": b, "downstream": d, "n_systems": n,
         "partial": n < own.get(a, 0) or n < own.get(b, 0), "na": None,
     }  # fmt: skip
-    if n < MIN_SYSTEMS:
-        entry["na"] = f"{n} system(s) have {a}, {b} and {d} (need {MIN_SYSTEMS})"
+    if n < MIN_REPORTED_SYSTEMS:
+        entry["na"] = f"{n} system(s) have {a}, {b} and {d} (need {MIN_REPORTED_SYSTEMS})"
         entry["text"] = difference_text(entry)
         return entry
     ca, cb = sys.coefs(a, d, systems), sys.coefs(b, d, systems)
@@ -133,15 +135,17 @@ def _difference(sys: _Systems, a: str, b: str, d: str, own: dict[str, int]) -> d
     resampled = sys.resampled(systems, [a, b, d])
     for name in COEFFICIENTS:
         (va, ra), (vb, rb) = ca[name], cb[name]
-        entry[name] = _delta(sys.est, va, ra, vb, rb, resampled)
+        entry[name] = _delta(sys.est, name, va, ra, vb, rb, resampled)
     entry["text"] = difference_text(entry)
     return entry
 
 
 def _delta(
-    est: Estimates, va: float | None, ra: FloatArray, vb: float | None, rb: FloatArray, resampled: bool
+    est: Estimates, name: str, va: float | None, ra: FloatArray, vb: float | None, rb: FloatArray, resampled: bool
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"a": f_(va), "b": f_(vb), "delta": None, "ci": None, "decision": None, "na": None}
+    out: dict[str, Any] = {
+        "a": f_(va), "b": f_(vb), "delta": None, "ci": None, "decision": None, "na": None, "note": None,
+    }  # fmt: skip
     if va is None or vb is None:
         out["na"] = "a coefficient is undefined (a constant ranking)"
         return out
@@ -158,8 +162,10 @@ def _delta(
     if finite.size * 2 < est.n_boot:
         out["na"] = "a coefficient is undefined in more than half of the bootstrap replicates: no CI"
         return out
-    ci = percentile_ci(finite, est.level)
+    lo, hi = (-2.0, 2.0) if name != "ndcg" else (-1.0, 1.0)
+    ci = symmetric_ci(delta, finite, est.level, bounds=(lo, hi))
     out["ci"] = ci_(ci)
+    out["note"] = bias_note(replicate_position(delta, finite))
     if ci is not None:
         out["decision"] = "a" if ci[0] > 0 else "b" if ci[1] < 0 else "cannot tell"
     return out
@@ -297,7 +303,8 @@ def validity(
         "level": est.level,
         "intervals": (
             "each difference a − b (a: the higher τ-b): the marginal percentile CI of coef(a) − coef(b) over the "
-            "bootstrap replicates, both on the same replicate and the same systems; the verdict: simultaneous "
+            "bootstrap replicates made symmetric about the estimate, both on the same replicate and the same "
+            "systems; the verdict: simultaneous "
             "intervals over the comparisons with the leader (max-statistic bootstrap)"
         ),
         "published": [dict(p) for p in PUBLISHED],
@@ -310,7 +317,7 @@ def validity(
             for u in preds
             if (p := sel.get((u, d))) is not None
         ]
-        if not any(r["n_systems"] >= MIN_SYSTEMS for r in table):
+        if not any(r["n_systems"] >= MIN_REPORTED_SYSTEMS for r in table):
             continue
         own = {r["upstream"]: r["n_systems"] for r in table}
         diffs = {frozenset((a, b)): _difference(sys, a, b, d, own) for i, a in enumerate(preds) for b in preds[i + 1 :]}
@@ -337,12 +344,11 @@ def _agreement(sys: _Systems, preds: Sequence[str]) -> list[dict[str, Any]]:
         for b in preds[i + 1 :]:
             systems = sys.having([a, b])
             entry: dict[str, Any] = {"a": a, "b": b, "n_systems": len(systems), "kendall_tau_b": None, "ci": None}
-            if len(systems) >= MIN_SYSTEMS:
+            if len(systems) >= MIN_REPORTED_SYSTEMS:
                 v, reps = sys.coefs(a, b, systems)["kendall_tau_b"]
-                finite = reps[np.isfinite(reps)]
                 entry["kendall_tau_b"] = f_(v)
-                if v is not None and sys.resampled(systems, [a, b]) and finite.size * 2 >= sys.est.n_boot:
-                    entry["ci"] = ci_(percentile_ci(finite, sys.est.level))
+                n_boot = sys.est.n_boot if sys.resampled(systems, [a, b]) else 0
+                entry["ci"] = ci_(coefficient_ci("kendall_tau_b", f_(v), reps, sys.est.level, n_boot)[0])
             entry["published"] = published_for(pair=[a, b])
             out.append(entry)
     return out
