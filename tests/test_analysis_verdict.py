@@ -64,8 +64,9 @@ def test_undecided_verdict_names_contenders_and_the_planner_sentence() -> None:
     res = analyze(cells, n_boot=300, seed=0)
     v = res["verdict"]
     assert v["decision"] == "undecided" and v["contenders"] == ["pref"] and v["tied"] == ["mpu", "pref"]
-    assert "The data cannot yet decide" in v["text"] and "The other 1 are worse" in v["text"]
-    assert "To tell mpu from pref at the observed" in v["text"] and " prompts × " in v["text"]
+    assert "The data cannot yet decide" in v["text"] and "lore is worse" in v["text"] and "other 1" not in v["text"]
+    assert "The whole decision (mpu separated from (or shown equivalent to) each of the other 2" in v["text"]
+    assert " prompts × " in v["text"]
     assert v["plan"] and v["plan"][0].startswith("to tell mpu from pref")
     plans = res["power"][ARGS]
     assert [p["b"] for p in plans] == ["pref", "lore"] and plans[0]["separate"]["cells"] > 12 * 8

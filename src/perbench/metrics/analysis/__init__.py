@@ -123,6 +123,12 @@ def analyze(
     margin = margins[v["metric"]]["value"] if v["metric"] in margins else DEFAULT_MARGIN
     minority = minority_users(est)
     whole = _whole_decision(est, v["metric"], rankings, margin)
+    sized = _d(whole.get("decision")).get("text")
+    if sized and v.get("decision") in ("undecided", "too_little_data", "no_better_than_random"):
+        # what would decide: the planner's size for the whole decision, read into the verdict's own parts
+        at = next((i for i, p in enumerate(v["parts"]) if p["kind"] in ("trade_offs", "zero_shot")), len(v["parts"]))
+        v["parts"].insert(at, {"kind": "plan", "text": f"{sized}."})
+        v["text"] = " ".join(p["text"] for p in v["parts"])
     out = {
         "resampling": (
             f"two-way: users × prompts (pigeonhole bootstrap), n_boot={n_boot}, seed={seed}; with fewer than "
@@ -162,6 +168,10 @@ def analyze(
         "power_decision": {v["metric"]: whole["decision"]} if v["metric"] else {},
     }
     return dict(json_safe(out))
+
+
+def _d(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
 
 
 def _whole_decision(est: Estimates, metric: str | None, rankings: Mapping[str, Any], margin: float) -> dict[str, Any]:

@@ -199,7 +199,10 @@ class Verdict:
             )
         eq = [m for m in rank["equivalent"] if m not in same]
         worse = [c["b"] for c in rank["comparisons"] if c["status"] == "excluded"]
-        rest = f" The other {len(worse)} are worse ({family} exclude 0)." if worse else ""
+        rest = ""
+        if worse:
+            who = f"{names(worse)} {'is' if len(worse) == 1 else 'are'}"
+            rest = f" {who} worse ({family} exclude 0)."
         lvl = f"{100 * rank['equivalence_level']:g}%"
         if decision == EQUIVALENT:
             if not eq:
@@ -431,16 +434,12 @@ class Verdict:
         )
 
 
-def _thin_plan(plans: Sequence[Mapping[str, Any]]) -> str:
-    """What the planner says a claim would need, for a verdict on too little data."""
+def _thin_plan() -> str:
+    """What a claim needs at the least, for a verdict on too little data (the planner's size for the whole decision
+    follows the verdict: ``analyze`` adds it)."""
     from perbench.metrics.bootstrap import MIN_LEVELS
 
-    need = f" At least {MIN_LEVELS} users and {MIN_LEVELS} prompts are needed for CIs that resample both"
-    sized = [p for p in plans if p.get("separate")]
-    if sized:
-        s = sized[0]["separate"]
-        need += f"; the planner says about {s['prompts']} prompts × {s['users']} users would separate the top two"
-    return need + "."
+    return f" At least {MIN_LEVELS} users and {MIN_LEVELS} prompts are needed for CIs that resample both."
 
 
 def verdict(
@@ -520,7 +519,7 @@ def verdict(
             critical_value=rank["critical_value"],
         )
         plans = plan(est, metric, lead, rank["order"][1:], margin=res["margin"], crit=rank["critical_value"])
-        thin = _thin_plan(plans) if rank["decision"] == TOO_LITTLE else ""
+        thin = _thin_plan() if rank["decision"] == TOO_LITTLE else ""
         parts.append(("decision", v.decision(metric, rank, val, thin)))
         pick = rank["best"]
         if rank["decision"] == EQUIVALENT:
@@ -531,8 +530,6 @@ def verdict(
                 parts.append(("tie_break", f"Among them, choose {pick}: {why}."))
         res["pick"] = pick
         res["plan"] = [p["text"] for p in plans if p["b"] in rank["contenders"]][:1]
-        if res["plan"] and rank["decision"] != TOO_LITTLE:
-            parts.append(("plan", f"{res['plan'][0][0].upper()}{res['plan'][0][1:]}."))
         if pick is not None:
             res["trade_offs"], text = v.trade_offs(metric, pick)
             parts.append(("trade_offs", text))
