@@ -106,7 +106,7 @@ def test_perbench_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert set(rows) == {"mpu − pref", "mpu − random_pick (one-sided)", "pref − random_pick (one-sided)"}
     assert all(" × " in r or "now (" in r for r in rows.values())
     assert "random " not in out.replace("random pick", "")  # the baseline `random` is in no comparison
-    assert lines[head + 4].strip().startswith("The whole decision (mpu separated from each of the other 1; 2 systems")
+    assert lines[head + 4].strip().startswith("The whole decision (mpu separated from the other system; 2 systems")
     assert "at an effect of +5.0 pts on every comparison" in lines[head + 4] and "for 80% power" in lines[head + 4]
     assert main(["plan", str(run), "--metric", "args:nope"]) == 2
     assert "has no args:nope cells" in capsys.readouterr().err

@@ -644,7 +644,8 @@ def decision_text(est: Estimates, e: Mapping[str, Any]) -> str:
     if n_lead:
         how = "separated from (or shown equivalent to)" if e["effect_source"] == "observed" and e["margin"] > 0 else (
             "separated from")  # fmt: skip
-        what.append(f"{e['leader']} {how} each of the other {n_lead}")
+        others = "the other system" if n_lead == 1 else f"each of the other {n_lead}"
+        what.append(f"{e['leader']} {how} {others}")
     if beat:
         left = f", the {below} not above it left out" if below else ""
         what.append(f"{beat} system{'s' * (beat != 1)} shown to beat the random pick{left}")
