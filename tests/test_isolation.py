@@ -34,7 +34,7 @@ from tests.fixtures_upstream import DOMAIN_STYLES, persona_rows
 from tests.test_answer_keys import load_all
 
 STYLE_GUESSES = (*DOMAIN_STYLES, "humorous", "academic", "simple", "detailed")
-PERSONA_GUESSES = tuple(sorted({r["persona"] for r in persona_rows()})) + ("I am a student.",)
+PERSONA_GUESSES = (*sorted({r["persona"] for r in persona_rows()}), "I am a student.")
 
 
 def _module_users() -> dict[str, list[str]]:
@@ -46,7 +46,9 @@ def _module_users() -> dict[str, list[str]]:
         if not name.startswith("perbench.data"):
             continue
         for value in list(vars(mod).values()):
-            items: Iterable[Any] = value.values() if isinstance(value, Mapping) else value if isinstance(value, tuple | list) else ()
+            items: Iterable[Any] = value.values() if isinstance(value, Mapping) else ()
+            if isinstance(value, tuple | list):
+                items = value
             for it in items:
                 uid = getattr(it, "user_id", None)
                 if isinstance(uid, str):
@@ -212,6 +214,33 @@ def test_sealed_ids_depend_on_the_key_and_keep_the_benchmarks_structure(fixtures
     assert len(s.pairs) == len(bench.pairs) and s.seen_users and s.unseen_users
     assert [len(s.fewshot(u)) for u in s.unseen_users] == [len(bench.fewshot(one.users[u])) for u in s.unseen_users]
     assert {n: len(v) for n, v in s.subsets.items()} == {n: len(v) for n, v in bench.subsets.items()}
-    assert METHOD_META == frozenset()
+    assert not METHOD_META
     with pytest.raises(ValueError, match="sealed already"):
         seal(s, b"k" * 32)
+
+
+def test_an_isolated_method_runs_in_a_child_that_reaches_no_record_and_no_benchmark_module(
+    fixtures: dict[str, Benchmark], tmp_path: Path
+) -> None:
+    from perbench.data.user_context import user_views
+    from perbench.rewards.isolated import Isolated
+    from tests.isolated_probe import ChildProbe
+
+    sealed = seal(fixtures["file"], secret_key(tmp_path)).bench
+    rm = Isolated(method="tests.isolated_probe:ChildProbe")
+    try:
+        rm.fit(sealed.train_pairs(), RMContext(extra={"users": user_views(sealed.users)}))
+        pairs = sealed.test_pairs()
+        ch, _ = rm.score_pairs(pairs)
+        local = ChildProbe()
+        local.fit(sealed.train_pairs(), RMContext(extra={"users": {}}))
+        np.testing.assert_array_equal(ch, local.score([ScoreItem(p.user_id, p.prompt, p.chosen) for p in pairs]))
+        st = rm.state()
+        assert int(st["records"][0]) == 0  # the grader's user records are in another process
+        assert "not importable by an isolated method" in str(st["blocked"][0])
+        assert sorted(st["users"].tolist()) == sorted(sealed.users)
+        with pytest.raises(RuntimeError, match="AttributeError"):
+            rm._call("no_such_op")
+    finally:
+        rm.close()
+    assert rm._proc is None
