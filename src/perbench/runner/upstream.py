@@ -29,6 +29,13 @@ PA_CELLS = (
 )
 
 
+#: why a run's headline policy accuracy is not applicable to a method that no weighted decoder uses
+NO_WEIGHT = (
+    "no decoder of this run applies a weight to this reward (the headline is taken at the weight of the decoder the "
+    "RM is deployed with; set pa_weight to choose one): see the curve over w"
+)
+
+
 def stranger_pairs(name: str, bench: Benchmark) -> list[PreferencePair]:
     """``bench``'s test pairs with user and pair ids prefixed ``NAME/``: users no method of the run has seen."""
     return [replace(p, user_id=f"{name}/{p.user_id}", pair_id=f"{name}/{p.pair_id}") for p in bench.test_pairs()]
@@ -310,20 +317,6 @@ class Upstream:
         lp = np.array([self._lp_sums[k] for k in keys], np.float64)
         return {"chosen": lp[0::2], "rejected": lp[1::2]}
 
-    def _tilt(
-        self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str, w: float
-    ) -> dict[str, dict[str, np.ndarray]]:
-        """The headline per side: the sequence tilt log π(y | x) + w·r_u(x, y) (the RM's scores of the whole
-        responses, those RM accuracy reads) and the policy alone."""
-        from perbench.metrics.policy_accuracy import sequence_tilt
-
-        scores = self._scores(h, pairs, h.shots, group)
-        lp = self._logprob_sums(pairs)
-        return {
-            side: {"tilt": sequence_tilt(lp[side], scores[side], w), "policy_sum": lp[side]}
-            for side in ("chosen", "rejected")
-        }
-
     def _policy_accuracy(
         self,
         h: MethodHandle,
@@ -338,18 +331,30 @@ class Upstream:
         sequence tilt (every RM that scores single responses has it); with ``variants`` the labelled per-prefix
         variants (prefix-sum, prefix-sum / length, and with ``pa_rgd`` the top-k RGD-induced policy) are added
         where the method defines a reward for every prefix, and the cells are recorded."""
+        from perbench.metrics.pa_curve import tilt_curve
         from perbench.metrics.policy_accuracy import (
             policy_accuracy_from_scores,
             policy_accuracy_problem,
             policy_accuracy_scores,
+            sequence_tilt,
             teacher_forced_scores,
         )
         from perbench.metrics.rm_accuracy import pair_outcomes
         from perbench.rewards.base import ScoreItem
 
-        pw = pw or self.s.pa_weights(h)[0]
+        pw = pw or self.s.pa_headline(h)
+        scores = self._scores(h, pairs, h.shots, group)
+        lp = self._logprob_sums(pairs)
+        curve = tilt_curve(
+            lp["chosen"], lp["rejected"], scores["chosen"], scores["rejected"], tie=self.s.cfg.tie_policy,
+            weights=[p.w for p in self.s.pa_weights(h)],
+        )  # fmt: skip
+        if pw is None:  # no weighted decoder: no weight to take the headline at, the curve only
+            return {"not_applicable": NO_WEIGHT, "curve": curve}
         w, k = pw.w, pw.k
-        side = self._tilt(h, pairs, group, w)
+        side = {
+            sd: {"tilt": sequence_tilt(lp[sd], scores[sd], w), "policy_sum": lp[sd]} for sd in ("chosen", "rejected")
+        }
         problem: str | None = None
         if variants:
             problem = None if has_prefix_reward(h) else str(h.cls.no_prefix_reward)
@@ -389,6 +394,8 @@ class Upstream:
             prompts=[prompt_key(p.prompt) for p in pairs],
         )
         out["w_source"] = pw.source()
+        out["decoder"] = pw.decoder
+        out["curve"] = curve
         if problem is not None:
             out["variants_not_applicable"] = problem
         if variants:
