@@ -58,12 +58,14 @@ def tilt_curve(
         oc = pair_outcomes(lp_c + w * r_c, lp_r + w * r_r, tie)  # type: ignore[arg-type]
         acc = float(np.mean(oc)) if len(oc) else float("nan")
         points.append({"w": w, "accuracy": acc, "pairs_changed": int(np.sum(oc != base))})
+    span = None
+    if len(flips):
+        span = {"min": float(flips[0]), "median": float(np.median(flips)), "max": float(flips[-1])}
     return {
         "points": points,
         "pairs": len(lp_c),
         "pairs_that_flip": len(flips),
-        "flip_w": None if not len(flips) else {"min": float(flips[0]), "median": float(np.median(flips)),
-                                              "max": float(flips[-1])},
+        "flip_w": span,
         "what": "accuracy of log π(y|x) + w·r(x, y) at w = 0, the pairs' flip-weight quantiles and past the last flip",
     }
 
