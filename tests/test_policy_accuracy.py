@@ -286,3 +286,22 @@ def test_without_a_weighted_decoder_the_headline_is_not_applicable_and_the_curve
     )
     assert got["curve"]["points"][0]["w"] == 0.0
     assert not [c for c in state.cells.rows if c["metric"].startswith("pa")]  # out of the analysis and the report
+
+
+def test_every_variant_from_one_policy_forward_equals_the_separate_passes(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]
+    """On the policy's own backbone, log π(y_t) and the response's per-token rewards come from the forward that
+    gives the top-k (no second and third pass): the same numbers as the extractor's forward and the RM's own
+    ``token_rewards`` / ``score``."""
+    from perbench.metrics.policy_accuracy import rgd_policy_inputs
+    from tests.conftest import random_linear_rm
+
+    rm = random_linear_rm(FeatureExtractor(tiny_lm, store), scale=0.5)
+    items = [ScoreItem(p.user_id, p.prompt, getattr(p, sd)) for p in PAIRS for sd in PAIRS_SIDES]
+    inputs = rgd_policy_inputs(tiny_lm, rm, items, k=4)
+    assert all(i.token_rewards is not None and i.lp_y is not None for i in inputs)
+    got = policy_accuracy_scores(tiny_lm, rm, items, w=2.0, k=4)
+    toks = rm.extractor.tokens([(i.prompt, i.response) for i in items])
+    ref = teacher_forced_scores([t.logprobs for t in toks], rm.token_rewards(items), 2.0)
+    for v in ("prefix_sum", "prefix_mean", "policy_sum", "policy_mean"):
+        np.testing.assert_allclose(got[v], ref[v], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got["tilt"], ref["policy_sum"] + 2.0 * rm.score(items), rtol=1e-4, atol=1e-3)
