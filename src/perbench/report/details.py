@@ -55,6 +55,10 @@ def upstream_section(results: Mapping[str, Any]) -> str:
         r = _d(r)
         acc = _d(r.get("rm_accuracy"))
         cells = [esc(label) + (' <span class="muted">baseline</span>' if r.get("baseline") else "")]
+        note = _d(r.get("fit_notes")).get("label")
+        if note:  # e.g. lore_reg whose users all point along its anchor
+            cells[0] += f' <span class="muted">({esc(note)})</span>'
+
         for g in groups:
             e = _d(acc.get(g))
             cells.append(value_ci(e.get("accuracy"), e.get("ci"), na=e.get("not_applicable") or f"no {g} users"))

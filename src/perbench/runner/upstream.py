@@ -198,6 +198,9 @@ class Upstream:
                 )
             self.s.cells.add_pairs(h.label, metric, pairs, outcomes(scores, judge, cfg.tie_policy))
         out["rm_accuracy"] = acc
+        notes = getattr(h.fitted(), "fit_notes", None)
+        if callable(notes):  # what a method records of its own fit (e.g. lore_reg's α and degenerate label)
+            out["fit_notes"] = notes()
         if h.label == cfg.reference_method:
             self._train_accuracy(h, groups)
         unseen = groups["unseen"]
