@@ -111,7 +111,12 @@ def compare(
         if not cells:
             continue
         got = seeded_bootstrap(
-            mats, [u for u, _ in cells], [p for _, p in cells], n_boot=n_boot, seed=seed, seed_ids=[arm.seeds, ref.seeds]
+            mats,
+            [u for u, _ in cells],
+            [p for _, p in cells],
+            n_boot=n_boot,
+            seed=seed,
+            seed_ids=[arm.seeds, ref.seeds],
         )
         diff = got.reps[:, 0] - got.reps[:, 1]
         ci = percentile_ci(diff) if got.resampling.unit is not None and n_boot >= 2 else None
