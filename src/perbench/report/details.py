@@ -55,6 +55,8 @@ def upstream_section(results: Mapping[str, Any]) -> str:
         r = _d(r)
         acc = _d(r.get("rm_accuracy"))
         cells = [esc(label) + (' <span class="muted">baseline</span>' if r.get("baseline") else "")]
+        if _d(r.get("profile")).get("saw_profile") is False:  # others read the users' profiles, this one did not
+            cells[0] += ' <span class="muted">(saw no profile)</span>'
         note = _d(r.get("fit_notes")).get("label")
         if note:  # e.g. lore_reg whose users all point along its anchor
             cells[0] += f' <span class="muted">({esc(note)})</span>'

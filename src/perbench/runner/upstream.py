@@ -198,6 +198,11 @@ class Upstream:
                 )
             self.s.cells.add_pairs(h.label, metric, pairs, outcomes(scores, judge, cfg.tie_policy))
         out["rm_accuracy"] = acc
+        from perbench.runner.information import profile_access
+
+        seen = None if h.baseline else profile_access(h.probe, bench)
+        if seen is not None:  # which methods saw the users' profiles (equal information on record)
+            out["profile"] = seen
         notes = getattr(h.fitted(), "fit_notes", None)
         if callable(notes):  # what a method records of its own fit (e.g. lore_reg's α and degenerate label)
             out["fit_notes"] = notes()
