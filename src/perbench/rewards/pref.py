@@ -15,10 +15,10 @@ shots (always the case with 1–2 shots), so we take the MAP with a Gaussian pri
 user (``adapt_l2`` = 0.1). Unknown user: the mean seen user vector.
 
 Active elicitation, as the reference code does it (``discover_user.py``'s "max_dist" loop with
-``utils/inference.py::max_norm_vector``, the derivative used in the norm and in Σ): the next pair maximises σ'(uᵀv)²·vᵀΣ⁻¹v — the delta-method variance
-of the predicted preference σ(uᵀv) under the Laplace posterior of u — with Σ = λI + Σ_{pairs chosen so far}
-σ'(uᵀv) v vᵀ (the logistic Fisher information), λ = 1e-3, v = A(z(y1) − z(y2)) ∈ R^J and u the user's
-current estimate.
+``utils/inference.py::max_norm_vector``, the derivative used in the norm and in Σ): the first pick at random,
+then the next pair maximises σ'(uᵀv)²·vᵀΣ⁻¹v — the delta-method variance of the predicted preference σ(uᵀv)
+under the Laplace posterior of u — with Σ = λI + Σ_{pairs chosen so far} σ'(uᵀv) v vᵀ (the logistic Fisher
+information), λ = 1e-3, v = A(z(y1) − z(y2)) ∈ R^J and u the user's current estimate.
 
 - :meth:`select_shots` (what the few-shot curves use): the elicitation loop on a pool of the user's
   labelled pairs. The first pick is drawn at random from the pool (seeded by the fit's seed and the user,
