@@ -162,7 +162,8 @@ def test_the_leaky_method_recovers_no_answer_key_of_the_built_in_benchmark(tmp_p
     try:
         spec = {
             "benchmark": {"name": "rubrics", "max_train_prompts": 2, "max_test_prompts": 2},
-            "policy": "tiny-random", "rm_backbone": "tiny-random", "methods": ["leaky"], "baselines": [],
+            "policy": "tiny-random", "rm_backbone": "tiny-random", "baselines": [],
+            "methods": ["leaky", {"name": "isolated", "method": "tests.isolated_probe:ChildProbe"}],
             "decoders": [], "bootstrap": 20, "shot_curve": [1], "bertscore": False, "out_dir": str(tmp_path),
             "device": "cpu",
         }  # fmt: skip
@@ -173,6 +174,9 @@ def test_the_leaky_method_recovers_no_answer_key_of_the_built_in_benchmark(tmp_p
     assert all(not p.meta and p.pair_id.startswith("pair-") for p in Leaky.pairs)
     got = leak(Leaky.ids, Leaky.pairs)
     assert got == {}, {r: len(v) for r, v in got.items()}
+    # a third-party method run in a child process goes through the same run: fit, scored, cached
+    child = res["upstream"]["isolated(method=tests.isolated_probe:ChildProbe)"]
+    assert child["rm_accuracy"]["seen"]["n_pairs"] > 0 and child["policy_accuracy"]["seen"]["curve"]["points"]
     # results map the opaque ids back to the source's for readers (written once methods are done)
     assert sorted(res["benchmark"]["meta"]["source_user_ids"].values()) == sorted(raw.users)
 
