@@ -11,7 +11,7 @@ The leaky reward model below tries, for every user id it is handed, what a metho
 
 Through the runner on the built-in benchmark it recovers 0 of its 32 users' answer keys; on the file and persona
 fixtures (sealed as the runner seals them) nothing. Each route is shown to work on the unsealed benchmark, so the
-test would fail if sealing were skipped. What in-process isolation cannot close (``gc``, the key file) is stated
+test would fail if sealing were skipped. What in-process isolation cannot close (``gc``, stack frames) is stated
 in the docs; :mod:`perbench.rewards.isolated` runs a method in a child process instead.
 """
 
@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from perbench.data.isolation import METHOD_META, seal, secret_key
+from perbench.data.isolation import METHOD_META, grader_key, seal
 from perbench.data.records import Benchmark, PreferencePair, User
 from perbench.data.user_context import answer_key_texts, opaque_user_id
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
@@ -195,7 +195,7 @@ def test_file_and_persona_fixtures_give_nothing_away_once_sealed(
     bench = fixtures[name]
     before = recovered(bench.users, leak(bench.users, bench.pairs))
     assert before.get(route), (name, before)  # the route works on the loader's own ids and meta
-    sealed = seal(bench, secret_key(tmp_path))
+    sealed = seal(bench)
     got = leak(sealed.bench.users, sealed.bench.pairs)
     assert got == {}, got
     assert recovered(sealed.bench.users, got) == {}
@@ -209,11 +209,15 @@ def test_file_and_persona_fixtures_give_nothing_away_once_sealed(
 def test_sealed_ids_depend_on_the_key_and_keep_the_benchmarks_structure(fixtures: dict[str, Benchmark],
                                                                         tmp_path: Path) -> None:  # fmt: skip
     bench = fixtures["domain_styles"]
-    one, two = seal(bench, secret_key(tmp_path / "a")), seal(bench, secret_key(tmp_path / "b"))
+    one, two = seal(bench), seal(bench, b"another key" * 3)
     assert set(one.bench.users).isdisjoint(two.bench.users)
-    again = seal(bench, secret_key(tmp_path / "a"))  # one key per cache folder: stable ids, reusable units
-    assert set(again.bench.users) == set(one.bench.users)
-    assert (tmp_path / "a" / "id_key").stat().st_mode & 0o077 == 0
+    again = seal(bench)  # the default key is the grader's: stable ids everywhere, reusable units
+    assert set(again.bench.users) == set(one.bench.users) and grader_key(bench) == grader_key(bench)
+    # ... and it depends on the answer keys, which no method is handed
+    from dataclasses import replace
+
+    other = {u: replace(r, answer_key={"rubric_text": "something else"}) for u, r in bench.users.items()}
+    assert grader_key(Benchmark(bench.name, bench.pairs, other, meta=dict(bench.meta))) != grader_key(bench)
     s = one.bench
     assert len(s.pairs) == len(bench.pairs) and s.seen_users and s.unseen_users
     assert [len(s.fewshot(u)) for u in s.unseen_users] == [len(bench.fewshot(one.users[u])) for u in s.unseen_users]
@@ -230,7 +234,7 @@ def test_an_isolated_method_runs_in_a_child_that_reaches_no_record_and_no_benchm
     from perbench.rewards.isolated import Isolated
     from tests.isolated_probe import ChildProbe
 
-    sealed = seal(fixtures["file"], secret_key(tmp_path)).bench
+    sealed = seal(fixtures["file"]).bench
     rm = Isolated(method="tests.isolated_probe:ChildProbe")
     try:
         rm.fit(sealed.train_pairs(), RMContext(extra={"users": user_views(sealed.users)}))

@@ -7,8 +7,8 @@ names pool candidates whose checker verdicts state each pole, a file row can be 
 of a short label can be reversed by guessing. :func:`seal` closes these routes before any method runs:
 
 - every user id becomes ``user-<hmac>`` and every pair id ``pair-<hmac>``: an HMAC-SHA256 of the benchmark's
-  name and the original id under a secret key (:func:`secret_key`), so no id can be computed from a guess or
-  looked up in a benchmark module;
+  name and the original id under a key derived from the grader's side of the benchmark, answer keys included
+  (:func:`grader_key`), so no id can be computed from a guess or looked up in a benchmark module;
 - pair metadata is cut to :data:`METHOD_META` (nothing by default) and profile items keep only their text
   (their ids become ``item-<n>``, their metadata is dropped);
 - the answer key, the checkable rubric and ``User.meta`` stay on the grader's side: in ``Benchmark.users``,
@@ -17,52 +17,33 @@ of a short label can be reversed by guessing. :func:`seal` closes these routes b
 :class:`Sealed` keeps the map back to the source's ids, for results and reports (written once methods are done).
 
 What this does not promise (see docs/architecture.md, "Isolation"): the run is one Python process, so code that
-walks the interpreter's objects (``gc``, stack frames) reaches the grader's records, and code that reads the
-cache folder reads the key. Process isolation (``perbench.rewards.isolated``) closes those two for a method that
-runs in a child process, but no isolation stops a method that rebuilds a public benchmark from its source.
+walks the interpreter's objects (``gc``, stack frames) reaches the grader's records. Process isolation
+(``perbench.rewards.isolated``) closes that for a method that runs in a child process, but no isolation stops a
+method that rebuilds a public benchmark from its source (it could then compute the key, or match texts).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from perbench.data.records import Benchmark, PreferencePair, ProfileItem, Reference, User
 
 #: the pair metadata keys a method may read (none: no loader's pair metadata is needed to fit or score)
 METHOD_META: frozenset[str] = frozenset()
-#: the file under the cache folder that holds the key (created once, readable by its owner only)
-KEY_FILE = "id_key"
 USER_PREFIX = "user-"
 PAIR_PREFIX = "pair-"
 
 
-def secret_key(folder: Path) -> bytes:
-    """The key of the opaque ids: 32 random bytes in ``folder/id_key``, created on first use (mode 0600). One key
-    per cache folder, so runs that share a cache share ids and reuse each other's fitted units."""
-    path = folder / KEY_FILE
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{KEY_FILE}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(secrets.token_hex(32))
-        try:
-            os.link(tmp, path)  # the first writer wins; a concurrent run reads its key
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-    key = bytes.fromhex(path.read_text(encoding="ascii").strip())
-    if len(key) < 16:
-        raise ValueError(f"{path}: the id key is shorter than 16 bytes; delete the file to make a new one")
-    return key
+def grader_key(bench: Benchmark) -> bytes:
+    """The default key: a hash of everything the benchmark holds, its answer keys and rubrics included
+    (:meth:`~perbench.data.records.Benchmark.fingerprint`). Reproducible — the same benchmark gets the same ids
+    on every machine and in every run, so fitted units are reused and a run on Ray workers matches a local one —
+    yet no method can compute it from what it is handed: that takes the answer keys."""
+    return hashlib.sha256(b"perbench-opaque-ids\x00" + bench.fingerprint().encode()).digest()
 
 
 def opaque(key: bytes, bench: str, kind: str, original: str, prefix: str) -> str:
@@ -89,14 +70,16 @@ class Sealed:
 
 def _unique(mapping: dict[str, str], what: str) -> dict[str, str]:
     if len(set(mapping.values())) != len(mapping):  # 48 bits: never in practice, but never silently
-        raise ValueError(f"two {what} ids map to one opaque id; delete the id key file to draw a new key")
+        raise ValueError(f"two {what} ids map to one opaque id (report this benchmark: its ids need another key)")
     return mapping
 
 
-def seal(bench: Benchmark, key: bytes) -> Sealed:
-    """``bench`` as methods may see it (see the module docstring); the answer keys stay in ``users``."""
+def seal(bench: Benchmark, key: bytes | None = None) -> Sealed:
+    """``bench`` as methods may see it (see the module docstring), under ``key`` (default :func:`grader_key`);
+    the answer keys stay in ``users``."""
     if bench.meta.get("sealed"):
         raise ValueError(f"benchmark {bench.name!r} is sealed already")
+    key = grader_key(bench) if key is None else key
     uid = _unique({u: opaque(key, bench.name, "user", u, USER_PREFIX) for u in bench.users}, "user")
     every = [*bench.pairs, *(p for ps in bench.pair_sets.values() for p in ps)]
     pid = _unique({p.pair_id: opaque(key, bench.name, "pair", p.pair_id, PAIR_PREFIX) for p in every}, "pair")

@@ -5,8 +5,8 @@ fresh Python process that receives only what a method may see -- the sealed pair
 see :mod:`perbench.data.isolation`), the users' views, and the items to score -- over a pipe. Inside a run the
 grader's records (users with their answer keys, the pool's labels, the id map) live in the parent process, so the
 routes that in-process code always has -- walking ``gc`` or stack frames, reading the runner's objects -- reach
-nothing. The child starts in an empty working folder with ``PERBENCH_CACHE`` pointing at an empty folder (the id
-key is not where it looks), and importing perbench's benchmark, runner, metric and report modules fails there.
+nothing. The child starts in an empty working folder with ``PERBENCH_CACHE`` pointing at an empty folder (not the
+run's caches), and importing perbench's benchmark, runner, metric and report modules fails there.
 
 This is not a sandbox: the child runs with the user's permissions and can read any file it knows the path of.
 It gets no feature extractor and no policy (``RMContext.features`` is None): a method that needs the run's

@@ -151,15 +151,13 @@ class Runner:
 
 
 def seal_all(bench: Benchmark, extras: dict[str, Benchmark]) -> tuple[Benchmark, dict[str, Benchmark]]:
-    """The run's benchmark and its upstream benchmarks as methods may see them (:func:`perbench.data.isolation.seal`,
-    under the cache folder's key); the map back to the source's user ids goes to ``meta["source_user_ids"]``."""
-    from perbench.data.isolation import seal, secret_key
-    from perbench.io import cache_dir
+    """The run's benchmark and its upstream benchmarks as methods may see them (:func:`perbench.data.isolation.seal`);
+    the map back to the source's user ids goes to ``meta["source_user_ids"]``."""
+    from perbench.data.isolation import seal
 
-    key = secret_key(cache_dir())
     out = []
     for b in (bench, *extras.values()):
-        sealed = seal(b, key)
+        sealed = seal(b)
         sealed.bench.meta["source_user_ids"] = dict(sorted(sealed.users.items(), key=lambda kv: kv[1]))
         out.append(sealed.bench)
     return out[0], dict(zip(extras, out[1:], strict=True))
