@@ -390,7 +390,7 @@ def _add_validate(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("file", nargs="?", help="the data file (default: the source of --config's file benchmark)")
     p.add_argument("--config", metavar="RUN.yaml", help="take the loader options from this run config's benchmark")
-    p.add_argument("--benchmark", metavar="NAME", help="load FILE with this registered benchmark's loader (perbench list)")
+    p.add_argument("--benchmark", metavar="NAME", help="load FILE with this registered loader (perbench list)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a parameter of --benchmark's loader")
     p.add_argument("--map", help="field mapping, e.g. user_id=ground_truth_persona,prompt=question")
     p.add_argument("--on-error", choices=["raise", "skip"], help="bad rows: stop at the first, or count and skip")
