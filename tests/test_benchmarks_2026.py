@@ -317,7 +317,7 @@ def test_a_tiny_run_on_each_fixture(name: str, tmp_path: Path) -> None:
     length = res["upstream"]["length"]["rm_accuracy"]
     assert length["all"]["n_pairs"] == len(bench.test_pairs())
     lists = {(p.user_id, p.meta.get("list_id")) for p in bench.test_pairs() if p.meta.get("list_id") is not None}
-    regular = [ls for ls in lists if not any(p.meta.get("ties_kind") == "tied" for p in bench.test_pairs()
+    regular = [ls for ls in lists if not any(p.meta.get("ties_kind") for p in bench.test_pairs()
                                              if (p.user_id, p.meta.get("list_id")) == ls)]  # fmt: skip
     if regular:
         assert length["all"]["best_of_k"]["lists"] == len(regular)

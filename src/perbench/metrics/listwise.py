@@ -8,8 +8,9 @@ A benchmark with several rejected responses per prompt (RewardBench 2, RMGAP) is
   when the chosen response scores strictly above all k − 1 others (RewardBench 2's four-way accuracy, RMGAP's BoN).
   For a reward model the list's scores go through :func:`perbench.metrics.onpolicy.best_of_k_accuracy` with truth
   1 for the chosen response and 0 for the rest (``half``: a chosen response tied with m others at the top wins
-  with probability 1/(m + 1)). A pairwise judge has no score per response; its list is won when it prefers the
-  chosen response in every pair (``half``: a tie of m pairs and no loss counts 1/(m + 1), the same rule).
+  with probability 1/(m + 1)). RewardBench 2's Ties lists are left to its own rule. A pairwise judge has no score
+  per response; its list is won when it prefers the chosen response in every pair (``half``: a tie of m pairs and
+  no loss counts 1/(m + 1), the same rule).
 - **RewardBench 2 Ties** (:func:`ties_prompt_scores`): per prompt id, a ``ref`` list (one correct answer) and a
   ``tied`` list (several correct answers). RewardBench 2's composite is 0.30·acc(tied) + 0.30·acc(ref) +
   0.20·mean[m_tied > d] + 0.20·mean[min(m_ref, m_tied) > d] + 0.01·mean[tanh(min(m_ref, m_tied)/d − 1)], where
@@ -80,8 +81,8 @@ def best_of_k_lists(
     docstring). ``judge_outcomes``: a pairwise judge's per-pair outcomes instead of scores."""
     out: list[ListValue] = []
     for idx in lists_of(pairs).values():
-        if len({normalize_text(pairs[i].chosen) for i in idx}) != 1:
-            continue  # several correct answers: RewardBench 2's Ties rule, not best-of-k
+        if pairs[idx[0]].meta.get(TIES_KIND) or len({normalize_text(pairs[i].chosen) for i in idx}) != 1:
+            continue  # RewardBench 2's Ties lists (and any with several correct answers) have their own rule
         if judge_outcomes is not None:
             out.append(ListValue(idx[0], _judge_list(np.asarray(judge_outcomes, np.float64)[idx], tie), len(idx) + 1))
             continue
