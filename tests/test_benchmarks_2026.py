@@ -323,6 +323,10 @@ def test_a_tiny_run_on_each_fixture(name: str, tmp_path: Path) -> None:
         assert length["all"]["best_of_k"]["lists"] == len(regular)
     if name == "rewardbench2":
         assert length["all"]["ties"]["prompts_with_both"] == 2
+        subsets = length["all"]["by_subset"]
+        assert set(subsets) == {"Factuality", "Math", "Ties", "mean_over_subsets"}
+        parts = [subsets[s] for s in ("Factuality", "Math", "Ties")]
+        assert subsets["mean_over_subsets"] == pytest.approx(sum(parts) / 3)
     if name == "rmgap":
         assert length["all"]["paraphrase_consistency"]["units"] == 6
     if bench.train_pairs():

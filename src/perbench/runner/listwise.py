@@ -72,6 +72,9 @@ def listwise(
                 p = pairs[index]
                 cells.add(method, names.ties, p.user_id, prompt_key(p.prompt), value)
             out["ties"] = {**summary, "rule": "RewardBench 2 Ties composite", "metric": names.ties}
+    subsets = _by_subset(pairs, got, out.get("ties", {}).get("score"))
+    if subsets:
+        out["by_subset"] = subsets
     units = paraphrase_units(pairs)
     if units:
         values = consistency_values(units, outcome)
@@ -85,6 +88,23 @@ def listwise(
             "rule": "a preference survives when it is scored right under every phrasing of its prompt",
             "metric": names.consistency,
         }
+    return out
+
+
+def _by_subset(pairs: Sequence[PreferencePair], lists: Sequence[Any], ties: float | None) -> dict[str, Any]:
+    """Per ``meta["subset"]`` (RewardBench 2's domains): best-of-k accuracy, the Ties score for Ties, and their
+    unweighted mean (RewardBench 2's headline reads it so: every domain counts alike)."""
+    per: dict[str, list[float]] = {}
+    for v in lists:
+        subset = pairs[v.first].meta.get("subset")
+        if subset is not None:
+            per.setdefault(str(subset), []).append(v.value)
+    if not per:
+        return {}
+    out: dict[str, Any] = {s: float(np.mean(vs)) for s, vs in sorted(per.items())}
+    if ties is not None:
+        out["Ties"] = ties
+    out["mean_over_subsets"] = float(np.mean(list(out.values())))
     return out
 
 
