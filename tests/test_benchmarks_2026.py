@@ -372,3 +372,76 @@ def test_listwise_and_consistency_are_per_system_predictors(pool: Path, tmp_path
     v = res["analysis"]["validity"]
     assert {"rm_consistency", "rm_acc_on_rewardbench2@bok", "rm_acc_on_rmgap@consistency"} <= set(v["predictors"])
     assert metrics >= set(v["predictors"])
+
+
+# ------------------------------------------------------------------------ PersonalLLM's exact ground truth
+def _tiny_classifier(tiny_lm: Any, path: Path, seed: int) -> str:
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    tok = tiny_lm.tokenizer
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, num_labels=1,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    LlamaForSequenceClassification(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture
+def personalllm_with_models(tiny_lm: Any, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """PersonalLLM-layout rows whose score columns are the scores of two (tiny) reward models on their folders."""
+    from perbench.rewards.base import RMContext, ScoreItem
+    from perbench.rewards.hub_rm import HubRM
+
+    folders = {rm: _tiny_classifier(tiny_lm, tmp_path / rm, k) for k, rm in enumerate(("rm_a", "rm_b"))}
+    rows = []
+    for i in range(4):
+        row: dict[str, Any] = {"prompt": f"Question {i}: how can I sleep better?", "split": "test" if i else "train"}
+        for j in range(1, 4):
+            row[f"response_{j}"] = f"Answer {j} to question {i}: " + "rest well " * j
+        rows.append(row)
+    for rm, folder in folders.items():
+        model = HubRM(model=folder)
+        model.fit([], RMContext())
+        for row in rows:
+            got = model.score([ScoreItem("", row["prompt"], row[f"response_{j}"]) for j in range(1, 4)])
+            row.update({f"response_{j}_{rm}": float(s) for j, s in zip(range(1, 4), got, strict=True)})
+    return write_jsonl(tmp_path / "pl.jsonl", rows), folders
+
+
+def test_personalllm_reward_models_give_every_text_its_exact_per_user_reward(
+    personalllm_with_models: tuple[Path, dict[str, str]],
+) -> None:
+    from perbench.metrics.simulated import SimulatedUsers
+
+    src, folders = personalllm_with_models
+    load = registry.benchmarks.get("personalllm")
+    assert SimulatedUsers.of(load(src, n_users=3)) is None  # without the models: upstream only
+    with pytest.raises(ValueError, match="no path for"):
+        load(src, n_users=3, reward_model_paths={"rm_a": folders["rm_a"]})
+    bench = load(src, n_users=3, reward_model_paths=folders)
+    truth = SimulatedUsers.of(bench)
+    assert truth is not None
+    for p in bench.pairs:
+        got = truth.score([p.chosen, p.rejected], [(p.prompt, p.user_id)] * 2, bench.users)
+        assert got[0] is not None and got[1] is not None
+        assert got[0] - got[1] == pytest.approx(p.meta["reward_gap"], abs=1e-4)  # the loader's r_u, recomputed
+
+
+def test_best_of_n_is_scored_by_the_simulated_users_reward(
+    personalllm_with_models: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    from perbench.runner.run import run
+
+    src, folders = personalllm_with_models
+    bench = {"name": "personalllm", "source": str(src), "n_users": 3, "reward_model_paths": folders}
+    cfg = _tiny(bench, tmp_path / "runs", decoders=["zero_shot", {"name": "best_of_n", "n": 2}], max_new_tokens=6,
+                max_test_prompts=1, max_gen_users=2)  # fmt: skip
+    res = run(cfg).results
+    bon = res["downstream"]["best_of_n(n=2)[global_bt]"]
+    assert bon["personal_reward"]["n"] > 0 and np.isfinite(bon["personal_reward"]["mean"])
+    assert "personal_reward" in res["downstream"]["zero_shot"]

@@ -17,7 +17,7 @@ whose train pairs are their few-shot set.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +65,17 @@ def load_personalllm(
     n_users: int = 10,
     alpha: float = 0.05,
     reward_models: Sequence[str] | None = None,
+    reward_model_paths: Mapping[str, str] | None = None,
     unseen_fraction: float = 0.0,
     seed: int = 0,
     fmt: str | None = None,
     name: str | None = None,
     on_error: OnError = "raise",
 ) -> Benchmark:
-    """Load PersonalLLM's evaluation rows and simulate ``n_users`` users (see the module docstring)."""
+    """Load PersonalLLM's evaluation rows and simulate ``n_users`` users (see the module docstring).
+
+    ``reward_model_paths``: each reward model's hub id or local folder (a ``hub_rm``); with them, generated text gets
+    each user's exact reward downstream (``personal_reward``, :mod:`perbench.metrics.simulated`)."""
     if n_users < 1 or alpha <= 0:
         raise ValueError(f"n_users must be >= 1 and alpha > 0, got n_users={n_users}, alpha={alpha}")
     skipped = SkipReport()
@@ -127,6 +131,14 @@ def load_personalllm(
                 meta: dict[str, Any] = {"source": row.where, "list_id": row.where, "reward_gap": float(r[best] - r[j])}
                 pid = f"personalllm:{uid}:{row.where}:{j}"
                 pairs.append(PreferencePair(pid, uid, prompt, texts[best], texts[j], split, meta))
+    standardisation = {rm: [float(m), float(s)] for rm, m, s in zip(rms, mean, sd, strict=True)}
+    truth: dict[str, Any] | None = None
+    if reward_model_paths is not None:
+        missing_paths = sorted(set(rms) - set(reward_model_paths))
+        if missing_paths:
+            raise ValueError(f"reward_model_paths: no path for {missing_paths} (the score columns name {rms})")
+        paths = {rm: str(reward_model_paths[rm]) for rm in rms}
+        truth = {"kind": "personalllm", "order": rms, "reward_models": paths, "standardisation": standardisation}
     unseen = assign_unseen(user_ids, unseen_fraction, seed)
     users = {
         uid: User(
@@ -135,6 +147,8 @@ def load_personalllm(
             answer_key={
                 "weights": dict(zip(rms, map(float, w), strict=True)),
                 "rubric_text": "Reward = " + " + ".join(f"{x:.2f}·{rm}" for rm, x in zip(rms, w, strict=True)),
+                # what decides downstream quality is part of the key (and so of the benchmark's fingerprint)
+                **({"reward_models": truth["reward_models"]} if truth else {}),
             },
         )
         for uid, w in zip(user_ids, weights, strict=True)
@@ -144,7 +158,8 @@ def load_personalllm(
         "rows_read": rows_read,
         "rows_with_errors": sink.count,
         "reward_models": rms,
-        "standardisation": {rm: [float(m), float(s)] for rm, m, s in zip(rms, mean, sd, strict=True)},
+        "standardisation": standardisation,
+        **({"ground_truth": truth} if truth else {}),
         "users": f"{n_users} simulated users, weights ~ Dirichlet({alpha}) over {len(rms)} reward models (seed {seed})",
         "split_policy": "the hub split (train / test), else a split column, else test",
         "seen_policy": f"seeded unseen_fraction={unseen_fraction} (seed {seed}) of the users",

@@ -44,7 +44,7 @@ _UPSTREAM_ORDER = (
 )
 _UPSTREAM_LATE = ("pa", "pa_rgd", "pa_prefix_mean", "pa_prefix_sum")
 _DECODER_ORDER = ("args", "best_of_n", "genarm", "zero_shot", "icl_rag")
-_QUALITY_ORDER = ("rubric_satisfaction", "rouge1", "rougeL", "bertscore_f1", "rm_win", "bon_gain")
+_QUALITY_ORDER = ("rubric_satisfaction", "personal_reward", "rouge1", "rougeL", "bertscore_f1", "rm_win", "bon_gain")
 
 
 @dataclass(frozen=True)
