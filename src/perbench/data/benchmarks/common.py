@@ -21,6 +21,13 @@ def rows_of(source: str | Path, *, fmt: str | None, split: str | None, config: s
         yield Row(label, line, data)
 
 
+def row_ref(row: Row) -> str:
+    """A row's place that does not depend on where the file lies: ``split#line`` for a split of a saved or hub
+    dataset, else the line (pair ids, and so cache keys, survive moving the file)."""
+    split = row.label.rpartition("[")[2].rstrip("]") if row.label.endswith("]") else ""
+    return f"{split}#{row.line}" if split else str(row.line)
+
+
 def response_text(row: Row, path: str, value: Any) -> str:
     """A response as upstream files write it: a string, a ``{role, content}`` message, or a conversation whose last
     message is the response."""

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from perbench.data.benchmarks.common import finish, rows_of
+from perbench.data.benchmarks.common import finish, row_ref, rows_of
 from perbench.data.benchmarks.pref_lamp import lamp5_file, read_golds
 from perbench.data.reading import parse_json, read_text
 from perbench.data.records import (
@@ -98,7 +98,7 @@ def _longlamp(
             if raw not in _LONG_SPLITS:
                 raise row.error("split", f"unknown split {raw!r}; expected train, val or test")
             out.append(
-                (row.where, user, row.text("input"), row.text("output"), _LONG_SPLITS[raw], _profile(row), row.where)
+                (row_ref(row), user, row.text("input"), row.text("output"), _LONG_SPLITS[raw], _profile(row), row.where)
             )
         except DataError as e:
             sink(e)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from perbench.data.benchmarks.common import finish, rows_of
+from perbench.data.benchmarks.common import finish, row_ref, rows_of
 from perbench.data.policies import assign_unseen
 from perbench.data.reading import detect_format
 from perbench.data.records import Benchmark, PreferencePair, SkipReport, Split, User
@@ -128,8 +128,12 @@ def load_personalllm(
             for j in range(n_resp):
                 if j == best:
                     continue
-                meta: dict[str, Any] = {"source": row.where, "list_id": row.where, "reward_gap": float(r[best] - r[j])}
-                pid = f"personalllm:{uid}:{row.where}:{j}"
+                meta: dict[str, Any] = {
+                    "source": row.where,
+                    "list_id": row_ref(row),
+                    "reward_gap": float(r[best] - r[j]),
+                }
+                pid = f"personalllm:{uid}:{row_ref(row)}:{j}"
                 pairs.append(PreferencePair(pid, uid, prompt, texts[best], texts[j], split, meta))
     standardisation = {rm: [float(m), float(s)] for rm, m, s in zip(rms, mean, sd, strict=True)}
     truth: dict[str, Any] | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from perbench.data.benchmarks.common import finish, response_text, rows_of
+from perbench.data.benchmarks.common import finish, response_text, row_ref, rows_of
 from perbench.data.policies import assign_unseen
 from perbench.data.records import Benchmark, PreferencePair, SkipReport, Split, User
 from perbench.data.rows import DataError, ErrorSink, OnError, parse_messages
@@ -78,7 +78,7 @@ def load_synthesizeme(
             continue
         prompt = context if len(context) > 1 else context[0].content
         row_meta = {"source": row.where, "upstream_split": raw_split}
-        pairs.append(PreferencePair(f"synthesizeme:{row.where}", user, prompt, chosen, rejected, split, row_meta))
+        pairs.append(PreferencePair(f"synthesizeme:{row_ref(row)}", user, prompt, chosen, rejected, split, row_meta))
     ids = sorted({p.user_id for p in pairs})
     unseen = assign_unseen(ids, unseen_fraction, seed)
     users = {u: User(u, seen=u not in unseen) for u in ids}
