@@ -191,7 +191,7 @@ class Upstream:
             scores = self._scores(h, pairs, h.shots, metric)
             group = metric.removeprefix("rm_acc_")
             acc[group] = self._accuracy(scores, pairs, h)
-            if metric != "rm_acc_consensus":
+            if metric.startswith("rm_acc_on_"):
                 acc[group]["users"] = (
                     "strangers to every method: each scores them with its unknown-user reward (docs/methods.md)"
                 )
