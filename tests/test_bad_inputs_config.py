@@ -23,6 +23,7 @@ from perbench.config import Component, MissingConfigError, RunConfig
 from perbench.errors import ConfigError, PerbenchError
 from perbench.rewards.base import RMContext, ScoreItem
 from perbench.rewards.baselines import LengthRM, RandomRM
+from perbench.runner.preflight import check_config
 
 
 def accepted(reg: registry.Registry[object], name: str) -> str:
@@ -230,11 +231,18 @@ def test_at_least_25_cases() -> None:
     assert len(CASES) >= 25 and len({c.id for c in CASES}) == len(CASES)
 
 
+def checked(path: Path) -> RunConfig:
+    """The config as a run checks it: its own checks, then the rooms' rules in the preflight."""
+    cfg = RunConfig.from_yaml(path)
+    check_config(cfg)
+    return cfg
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_from_yaml_names_file_line_key(case: Case, tmp_path: Path) -> None:
     path = write(tmp_path, case)
     with pytest.raises(ConfigError) as e:
-        RunConfig.from_yaml(path)
+        checked(path)
     assert str(e.value) == case.expected(path)
 
 
@@ -503,7 +511,7 @@ def test_pickled_weights_are_refused_naming_the_folder(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"policy: {folder}\n")
     with pytest.raises(ConfigError, match=f"^{re.escape(f'{cfg}:1: policy: {problem}')}$"):
-        RunConfig.from_yaml(cfg)
+        checked(cfg)
 
 
 # ----------------------------------------------------------------------------------- report and baselines

@@ -18,7 +18,7 @@ from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
 from perbench.runner.methods import MethodHandle
 from perbench.runner.outcome import RunResult as RunResult  # also importable from here
-from perbench.runner.preflight import check_models, check_paths, check_setup
+from perbench.runner.preflight import check_config, check_models, check_paths, check_setup
 from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict, systems_section
 from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
@@ -35,6 +35,7 @@ def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunRe
         cfg = RunConfig.from_yaml(config)
     if overrides:
         cfg = cfg.override(**overrides)
+    check_config(cfg)  # here too: a seed's run is a copy that no longer knows the config's lines
     if cfg.seeds:
         from perbench.runner.seeds import run_seeds
 
@@ -52,6 +53,7 @@ class Runner:
 
         set_threads()
         t0 = time.perf_counter()
+        check_config(self.cfg)
         check_setup(self.cfg)
         bench = load_benchmark(self.cfg)
         extras = load_upstream_benchmarks(self.cfg)
