@@ -238,3 +238,18 @@ def test_no_module_over_the_limit() -> None:
     assert over == [], f"modules over {MAX_LINES} lines: {over}; split them"
     shrunk = sorted(name for name in OVERSIZED if sizes.get(name, 0) <= MAX_LINES)
     assert shrunk == [], f"back under {MAX_LINES} lines (or gone): take {shrunk} off OVERSIZED"
+
+
+def test_the_models_rule_covers_every_key_that_names_a_model() -> None:
+    """The config's ``MODEL`` annotation only says what the key holds; which names load is the models room's rule
+    (run in the preflight), so every annotated key must be one it checks."""
+    import typing
+
+    from perbench.config import MODEL, RunConfig
+    from perbench.models.checks import MODEL_KEYS
+
+    def mentions(tp: object) -> bool:
+        return tp is MODEL or any(mentions(a) for a in typing.get_args(tp)) or MODEL in getattr(tp, "__metadata__", ())
+
+    hints = typing.get_type_hints(RunConfig, include_extras=True)
+    assert {k for k, tp in hints.items() if mentions(tp)} == set(MODEL_KEYS)

@@ -557,9 +557,9 @@ def _check_systems_block(v: dict[str, Any], data: Mapping[Any, Any], src: Where)
     where = src.at("systems", data)
     spec = SystemsSpec.from_dict(raw, where)
     names = {m.name for m in v["methods"]} | {m.label() for m in v["methods"]}
-    named: list[tuple[str, int | str, str, str]] = [
-        ("methods", i, m, "") for i, m in enumerate(spec.methods or ())
-    ] + [("params", m, m, ", so its grid would expand nothing") for m in spec.params]
+    named: list[tuple[str, int | str, str, str]] = [("methods", i, m, "") for i, m in enumerate(spec.methods or ())] + [
+        ("params", m, m, ", so its grid would expand nothing") for m in spec.params
+    ]
     for key, at, m, why in named:
         if m not in names:
             close = difflib.get_close_matches(m, sorted(names), n=1)

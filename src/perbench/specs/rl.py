@@ -8,6 +8,9 @@ function's ``log_metric`` keyword and the trainers' ``_tokenize_prompts``, prese
 and it never took an in-process reward callable (it wanted tokenized ``input_ids``, a sequence-classification
 reward module and a value model). ``algorithm: ppo`` is therefore a :class:`~perbench.errors.ConfigError` that
 says so.
+
+Plain data at the base (it imports nothing of perbench but ``errors``): the config checks the ``rl:`` block with it,
+and the training room reads it (``perbench.training`` imports both classes from here).
 """
 
 from __future__ import annotations
