@@ -8,14 +8,19 @@ naming the file, line (for YAML) and key, what is allowed, and a "Did you mean" 
   from strings, non-finite numbers are refused;
 - component parameters (benchmark, methods, decoders) against the registered class's or loader's signature
   (names, required ones, value types), decoders' parameter ranges, and each method's and decoder's own
-  constructor checks; ``trust_remote_code`` only with the explicit permission (``--trust-remote-code``);
-- model names (a bundled alias, ``tiny-random[:SEED]``, an existing folder or ``.gguf`` file, or a hub id
-  ``org/name``), ``device``, ``dtype``, ``run_name`` (one plain path component), ``guide_with`` (methods of this
-  config), ``verdict_metric`` (a configured decoder);
+  constructor checks (a parameter a constructor refuses, e.g. ``trust_remote_code`` without the explicit
+  permission ``--trust-remote-code``, is located at that parameter: :class:`~perbench.errors.ParamError`);
+- ``device``, ``dtype``, ``run_name`` (one plain path component), ``verdict_metric``'s form, the ``systems:``,
+  ``adaptive:``, ``rl:`` and ``resources:`` blocks (their specs are plain data at the base, ``perbench.specs``);
 - YAML: syntax errors with their line, duplicate keys, a directory, a missing or non-regular file as config, an
   alias expansion too large to be a config. An empty file means the embedded default run. Numbers follow YAML 1.2
   (``0100`` is 100, ``0o17`` octal, ``1:30`` text, ``1e-3`` a number); PyYAML's YAML 1.1 rules would read
   ``0100`` as 64 and ``1:30`` as 90.
+
+The config is a leaf: it imports nothing of perbench but ``errors``, ``io``, ``registry`` and ``specs``. What needs a
+room's knowledge -- which names are models, the systems the config expands to (and so ``guide_with``,
+``reference_method``, ``rl.methods``), which qualities the adaptive rounds can rank by -- is checked in the preflight
+that ``run`` and ``validate`` share (``perbench.runner.preflight.check_config``), located by :meth:`RunConfig.locate`.
 
 Every value that shapes a result goes into the config hash that names the run directory, so the same config
 resumes the same run.
