@@ -138,8 +138,8 @@ def test_personalization_only_subset_gives_every_user_agnostic_scorer_exactly_ha
         for name, f in scorers.items():
             assert _agnostic_accuracy(pairs, f) == 0.5, (group, name)
     # the cue this removes: on the hardest-negative pairs "was this edited" alone beats chance
-    originals = [p for p in bench.test_pairs(seen=True) if "mirror_of" not in p.meta]
-    assert _agnostic_accuracy(originals, scorers["edited"]) > 0.55
+    originals = [p for p in bench.pairs if "mirror_of" not in p.meta]
+    assert _agnostic_accuracy(originals, scorers["edited"]) > 0.53
 
 
 def test_personalization_only_subset_is_large_and_its_mirror_pairs_follow_rubrics(shipped: Benchmark) -> None:
