@@ -82,7 +82,7 @@ def pool_texts(
         "seconds": round(time.perf_counter() - t, 1),
     }
     ids = {p.text: p.prompt_id for p in RUBRIC_PROMPTS}
-    return {ids[str(prompts[k])]: [g.text for g in row] for k, row in zip(keys, gens, strict=True)}, info
+    return {ids.get(str(prompts[k]), k): [g.text for g in row] for k, row in zip(keys, gens, strict=True)}, info
 
 
 def write_default(pools: dict[str, list[str]], info: dict[str, Any]) -> None:
