@@ -202,3 +202,6 @@ def test_shipped_pool_is_derived_for_the_current_users(tmp_path: Path) -> None:
     no_bases.write_text('{"prompt_id": "p01", "cand_id": "c", "source": "edit0<-base-brief", "text": "ok"}\n')
     with pytest.raises(ValueError, match="no base responses"):
         reassemble_pool(no_bases, out=tmp_path / "x.jsonl")
+    no_bases.write_text('{"prompt_id": "p01", "source": "base-brief", "text": "ok"}\n{"prompt_id": "p01"}\n')
+    with pytest.raises(ValueError, match=r"edits.jsonl:2: field 'text'"):
+        reassemble_pool(no_bases, out=tmp_path / "x.jsonl")

@@ -171,10 +171,21 @@ def reassemble_pool(pool: Path | None = None, out: Path | None = None, seed: int
     """Re-derive a pool's edited candidates from its own base responses, for the current users and checkers (no
     generation): what :func:`build_pool` with the same seed writes when the policy gives the same bases. Run it
     after changing a user's rubric or a checker."""
-    from perbench.data.rubrics.benchmark import read_pool
+    import json
 
     src = pool or POOL_PATH
-    rows = [r for by_prompt in read_pool(src).values() for r in by_prompt]
+    rows = []
+    for line_no, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{src}:{line_no}: invalid JSON ({e.msg})") from None
+        for f in ("prompt_id", "text"):
+            if not isinstance(row.get(f), str) or not row[f]:
+                raise ValueError(f"{src}:{line_no}: field {f!r}: expected a non-empty string")
+        rows.append(row)
     bases = base_responses(rows)
     if not bases:
         raise ValueError(f"{src}: no base responses (rows whose 'source' is 'base-<style>') to re-derive edits from")
