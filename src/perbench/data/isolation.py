@@ -9,7 +9,8 @@ of a short label can be reversed by guessing. :func:`seal` closes these routes b
 - every user id becomes ``user-<hmac>`` and every pair id ``pair-<hmac>``: an HMAC-SHA256 of the benchmark's
   name and the original id under a key derived from the grader's side of the benchmark, answer keys included
   (:func:`grader_key`), so no id can be computed from a guess or looked up in a benchmark module;
-- pair metadata is cut to :data:`METHOD_META` (nothing by default) and profile items keep only their text
+- pair metadata is cut to :data:`METHOD_META` (the structure listwise metrics need, ids re-keyed) and profile
+  items keep only their text
   (their ids become ``item-<n>``, their metadata is dropped);
 - the answer key, the checkable rubric and ``User.meta`` stay on the grader's side: in ``Benchmark.users``,
   which no method is handed (methods get :class:`~perbench.data.user_context.UserView`).
@@ -32,8 +33,12 @@ from typing import Any
 
 from perbench.data.records import Benchmark, PreferencePair, ProfileItem, Reference, User
 
-#: the pair metadata keys a method may read (none: no loader's pair metadata is needed to fit or score)
-METHOD_META: frozenset[str] = frozenset()
+#: the pair metadata a sealed pair keeps: the structure listwise metrics group pairs by (a list, RewardBench 2's
+#: Ties prompts and domain, the original of a paraphrased pair), never a source path, a candidate id or a label;
+#: ids among them are re-keyed like pair ids
+METHOD_META: frozenset[str] = frozenset(
+    {"list_id", "ties_kind", "ties_prompt", "subset", "paraphrase_of", "paraphrase"}
+)
 USER_PREFIX = "user-"
 PAIR_PREFIX = "pair-"
 
@@ -51,9 +56,13 @@ def opaque(key: bytes, bench: str, kind: str, original: str, prefix: str) -> str
     return prefix + digest[:12]
 
 
-def method_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """``meta`` cut to :data:`METHOD_META`."""
-    return {k: v for k, v in meta.items() if k in METHOD_META}
+def method_meta(meta: Mapping[str, Any], rekey: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``meta`` cut to :data:`METHOD_META`, each value of a key in ``rekey`` replaced by ``rekey[key](value)``."""
+    out = {k: v for k, v in meta.items() if k in METHOD_META}
+    for k, fn in (rekey or {}).items():
+        if k in out and out[k] is not None:
+            out[k] = fn(out[k])
+    return out
 
 
 @dataclass(frozen=True)
@@ -84,8 +93,13 @@ def seal(bench: Benchmark, key: bytes | None = None) -> Sealed:
     every = [*bench.pairs, *(p for ps in bench.pair_sets.values() for p in ps)]
     pid = _unique({p.pair_id: opaque(key, bench.name, "pair", p.pair_id, PAIR_PREFIX) for p in every}, "pair")
 
+    rekey = {
+        "paraphrase_of": lambda v: pid.get(str(v)) or opaque(key, bench.name, "pair", str(v), PAIR_PREFIX),
+        "list_id": lambda v: opaque(key, bench.name, "list", str(v), "list-"),
+    }
+
     def pair(p: PreferencePair) -> PreferencePair:
-        return replace(p, pair_id=pid[p.pair_id], user_id=uid[p.user_id], meta=method_meta(p.meta))
+        return replace(p, pair_id=pid[p.pair_id], user_id=uid[p.user_id], meta=method_meta(p.meta, rekey))
 
     def user(u: User) -> User:
         items = tuple(ProfileItem(f"item-{i}", it.text) for i, it in enumerate(u.profile))
