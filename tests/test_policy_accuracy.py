@@ -243,8 +243,11 @@ def test_the_headline_is_policy_sum_plus_the_decoders_weight_times_the_score(tmp
     from perbench.metrics.rm_accuracy import pair_outcomes
     from perbench.runner.state import PAWeight
 
+    from tests.conftest import random_linear_rm
+
     state, h, up = _upstream_state(tmp_path, [{"name": "args", "k": 4, "w": 2.5}])
     assert state.pa_headline(h) == PAWeight(2.5, 4, "args(k=4,w=2.5)")  # the deployed decoder's weight
+    h._rm = random_linear_rm(state.extractor, seed=3)  # a head whose rewards differ on every pair (no fit needed)
     pairs = state.bench.test_pairs(seen=True)
     sc, sr = h.adapted(h.shots).score_pairs(pairs)
     toks = state.policy_extractor.tokens([(p.prompt, y) for p in pairs for y in (p.chosen, p.rejected)])
@@ -259,8 +262,8 @@ def test_the_headline_is_policy_sum_plus_the_decoders_weight_times_the_score(tmp
     assert all(by_w[w] == pytest.approx(acc(w)) for w in by_w) and 2.5 in by_w and by_w[0.0] == acc(0.0)
     assert curve["pairs_that_flip"] > 0 and max(by_w) > curve["flip_w"]["max"]
     assert curve["points"][-1]["accuracy"] == pytest.approx(float(np.mean(pair_outcomes(sc, sr, "strict"))))
-    # a weight at which the reward has changed the answer (tiny-random's log π gaps are tens of nats, this head's
-    # reward gaps about 0.1, so that takes w in the thousands): the headline there is pinned to the formula
+    # a weight at which the reward has changed the answer (past some pairs' flip weights): the headline there is
+    # pinned to the formula
     w = next(p["w"] for p in curve["points"] if p["pairs_changed"] and acc(p["w"]) != acc(1.0))
     got = up._policy_accuracy(h, pairs, "seen", PAWeight(w, 4, "args(k=4,w=big)"), variants=False)
     assert got["w"] == w and got["decoder"] == "args(k=4,w=big)"

@@ -631,7 +631,9 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
 def test_runner_shared_policy_with_user_context(tmp_path: Any) -> None:
     """``group: all`` with ``context_items``: one policy per (arm, seed) for every user, trained and evaluated
     with each user's own context (never the answer key) in the prompt; RLOO; the shuffled-user placebo."""
+    from perbench.data.isolation import seal
     from perbench.data.user_context import answer_key_texts
+    from perbench.data.isolation import seal
     from perbench.runner.state import load_benchmark
 
     rl = {"group": "all", "context_items": 1, "algorithm": "rloo", "placebo": "shuffled", "kl_matched": False}
@@ -645,7 +647,7 @@ def test_runner_shared_policy_with_user_context(tmp_path: Any) -> None:
         assert run_info["group"] == "all" and len(run_info["users"]) > 1
     assert set(info["evaluation"]) == {"greedy"}
     assert info["evaluation"]["greedy"]["rl[global_bt]"]["vs"]["placebo"]["against"] == "rl_shuffled[global_bt]"
-    bench = load_benchmark(cfg)
+    bench = seal(load_benchmark(cfg)).bench  # the ids the run's methods and samples use
     rows = [json.loads(x) for x in (first.run_dir / "samples.jsonl").read_text().splitlines()]
     rl_rows = [r for r in rows if r.get("decoder") in ("rl[global_bt]", "rl_shuffled[global_bt]", "rl_base")]
     assert {r["user_id"] for r in rl_rows} == set(run_info["users"])

@@ -18,6 +18,11 @@ from typing import Any
 import numpy as np
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+#: why a run's headline policy accuracy is not applicable to a method that no weighted decoder uses
+NO_WEIGHT = (
+    "no decoder of this run applies a weight to this reward (the headline is taken at the weight of the decoder the "
+    "RM is deployed with; set pa_weight to choose one): see the curve over w"
+)
 #: the last point lies this factor past the largest flip weight (every flippable pair has flipped)
 PAST = 1.01
 

@@ -15,6 +15,20 @@ from typing import Any
 from perbench.data.records import Benchmark
 
 
+def method_notes(h: Any, bench: Benchmark) -> dict[str, Any]:
+    """What results.json records of a method handle ``h`` beside its accuracies: ``profile`` (what it saw of the
+    users' profiles; not for baselines) and ``fit_notes`` (what the method says of its own fit, e.g. lore_reg's α
+    and its degenerate label)."""
+    out: dict[str, Any] = {}
+    seen = None if h.baseline else profile_access(h.probe, bench)
+    if seen is not None:
+        out["profile"] = seen
+    notes = getattr(h.fitted(), "fit_notes", None)
+    if callable(notes):
+        out["fit_notes"] = notes()
+    return out
+
+
 def profile_access(method: Any, bench: Benchmark) -> dict[str, Any] | None:
     """What ``method`` (an unfitted instance) sees of the users' profiles on ``bench`` (None: no user has one)."""
     if not any(u.profile for u in bench.users.values()):

@@ -30,13 +30,6 @@ PA_CELLS = (
 )
 
 
-#: why a run's headline policy accuracy is not applicable to a method that no weighted decoder uses
-NO_WEIGHT = (
-    "no decoder of this run applies a weight to this reward (the headline is taken at the weight of the decoder the "
-    "RM is deployed with; set pa_weight to choose one): see the curve over w"
-)
-
-
 def stranger_pairs(name: str, bench: Benchmark) -> list[PreferencePair]:
     """``bench``'s test pairs with user and pair ids prefixed ``NAME/``: users no method of the run has seen."""
     return [replace(p, user_id=f"{name}/{p.user_id}", pair_id=f"{name}/{p.pair_id}") for p in bench.test_pairs()]
@@ -210,14 +203,9 @@ class Upstream:
         ).items():
             acc.setdefault(group, {}).update(got)
         out["rm_accuracy"] = acc
-        from perbench.runner.information import profile_access
+        from perbench.runner.information import method_notes
 
-        seen = None if h.baseline else profile_access(h.probe, bench)
-        if seen is not None:  # which methods saw the users' profiles (equal information on record)
-            out["profile"] = seen
-        notes = getattr(h.fitted(), "fit_notes", None)
-        if callable(notes):  # what a method records of its own fit (e.g. lore_reg's α and degenerate label)
-            out["fit_notes"] = notes()
+        out.update(method_notes(h, bench))  # what it saw of the profiles, what it records of its fit
         if h.label == cfg.reference_method:
             self._train_accuracy(h, groups)
         unseen = groups["unseen"]
@@ -351,7 +339,7 @@ class Upstream:
         sequence tilt (every RM that scores single responses has it); with ``variants`` the labelled per-prefix
         variants (prefix-sum, prefix-sum / length, and with ``pa_rgd`` the top-k RGD-induced policy) are added
         where the method defines a reward for every prefix, and the cells are recorded."""
-        from perbench.metrics.pa_curve import tilt_curve
+        from perbench.metrics.pa_curve import NO_WEIGHT, tilt_curve
         from perbench.metrics.policy_accuracy import (
             policy_accuracy_from_scores,
             policy_accuracy_problem,
