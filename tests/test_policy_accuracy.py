@@ -242,7 +242,6 @@ def test_the_headline_is_policy_sum_plus_the_decoders_weight_times_the_score(tmp
     reporting the decoder's w fails here. Its curve runs from the policy alone to past the last flip."""
     from perbench.metrics.rm_accuracy import pair_outcomes
     from perbench.runner.state import PAWeight
-
     from tests.conftest import random_linear_rm
 
     state, h, up = _upstream_state(tmp_path, [{"name": "args", "k": 4, "w": 2.5}])

@@ -633,7 +633,6 @@ def test_runner_shared_policy_with_user_context(tmp_path: Any) -> None:
     with each user's own context (never the answer key) in the prompt; RLOO; the shuffled-user placebo."""
     from perbench.data.isolation import seal
     from perbench.data.user_context import answer_key_texts
-    from perbench.data.isolation import seal
     from perbench.runner.state import load_benchmark
 
     rl = {"group": "all", "context_items": 1, "algorithm": "rloo", "placebo": "shuffled", "kl_matched": False}
