@@ -54,9 +54,9 @@ def tilt_curve(
     r_c, r_r = np.asarray(r_chosen, np.float64), np.asarray(r_rejected, np.float64)
     flips = flip_weights(lp_c, lp_r, r_c, r_r)
     grid = {0.0, *(float(w) for w in weights if np.isfinite(w) and w >= 0)}
-    if len(flips):
-        grid |= {float(np.quantile(flips, q)) for q in QUANTILES}
-        grid.add(float(flips[-1] * PAST))
+    if len(flips):  # flip weights divide by reward gaps: shown to 4 significant digits, so float noise moves none
+        grid |= {sig4(float(np.quantile(flips, q))) for q in QUANTILES}
+        grid.add(sig4(float(flips[-1] * PAST)))
     base = pair_outcomes(lp_c, lp_r, tie)  # type: ignore[arg-type]
     points = []
     for w in sorted(grid):
@@ -65,7 +65,7 @@ def tilt_curve(
         points.append({"w": w, "accuracy": acc, "pairs_changed": int(np.sum(oc != base))})
     span = None
     if len(flips):
-        span = {"min": float(flips[0]), "median": float(np.median(flips)), "max": float(flips[-1])}
+        span = {"min": sig4(float(flips[0])), "median": sig4(float(np.median(flips))), "max": sig4(float(flips[-1]))}
     return {
         "points": points,
         "pairs": len(lp_c),
@@ -73,6 +73,11 @@ def tilt_curve(
         "flip_w": span,
         "what": "accuracy of log π(y|x) + w·r(x, y) at w = 0, the pairs' flip-weight quantiles and past the last flip",
     }
+
+
+def sig4(x: float) -> float:
+    """``x`` to 4 significant digits."""
+    return float(f"{x:.4g}")
 
 
 def compact(curve: dict[str, Any]) -> str:
