@@ -442,8 +442,13 @@ def _write_comparison(
     run_dirs: list[str], out: str | None, metric: str | None, n_boot: int | None, seed: int, summary: bool = False
 ) -> int:
     """Pool the runs into one report; ``summary``: print which benchmark to trust, pooled, before its path."""
+    from perbench.config import MAX_BOOTSTRAP
     from perbench.report.compare import compare_runs
 
+    if n_boot is not None and not 0 <= n_boot <= MAX_BOOTSTRAP:
+        raise ConfigError(f"--n-boot {n_boot}: bootstrap resamples are an integer in [0, {MAX_BOOTSTRAP}]")
+    if not 0 <= seed < 2**32:
+        raise ConfigError(f"--seed {seed}: the bootstrap seed is an integer in [0, {2**32 - 1}]")
     out_dir = Path(out) if out else Path(run_dirs[0]).resolve().parent / "compare"
     path = compare_runs(run_dirs, out_dir, metric=metric, n_boot=n_boot, seed=seed)
     if summary:
@@ -464,28 +469,20 @@ def _add_compare_options(p: Any) -> None:
 def _plan(args: argparse.Namespace) -> int:
     """``perbench plan RUN_DIR``: the users × prompts that would separate the leader from each other deployable
     method (at ``--effect``, or the observed differences) or establish equivalence, from the run's cells."""
-    import json
-
     from perbench.metrics.analysis import plan_sizes
-    from perbench.report.rundir import run_roles
-    from perbench.runner.cells import read_cells
+    from perbench.report.rundir import load_run, run_roles
 
     run_dir = Path(args.run_dir)
-    cells_path = run_dir / "cells.jsonl"
-    if not cells_path.is_file():
-        raise ConfigError(f"{cells_path} does not exist (is {run_dir} a run directory of this version?)")
-    try:
-        cells = read_cells(cells_path)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    results: dict[str, Any] = {}
-    if (run_dir / "results.json").is_file():
-        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    run = load_run(run_dir, need_cells=True)  # the checks of report and compare
+    cells, results = run.cells or [], run.results
+    for note in run.notes:
+        print(f"note: {note}", file=sys.stderr)
     analysis = results.get("analysis") or {}
     config = results.get("config") or {}
     metric = args.metric or (analysis.get("verdict") or {}).get("metric") or config.get("verdict_metric")
     if args.metric and not any(c["metric"] == args.metric for c in cells):
         known = sorted({str(c["metric"]) for c in cells})
+        cells_path = run_dir / "cells.jsonl"
         raise ConfigError(f"plan: {cells_path} has no {args.metric} cells; its metrics: {', '.join(known)}")
     crit = ((analysis.get("ranking") or {}).get(metric) or {}).get("critical_value") if metric else None
     try:
