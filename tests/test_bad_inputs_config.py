@@ -462,7 +462,10 @@ def test_trust_remote_code_needs_the_explicit_permission(tmp_path: Path, capsys:
     path = write(tmp_path, case)
     # with the flag, the config is accepted (the error is the next problem) and the permission ends with the run
     assert main(["run", str(path), "--trust-remote-code", "--set", "bootstrap=-1"]) == 2
-    assert capsys.readouterr().err == "perbench: error: command line: bootstrap: expected an integer in [0, 100000], got -1\n"
+    assert (
+        capsys.readouterr().err
+        == "perbench: error: command line: bootstrap: expected an integer in [0, 100000], got -1\n"
+    )
     assert not remote_code_allowed()
     allow_remote_code()
     cfg = RunConfig.from_yaml(path)

@@ -158,6 +158,13 @@ def _split_fix(bench: Benchmark) -> str:
     return str(fix) if fix else "give the loader a train/test split"
 
 
+def skip_line(bench: Benchmark) -> str:
+    """The skip report of a loaded benchmark in one line (the run prints one for every benchmark it loads)."""
+    dropped = bench.skipped.total()
+    head = f"{dropped} pair(s) skipped" if dropped else "no pair skipped"
+    return f"{head} ({_dropped(bench)})"
+
+
 def _dropped(bench: Benchmark) -> str:
     rows = bench.meta.get("rows_read")
     counts = bench.skipped.counts

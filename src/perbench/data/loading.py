@@ -32,6 +32,7 @@ from perbench.data.records import (
     User,
     content_hash,
     dedup_pairs,
+    is_blank,
     mirrored_ids,
     normalize_text,
     pair_identity,
@@ -163,7 +164,7 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
             return None
         path = fmap.source(canonical)
         value = row.require(path) if fmap.explicit(canonical) else row.get(path)
-        if isinstance(value, str) and not value.strip():
+        if isinstance(value, str) and is_blank(value):
             if fmap.explicit(canonical) and canonical in ("split", "seen", "pair_id"):
                 raise row.error(path, "empty value")
             return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from perbench.data.records import Message, ProfileItem, Prompt, SkipReport, Split, canonical_text
+from perbench.data.records import Message, ProfileItem, Prompt, SkipReport, Split, canonical_text, is_blank
 from perbench.errors import ConfigError, PerbenchError
 
 OnError = Literal["raise", "skip"]
@@ -184,7 +184,7 @@ class Row:
         if not isinstance(value, str):
             raise self.error(path, f"expected a string, got {type_name(value)}")
         check_unicode(self, path, value)
-        return value if value.strip() else None
+        return None if is_blank(value) else value
 
     def ident(self, path: str) -> str:
         return check_ident(self, path, self.require(path))
@@ -217,7 +217,7 @@ def check_text(row: Row, path: str, value: Any, *, allow_empty: bool = False) ->
     if not isinstance(value, str):
         raise row.error(path, f"expected a string, got {type_name(value)}")
     check_unicode(row, path, value)
-    if not allow_empty and not value.strip():
+    if not allow_empty and is_blank(value):
         raise row.error(path, "empty text")
     return value
 
@@ -312,13 +312,13 @@ def parse_profile(row: Row, path: str, value: Any) -> list[ProfileItem]:
             except (ValueError, RecursionError):
                 value = [value]
         else:
-            return [ProfileItem("0", value)] if stripped else []
+            return [] if is_blank(stripped) else [ProfileItem("0", value)]
     if not isinstance(value, list | tuple):
         raise row.error(path, f"expected a string or a list, got {type_name(value)}")
     items = []
     for i, item in enumerate(value):
         if isinstance(item, str):
-            if check_unicode(row, f"{path}.{i}", item).strip():
+            if not is_blank(check_unicode(row, f"{path}.{i}", item)):
                 items.append(ProfileItem(str(i), item))
             continue
         if not isinstance(item, Mapping):

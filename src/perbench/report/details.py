@@ -37,6 +37,14 @@ def header(results: Mapping[str, Any]) -> str:
     if bench.get("weighting"):
         facts.append(f"{esc(bench['weighting'])}-weighted")
     notes = [str(n) for n in _l(_d(bench.get("meta")).get("notes"))]
+    for name, extra in _d(results.get("upstream_benchmarks")).items():  # each extra's skip report too
+        extra = _d(extra)
+        skipped_extra = _d(extra.get("skipped")).get("total")
+        facts.append(
+            f"upstream benchmark {esc(name)}: {num(extra.get('pairs'), pct=False)} pairs, "
+            f"{num(skipped_extra, pct=False) if skipped_extra is not None else '?'} skipped"
+        )
+        notes += [f"{name}: {n}" for n in _l(extra.get("notes"))]
     return (
         f'<h1>perbench — {esc(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>'
         + (f"<p>{' · '.join(facts)}</p>" if facts else "")

@@ -150,6 +150,17 @@ def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[st
             "fingerprint": state.bench.fingerprint(),
             "meta": state.bench.meta,
         },
+        # every other benchmark the run loaded, with its own skip report (``skipped``) and notes
+        **(
+            {
+                "upstream_benchmarks": {
+                    name: {**b.summary(), "fingerprint": b.fingerprint(), "notes": list(b.meta.get("notes") or [])}
+                    for name, b in state.extras.items()
+                }
+            }
+            if state.extras
+            else {}
+        ),
         "policies": POLICIES,
         "upstream": upstream,
         "downstream": downstream,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perbench.config import RunConfig
+from perbench.data.checks import skip_line
 from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
 from perbench.runner.methods import MethodHandle
@@ -90,8 +91,10 @@ class Runner:
         state.timing["benchmark"] = load_s
         log(
             f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "
-            f"{len(bench.unseen_users)} unseen users"
+            f"{len(bench.unseen_users)} unseen users; {skip_line(bench)}"
         )
+        for name, extra in state.extras.items():  # every benchmark the run loads reports what it skipped
+            log(f"upstream benchmark {name}: {len(extra.pairs)} pairs, {len(extra.users)} users; {skip_line(extra)}")
         if state.needs_models():
             with state.timed("models"):
                 state.load_models()
