@@ -158,6 +158,14 @@ def _print_summary(results: dict[str, Any]) -> None:
     from perbench.report.fmt import ci_text, num
     from perbench.runner.results import print_headroom, print_validity
 
+    benches = [(str(_d(results.get("benchmark")).get("name", "benchmark")), _d(results.get("benchmark")))]
+    benches += [(str(n), _d(b)) for n, b in _d(results.get("upstream_benchmarks")).items()]
+    for name, bench in benches:  # every benchmark the run loaded says what it skipped
+        counts = _d(_d(bench.get("skipped")).get("counts"))
+        if counts:
+            units = _d(_d(bench.get("skipped")).get("units"))
+            reasons = ", ".join(f"{r}: {n} {units.get(r, 'pair')}(s)" for r, n in counts.items())
+            print(f"Skipped while loading {name}: {reasons}")
     print("\nRM accuracy (seen / unseen):")
     for label, r in _d(results.get("upstream")).items():
         r = _d(r)

@@ -93,7 +93,14 @@ def detect_format(source: Source) -> str:
         return fmt
     if isinstance(source, str) and _HUB_ID.match(source) and path.suffix.lower() not in _SUFFIXES:
         return "hub"
-    raise MissingFileError(source, None, None, "no such file or folder (and not a hub id 'org/name')")
+    raise MissingFileError(source, None, None, f"no such file or folder (and not a hub id 'org/name').{_near(source)}")
+
+
+def _near(source: str | Path) -> str:
+    """`` Did you mean FILE?`` for a path typed without its suffix (``data/pairs`` for ``data/pairs.jsonl``)."""
+    path = Path(source)
+    near = sorted(p.name for p in path.parent.glob(f"{glob_escape(path.name)}.*")) if path.parent.is_dir() else []
+    return f" Did you mean {path.parent / near[0]}?" if near else ""
 
 
 def _lfs_size(head: bytes) -> str:
@@ -374,9 +381,7 @@ def _load_hub(datasets: Any, source: str, config: str | None, split: str | None)
     try:
         return datasets.load_dataset(source, config, split=split)
     except Exception as e:  # offline, no such dataset, no network: the library's own words vary by cause
-        path = Path(source)
-        near = sorted(p.name for p in path.parent.glob(f"{glob_escape(path.name)}.*")) if path.parent.is_dir() else []
-        hint = f" Did you mean {path.parent / near[0]}?" if near else ""
+        hint = _near(source)
         offline = " (offline)" if os.environ.get("HF_HUB_OFFLINE") == "1" else ""
         raise MissingFileError(
             source,
