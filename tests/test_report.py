@@ -16,6 +16,7 @@ import pytest
 from perbench.cli import main
 from perbench.report.html import build_plots, render, write_report
 from perbench.report.leaderboard import render_markdown
+from perbench.runner.cells import cells_record
 
 XSS_USER = "<img src=x onerror=\"document.title='pwned';document.body.setAttribute('data-pwned','1')\">"
 XSS_TEXT = "<script>document.title='pwned';document.body.setAttribute('data-pwned','2')</script>Hello there."
@@ -159,9 +160,12 @@ def make_run_dir(root: Path, name: str = "run", seed: int = 0, bench: str = "syn
     d = root / name
     d.mkdir(parents=True)
     cells = make_cells(f"{bench}|tiny|seed{seed}", seed)
-    (d / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    text = "".join(json.dumps(c) + "\n" for c in cells)
+    (d / "cells.jsonl").write_text(text)
     (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in make_samples()))
-    (d / "results.json").write_text(json.dumps(make_results(bench, make_analysis(cells))))
+    # as a run records it: the count and digest of the cells file it wrote
+    results = {**make_results(bench, make_analysis(cells)), "cells": cells_record(text.encode(), len(cells))}
+    (d / "results.json").write_text(json.dumps(results))
     return d
 
 
