@@ -8,9 +8,8 @@ Everything in a store can be recomputed, so damage is repaired rather than repor
 - a file that is not a SQLite database, or is truncated or corrupt, is moved aside to
   ``<name>.corrupt-<timestamp>`` (with a one-line warning naming it) and an empty store takes its place;
 - a value that cannot be decoded is deleted (with a warning naming the file and the key) and reads as missing;
-- every value is stored with a checksum (:mod:`perbench.sealed`), checked on read: a value whose bytes no longer
-  match it (or one written without a checksum) is set aside in the store's ``set_aside`` table, with a warning,
-  and reads as missing, so it is recomputed.
+- every value carries a checksum (:mod:`perbench.sealed`), checked on read: one that fails it (or has none) is
+  moved to the ``set_aside`` table with a warning and reads as missing (recomputed).
 
 Errors the user must fix (disk full, read-only or unwritable folder, a store locked for too long) are raised as
 :class:`~perbench.errors.StoreError` naming the file, the cause and the fix.
@@ -114,6 +113,7 @@ class Store:
         self.written = 0
         #: keys whose values failed their checksum and were set aside by this process
         self.set_aside: list[str] = []
+        self.unsealed_seen = False  # a value without a checksum was set aside (warned about once)
         if self.in_memory:
             self._db = self._connect()
             return
@@ -268,13 +268,10 @@ class Store:
 
     def _set_aside(self, bad: Mapping[str, tuple[bytes, str]]) -> None:
         """Move values that failed their checksum out of ``kv`` into ``set_aside`` (kept for inspection), warn."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        rows = [(k, raw, why, time.strftime("%Y-%m-%dT%H:%M:%S")) for k, (raw, why) in bad.items()]
 
         def write(db: sqlite3.Connection) -> None:
-            db.executemany(
-                "INSERT INTO set_aside (key, value, reason, at) VALUES (?, ?, ?, ?)",
-                [(k, raw, why, stamp) for k, (raw, why) in bad.items()],
-            )
+            db.executemany("INSERT INTO set_aside (key, value, reason, at) VALUES (?, ?, ?, ?)", rows)
             db.executemany("DELETE FROM kv WHERE key = ?", [(k,) for k in bad])
 
         self._write(write)
@@ -282,11 +279,13 @@ class Store:
         for k, (_, why) in bad.items():
             if why != UNSEALED:
                 warn(f"{self.path}: the value under key {k} is not the one stored ({why}); set it aside (recomputed)")
-        if old := [k for k, (_, why) in bad.items() if why == UNSEALED]:
+        old = [k for k, (_, why) in bad.items() if why == UNSEALED]
+        if old and not self.unsealed_seen:  # once per store: a whole cache of an older version is set aside
             warn(
                 f"{self.path}: {len(old)} value(s) carry no checksum (written by an older version) and cannot be "
-                f"checked; set them aside (recomputed), e.g. key {old[0]}"
+                f"checked; set them aside (recomputed), e.g. key {old[0]}; later ones are set aside without a warning"
             )
+        self.unsealed_seen = self.unsealed_seen or bool(old)
 
     def present(self, keys: Iterable[str]) -> set[str]:
         """Which of ``keys`` hold a value (not read, not journaled)."""
