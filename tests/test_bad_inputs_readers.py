@@ -83,7 +83,7 @@ RESULTS_EDITS = [
         "schema_version_unknown",
         13,
         lambda r: r.update(schema_version=99),
-        "results.json: field 'schema_version': 99 is a schema this version does not know (it reads up to 1)",
+        "results.json: field 'schema_version': 99 is a schema this version does not know (it reads up to 2)",
     ),
     ResultsEdit(
         "schema_version_a_string",
@@ -149,6 +149,19 @@ def test_results_fields_are_checked_by_every_reader(
         read_cells(a / "cells.jsonl")
     assert str(raised.value).startswith(expected)
     assert not (area["runs"] / "cmp").exists()
+
+
+def test_an_older_schema_without_the_cells_record_is_read_with_a_note(
+    finished: dict[str, Path], area: Area, cli: CLI
+) -> None:
+    """Class 7: schema 1 did not always record the cells file: such a run is read, and the report says the file
+    could not be checked; the current schema without the record is refused (``RESULTS_EDITS``)."""
+    a, _ = _copy(finished, area["runs"])
+    results = json.loads((a / "results.json").read_text())
+    del results["cells"]
+    (a / "results.json").write_text(json.dumps({**results, "schema_version": 1}))
+    assert cli("report", str(a)).rc == 0
+    assert "records no digest of it (written by an older version): not checked" in (a / "report.html").read_text()
 
 
 # ------------------------------------------------------------------------------- 2. and 4. the planner's requests

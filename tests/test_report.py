@@ -77,7 +77,7 @@ def make_results(bench: str, analysis: dict[str, Any]) -> dict[str, Any]:
         "targets": 40,
     }
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "created": "2026-01-01T00:00:00+00:00",
         "config": {"bootstrap": 60, "seed": 0},
         "config_hash": "abc<i>123</i>",

@@ -12,12 +12,15 @@ import base64
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perbench.io import atomic_write_text, refuse_links, writing_inside
 from perbench.report import details, extract, plots, sections, signal, validity, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
+
+if TYPE_CHECKING:
+    from perbench.report.rundir import RunData
 from perbench.report.generations import generations_section
 from perbench.report.leaderboard import render_markdown
 from perbench.report.plots import Plot
@@ -202,14 +205,15 @@ def write_outputs(html: str, markdown: str, figs: Mapping[str, Plot], out_dir: P
     return path
 
 
-def write_report(results: Mapping[str, Any], path: str | Path) -> Path:
-    """report.html at ``path``, with leaderboard.md and plots/ beside it (cells / samples read from its folder)."""
+def write_report(results: Mapping[str, Any], path: str | Path, run: RunData | None = None) -> Path:
+    """report.html at ``path``, with leaderboard.md and plots/ beside it: cells, samples and notes of ``run`` (as
+    the run-directory reader checked them), else read from its folder (a run's own, just written)."""
     from perbench.report.rundir import read_jsonl
 
     path = Path(path)
-    notes: list[str] = []
-    cells = read_jsonl(path.parent / "cells.jsonl", notes)
-    samples = read_jsonl(path.parent / "samples.jsonl", notes)
+    notes: list[str] = [] if run is None else list(run.notes)
+    cells = read_jsonl(path.parent / "cells.jsonl", notes) if run is None else run.cells
+    samples = read_jsonl(path.parent / "samples.jsonl", notes) if run is None else run.samples
     a = _d(results.get("analysis"))
     figs = build_plots(a, results, cells)
     html = render(results, cells=cells, samples=samples, figures=figs, notes=notes)
@@ -223,4 +227,4 @@ def render_run_dir(run_dir: str | Path) -> Path:
     from perbench.report.rundir import load_run
 
     run = load_run(run_dir)
-    return write_report(run.results, run.path / "report.html")
+    return write_report(run.results, run.path / "report.html", run)

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from perbench.config import RunConfig
     from perbench.runner.state import RunState
 
-SCHEMA_VERSION = 1
+#: 2: results.json always records the count and digest of its cells file (``cells``); 1: not always
+SCHEMA_VERSION = 2
 PACKAGES = (
     "perbench",
     "torch",
