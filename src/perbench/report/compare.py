@@ -16,7 +16,7 @@ from perbench.errors import ConfigError
 from perbench.report import details, sections, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, num, table
-from perbench.report.rundir import RunData, load_run, run_roles
+from perbench.runner.rundir import RunData, load_run, run_roles
 
 
 def benchmark_of(group: str) -> str:

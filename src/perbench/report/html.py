@@ -20,7 +20,7 @@ from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 
 if TYPE_CHECKING:
-    from perbench.report.rundir import RunData
+    from perbench.runner.rundir import RunData
 from perbench.report.generations import generations_section
 from perbench.report.leaderboard import render_markdown
 from perbench.report.plots import Plot
@@ -208,7 +208,7 @@ def write_outputs(html: str, markdown: str, figs: Mapping[str, Plot], out_dir: P
 def write_report(results: Mapping[str, Any], path: str | Path, run: RunData | None = None) -> Path:
     """report.html at ``path``, with leaderboard.md and plots/ beside it: cells, samples and notes of ``run`` (as
     the run-directory reader checked them), else read from its folder (a run's own, just written)."""
-    from perbench.report.rundir import read_jsonl
+    from perbench.runner.rundir import read_jsonl
 
     path = Path(path)
     notes: list[str] = [] if run is None else list(run.notes)
@@ -224,7 +224,7 @@ def write_report(results: Mapping[str, Any], path: str | Path, run: RunData | No
 
 def render_run_dir(run_dir: str | Path) -> Path:
     """Re-render a run directory's report from its results.json (and cells / samples)."""
-    from perbench.report.rundir import load_run
+    from perbench.runner.rundir import load_run
 
     run = load_run(run_dir)
     return write_report(run.results, run.path / "report.html", run)

@@ -64,8 +64,8 @@ def cells_record(raw: bytes, count: int) -> dict[str, Any]:
 
 def read_cells(path: str | Path) -> list[dict[str, Any]]:
     """The cells of a run directory's ``cells.jsonl``, read and checked by the one run-directory reader
-    (:func:`perbench.report.rundir.read_cells_file`): located errors, finite values, and, with the run's
+    (:func:`perbench.runner.rundir.read_cells_file`): located errors, finite values, and, with the run's
     results.json beside it, the count and digest it recorded."""
-    from perbench.report.rundir import read_cells_file
+    from perbench.runner.rundir import read_cells_file
 
     return read_cells_file(Path(path))

@@ -10,12 +10,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perbench.runner.schema import SCHEMA_VERSION as SCHEMA_VERSION
+
 if TYPE_CHECKING:
     from perbench.config import RunConfig
     from perbench.runner.state import RunState
 
-#: 2: results.json always records the count and digest of its cells file (``cells``); 1: not always
-SCHEMA_VERSION = 2
 PACKAGES = (
     "perbench",
     "torch",
@@ -337,7 +337,10 @@ def print_verdict(analysis: dict[str, Any]) -> None:
     ups = [u for u in ups if not u.startswith("fewshot")] or ups
     cell = {(p["upstream"], p["downstream"]): p for p in pairs}
     width = max(len(u) for u in ups) + 2
-    print(f"\nKendall τ-b between method rankings (95% CI), {len(ups)} upstream × {len(downs)} downstream metrics:")
+    print(
+        f"\nKendall τ-b between method rankings (95% CI, deployable systems: reference lines left out), {len(ups)} "
+        f"upstream × {len(downs)} downstream metrics:"
+    )
     for d in downs:
         print(f"  → {d}")
         for u in ups:

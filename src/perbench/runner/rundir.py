@@ -22,7 +22,7 @@ from typing import Any
 
 from perbench.data.rows import DataError
 from perbench.io import special_file
-from perbench.report.resultcheck import check_results
+from perbench.runner.schema import check_results
 
 #: the fields of a cell and their types (``value`` is checked as a finite number)
 CELL_FIELDS: dict[str, type] = {"group": str, "method": str, "metric": str, "user": str, "prompt": str}

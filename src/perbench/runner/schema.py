@@ -1,4 +1,5 @@
-"""The fields of a results.json that the readers (report, compare, plan) use, checked as they are read.
+"""The results schema's version, and the fields of a results.json that the readers (report, compare, plan) use,
+checked as they are read.
 
 Each problem is a :class:`~perbench.data.rows.DataError` naming the file and the field (``results.json: field
 'config.bootstrap': expected an integer in [0, 100000], got 1000000000``). The schema version must be one this
@@ -15,6 +16,8 @@ from typing import Any
 from perbench.config import MAX_BOOTSTRAP, margin_problem
 from perbench.data.rows import DataError
 
+#: 2: results.json always records the count and digest of its cells file (``cells``); 1: not always
+SCHEMA_VERSION = 2
 #: top-level sections the readers index into: each, when present, is a JSON object
 SECTIONS = ("config", "analysis", "systems", "upstream", "downstream", "benchmark", "provenance")
 
@@ -29,7 +32,6 @@ def _number(v: Any) -> bool:
 
 def check_results(path: Path, results: dict[str, Any], notes: list[str]) -> bool:
     """Check ``results`` (read from ``path``); True when it is of the current schema."""
-    from perbench.runner.results import SCHEMA_VERSION
 
     def bad(key: str, why: str) -> DataError:
         return DataError(path, None, key, why)
