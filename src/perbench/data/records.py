@@ -17,6 +17,8 @@ from perbench.data.user_context import UserView, derived_user_context, user_view
 Split = Literal["train", "test"]
 #: the pair set (``Benchmark.pair_sets``) of consensus pairs: every user of the benchmark prefers chosen to rejected
 CONSENSUS = "consensus"
+#: the pair set of test pairs asked again under paraphrased prompts (``meta["paraphrase_of"]`` = the original pair id)
+PARAPHRASED = "paraphrased"
 SPLITS: tuple[str, ...] = ("train", "test")
 
 

@@ -68,6 +68,8 @@ def round_metric(cfg: Any, bench: Any, spec: AdaptiveSpec) -> str:
         return str(cfg.verdict_metric).split(":", 1)[1]
     if any(u.rubric for u in bench.users.values()):
         return "rubric_satisfaction"
+    if bench.meta.get("ground_truth"):
+        return "personal_reward"
     return "rougeL" if bench.references else "judge_score"
 
 
