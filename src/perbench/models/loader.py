@@ -227,6 +227,19 @@ def _folder_digest(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _quiet_transformers(gguf: bool = False) -> None:
+    """Under PERBENCH_QUIET=1, transformers' own bars off too (and the GGUF conversion's, with ``gguf``)."""
+    from perbench.progress import quiet, quiet_third_party
+
+    if not quiet():
+        return
+    import transformers.utils.logging  # imported so that quiet_third_party finds its switch
+
+    if gguf:
+        import transformers.modeling_gguf_pytorch_utils  # noqa: F401 - its bar is switched off there
+    quiet_third_party()
+
+
 def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
     """Convert a GGUF checkpoint once to a safetensors folder in the cache; later loads take < 1 s."""
     digest = file_digest(gguf_path)[:16]
@@ -236,6 +249,7 @@ def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _quiet_transformers(gguf=True)
     if progress:
         print(f"[perbench] converting {gguf_path.name} to safetensors (once) -> {out}", flush=True)
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
@@ -247,6 +261,33 @@ def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
         del model.config.quantization_config
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    if out.exists():  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, out)
+    return out
+
+
+def bundled_tokenizer_dir() -> Path:
+    """A folder with the bundled model's tokenizer (what ``tiny-random`` models use): the converted model's
+    folder when it exists, else the tokenizer alone read from the GGUF and saved once (a few seconds; the weights
+    are not converted)."""
+    gguf_path = bundled_smollm2_dir() / BUNDLED_GGUF
+    digest = file_digest(gguf_path)[:16]
+    full = cache_dir() / "models" / f"{gguf_path.stem}-{digest}"
+    if (full / "config.json").exists() and list(full.glob("*.safetensors")):
+        return full
+    out = cache_dir() / "models" / f"{gguf_path.stem}-{digest}-tokenizer"
+    if (out / "tokenizer_config.json").exists():
+        return out
+    from transformers import AutoTokenizer
+
+    _quiet_transformers(gguf=True)
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tok.save_pretrained(tmp)
     if out.exists():  # another process won the race
         import shutil
@@ -286,8 +327,7 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
     from transformers import LlamaConfig, LlamaForCausalLM
 
     policy = policy or resolve_device()
-    folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)
-    tok = _tokenizer(TINY_RANDOM, str(folder), {})
+    tok = _tokenizer(TINY_RANDOM, str(bundled_tokenizer_dir()), {})
     cfg = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
@@ -358,7 +398,7 @@ def load_tokenizer(spec: str | ModelSpec) -> Any:
     loads."""
     mspec = ModelSpec.parse(spec)
     if mspec.name.startswith(TINY_RANDOM):
-        return _tokenizer(mspec.name, str(gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)), {})
+        return _tokenizer(mspec.name, str(bundled_tokenizer_dir()), {})
     target, _, kw = resolve_spec(mspec)
     return _tokenizer(mspec.name, target, kw)
 
@@ -399,6 +439,7 @@ def load_lm(
     key = (f"{mspec.name}@{mspec.revision}", policy.device, policy.dtype)
     if key in _LOADED:
         return _LOADED[key]
+    _quiet_transformers()
     if mspec.name.startswith("tiny-random"):
         _, _, seed = mspec.name.partition(":")
         lm = tiny_random_lm(int(seed or 0), policy)
