@@ -132,7 +132,14 @@ def data_warnings(bench: Benchmark, methods: Sequence[str] | None = None) -> lis
                 if bench.meta.get("evaluation_only")
                 else "cannot run: a run that lists any of them stops with an error"
             )
-            out.append(f"{why}: the methods that fit on train pairs ({', '.join(fit)}) {outcome}")
+            fix = ""
+            if (
+                bench.pairs
+                and not any(p.split == "train" for p in bench.pairs)
+                and not bench.meta.get("evaluation_only")
+            ):
+                fix = f". Fix: {_split_fix(bench)}"
+            out.append(f"{why}: the methods that fit on train pairs ({', '.join(fit)}) {outcome}{fix}")
     no_shots = [u for u in bench.unseen_users if not bench.fewshot(u, 1)]
     if no_shots:
         adapt = [
