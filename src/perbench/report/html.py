@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from perbench.io import atomic_write_text, refuse_links, writing_inside
-from perbench.report import details, extract, plots, sections, signal, validity, verdict
+from perbench.report import board, details, extract, plots, sections, signal, validity, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 from perbench.report.generations import generations_section
+from perbench.report.labels import short_labels
 from perbench.report.leaderboard import render_markdown
 from perbench.report.plots import Plot
 
@@ -95,6 +96,12 @@ def build_plots(
     return out
 
 
+def system_names(analysis: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Compact labels of every system and decoder the report names (``report.labels``)."""
+    labels = [*_d(analysis.get("table")), *_d(_d(results).get("upstream")), *_d(_d(results).get("downstream"))]
+    return short_labels(str(x) for x in labels)
+
+
 def _has_tau(pair: Mapping[str, Any]) -> bool:
     """A pair worth its own scatter file: at least two systems and a defined τ-b (the rest are n/a in the table)."""
     return len(plots._points(pair)) > 1 and not is_missing(_d(pair.get("kendall_tau_b")).get("value"))
@@ -119,8 +126,9 @@ def _shared_sections(
     cells_present: bool,
     leaderboards: str,
 ) -> list[str]:
+    names = system_names(a, results)
     parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a)}</section>']
-    parts.append(f'<section id="methods">{sections.method_table(a)}{sections.paired_section(a)}</section>')
+    parts.append(f'<section id="methods">{board.method_pages(a, names)}{sections.paired_section(a)}</section>')
     parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
     parts.append(validity.validity_section(a))
     parts.append(signal.signal_section(results, figure(figs.get("poles"))))
@@ -169,8 +177,10 @@ def render(
             ]
         )
     )
-    body.append(verdict.verdict_box(a))
-    body += _shared_sections(a, figs, results, bool(cells), sections.leaderboard(a, f"Leaderboard — {bench}"))
+    names = system_names(a, results)
+    body.append(verdict.verdict_box(a, names))
+    full = sections.leaderboard(a, f"Leaderboard — {bench}, all columns", names)
+    body += _shared_sections(a, figs, results, bool(cells), board.glance(a, names, f"Leaderboard — {bench}", full))
     body.append(f'<section id="generations">{generations_section(samples)}</section>')
     run_detail = "".join(
         [

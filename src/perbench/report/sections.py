@@ -66,8 +66,13 @@ def own_decoding(tab: Mapping[str, Any], method: str, metric: str) -> str | None
     return own if own != metric and not is_missing(_d(_d(tab.get(method)).get(own)).get("value")) else None
 
 
-def leaderboard(analysis: Mapping[str, Any] | None, title: str = "Leaderboard") -> str:
-    """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs."""
+def leaderboard(
+    analysis: Mapping[str, Any] | None, title: str = "Leaderboard", names: Mapping[str, str] | None = None
+) -> str:
+    """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs (``names``:
+    compact labels)."""
+    from perbench.report.board import name_cell
+
     a = _d(analysis)
     tab = _d(a.get("table"))
     if not tab:
@@ -81,7 +86,7 @@ def leaderboard(analysis: Mapping[str, Any] | None, title: str = "Leaderboard") 
     methods = [m for m in order if m in tab] + [m for m in _l(a.get("methods")) or list(tab) if m not in order]
     rows = []
     for i, m in enumerate(methods, 1):
-        cells = [str(i) if m in order else "–", esc(m)]
+        cells = [str(i) if m in order else "–", name_cell(m, names or {})]
         for c in cols:
             r = _d(ranking.get(c))
             own = own_decoding(tab, m, c)
