@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from perbench.cli import main
-from perbench.report.html import build_plots, render, write_report
 from perbench.report.fmt import esc
+from perbench.report.html import build_plots, render, write_report
 from perbench.report.leaderboard import render_markdown
 
 XSS_USER = "<img src=x onerror=\"document.title='pwned';document.body.setAttribute('data-pwned','1')\">"

@@ -15,6 +15,7 @@ from typing import Any
 from perbench.report.extract import _d, _l, main_downstream, metrics_of
 from perbench.report.fmt import badge, esc, is_pct_metric, metric_label, na_span, value_ci
 from perbench.report.labels import legend
+from perbench.report.sections import own_decoding
 from perbench.report.verdict import mark
 
 RANDOM_PICK, ORACLE_PICK = "random_pick", "oracle_pick"
@@ -60,7 +61,15 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     systems = _d(room.get("systems"))
     ups = [u for u in UPSTREAM_FIRST if u in metrics_of(a)[0]]
     order = [str(m) for m in _l(ranking.get("order")) if m in tab]
+    roles = _d(a.get("roles"))
     refs = [m for m in tab if m not in order and m not in (RANDOM_PICK, ORACLE_PICK)]
+
+    def value(m: str) -> float:
+        v = _d(_d(tab.get(m)).get(metric)).get("value")
+        return -float(v) if isinstance(v, int | float) else float("inf")
+
+    # unranked deployable systems first (by the verdict metric), then the reference lines
+    refs.sort(key=lambda m: (roles.get(m, "deployable") != "deployable", value(m)))
     pct = is_pct_metric(metric)
     head = ["#", "system"]
     if metric:
@@ -71,7 +80,10 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
 
     def row(m: str, rank: str, note: str = "") -> list[str]:
         cells = [rank, name_cell(m, names) + note]
-        if metric:
+        own = own_decoding(tab, m, metric) if metric else None
+        if own is not None:  # a decoder without an RM (zero-shot): its own value, as the reference
+            cells.append(_entry(tab, m, own))
+        elif metric:
             html = _entry(tab, m, metric)
             got = mark(ranking, m)
             if got is not None:
@@ -89,7 +101,9 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     rows = [row(m, str(i)) for i, m in enumerate(order, 1)]
     ref = ' <span class="ci">(reference)</span>'
     for m in refs:
-        rows.append(row(m, "–", ref))
+        unranked = roles.get(m, "deployable") == "deployable" and m in systems
+        note = '<span class="note">not ranked: no better than a random pick</span>' if unranked else ref
+        rows.append(row(m, "–", note))
     for m, what in ((ORACLE_PICK, "oracle pick"), (RANDOM_PICK, "random pick")):
         e = _d(room.get("oracle" if m == ORACLE_PICK else "random_pick"))
         if not e:
@@ -127,7 +141,7 @@ def method_pages(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -
         return ""
     methods = [m for m in _l(a.get("methods")) if m in tab] or list(tab)
     ups, downs = metrics_of(a)
-    pages = []
+    pages: list[str] = []
     for side, metrics in (("upstream", ups), ("downstream", downs)):
         for start in range(0, len(metrics), PAGE):
             chunk = metrics[start : start + PAGE]

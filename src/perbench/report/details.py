@@ -16,11 +16,11 @@ def header(results: Mapping[str, Any]) -> str:
     bench = _d(results.get("benchmark"))
     prov = _d(results.get("provenance"))
     models = _d(prov.get("models"))
-    bits = [
-        esc(results.get("created", "")),
-        f"config <code>{esc(results.get('config_hash', '?'))}</code>",
-        f"git <code>{esc(prov.get('git'))}</code>",
-    ]
+    bits = [esc(results["created"])] if results.get("created") else []
+    if results.get("config_hash"):
+        bits.append(f"config <code>{esc(results['config_hash'])}</code>")
+    if prov.get("git"):
+        bits.append(f"git <code>{esc(prov['git'])}</code>")
     for key, name in (("policy", "policy"), ("rm_backbone", "RM backbone")):
         if _d(models.get(key)).get("name"):
             bits.append(f"{name} <code>{esc(models[key]['name'])}</code>")

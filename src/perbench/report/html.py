@@ -91,7 +91,12 @@ def build_plots(
     add("per_user", lambda: plots.per_user_plot(dists or extract.per_user_from_fairness(a)))
     q = _quality(a)
     rows = extract.win_gain_rows(r, q) or extract.win_gain_from_analysis(a, q)
-    add("win_gain", lambda: plots.win_gain_plot([(x["label"], x["win"], x["gain"]) for x in rows], q))
+    add(
+        "win_gain",
+        lambda: plots.win_gain_plot(
+            [(x["label"], x["win"], x["gain"]) for x in rows], q, [x.get("null") for x in rows]
+        ),
+    )
     add("poles", lambda: signal.pole_heatmap(r))
     return out
 
@@ -127,7 +132,7 @@ def _shared_sections(
     leaderboards: str,
 ) -> list[str]:
     names = system_names(a, results)
-    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a)}</section>']
+    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a, names)}</section>']
     parts.append(f'<section id="methods">{board.method_pages(a, names)}{sections.paired_section(a)}</section>')
     parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
     parts.append(validity.validity_section(a))

@@ -76,7 +76,9 @@ def legend(names: Mapping[str, str]) -> str:
     if not rows:
         return ""
     items = "".join(f"<span><b>{esc(s)}</b> = <code>{esc(f)}</code></span>" for s, f in rows)
-    return f'<details class="legend"><summary>Labels ({len(rows)} shortened)</summary><p class="lg">{items}</p></details>'
+    return (
+        f'<details class="legend"><summary>Labels ({len(rows)} shortened)</summary><p class="lg">{items}</p></details>'
+    )
 
 
 def shorten_text(text: str, names: Mapping[str, str]) -> str:
@@ -84,3 +86,24 @@ def shorten_text(text: str, names: Mapping[str, str]) -> str:
     for full in sorted((f for f, s in names.items() if s != f), key=len, reverse=True):
         text = text.replace(full, names[full])
     return text
+
+
+#: line styles and markers that tell the variants of one family apart (the colour names the family)
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def family_styles(labels: Iterable[str], palette: tuple[str, ...]) -> dict[str, tuple[str, str, str]]:
+    """label → (colour, line style, marker): one colour per method family (the label up to its first ``(`` or
+    ``@``, inside a decoder's brackets when there are some), the variant told by line style and marker."""
+    fams: dict[str, list[str]] = {}
+    inner: dict[str, str] = {}
+    for label in dict.fromkeys(labels):
+        inner[label] = label.split("[", 1)[1].rsplit("]", 1)[0] if "[" in label else label
+        fams.setdefault(inner[label].split("(", 1)[0].split(" ", 1)[0], []).append(label)
+    out = {}
+    for i, members in enumerate(fams.values()):
+        # the full-data variant (no parenthesis) first: it gets the solid line
+        for j, label in enumerate(sorted(members, key=lambda x: ("(" in inner[x], x))):
+            out[label] = (palette[i % len(palette)], LINESTYLES[j % len(LINESTYLES)], MARKERS[j % len(MARKERS)])
+    return out

@@ -18,6 +18,7 @@ from perbench.report.fmt import (
     metric_label,
     na_span,
     num,
+    quality_label,
     table,
     value_ci,
 )
@@ -310,21 +311,22 @@ def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html:
             [
                 esc(r.get("label")),
                 value_ci(r.get("win"), r.get("win_ci"), na="no win rate"),
+                num(r.get("null")) if not is_missing(r.get("null")) else "50.0",
                 value_ci(r.get("gain"), r.get("gain_ci"), signed=True, na="no zero-shot reference on these targets")
                 + " "
                 + mark,
             ]
         )
-    head = ["decoder[RM]", "win rate %", "gain (points)"]
+    head = ["decoder[RM]", "win rate %", "null %", "gain (points)"]
     return (
         "<h2>Win rate next to ground-truth gain</h2>"
         + '<div class="row2"><div>'
         + table(head, body)
         + f'<p class="muted">Win rate: how often the RM prefers its own guided output to the zero-shot one. Gain: '
-        f"the paired ground-truth difference to zero-shot in {esc(metric_label(quality))}. A win rate far above 50% "
-        "with no real gain means the RM prefers its output for reasons the user does not share.</p></div>"
-        + plot_html
-        + "</div>"
+        f"the paired ground-truth difference to zero-shot in {esc(quality_label(quality))}. Null: the win rate of a "
+        "scorer with no information under that decoder (n/(n+1) for Best-of-n, whose pick is the best of n draws; 50% "
+        "for one guided output). A win rate far above its null with no real gain means the RM prefers its output for "
+        "reasons the user does not share.</p></div>" + plot_html + "</div>"
     )
 
 

@@ -51,6 +51,7 @@ def mark(rank: Mapping[str, Any], method: str) -> tuple[str, str] | None:
 PART_TITLES = {
     "headroom": "Headroom",
     "null": "Against a random pick",
+    "plan": "What would decide",
     "decision": "Decision",
     "tie_break": "Tie-break",
     "trade_offs": "Trade-offs",
@@ -72,10 +73,15 @@ def _parts(v: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, str]:
     if not parts:
         return "", ""
     lead = esc(shorten_text(parts[0][1], names))
-    items = "".join(
-        f"<li><b>{esc(PART_TITLES.get(k, k.replace('_', ' ')))}</b> {esc(shorten_text(t, names))}</li>"
-        for k, t in parts[1:]
-    )
+
+    def item(kind: str, text: str) -> str:
+        title = PART_TITLES.get(kind, kind.replace("_", " ").capitalize())
+        text = shorten_text(text, names)
+        if text.lower().startswith(title.lower() + ":"):  # the part names itself: say it once
+            text = text[len(title) + 1 :].lstrip()
+        return f"<li><b>{esc(title)}</b> {esc(text)}</li>"
+
+    items = "".join(item(k, t) for k, t in parts[1:])
     return lead, (f'<ul class="vparts">{items}</ul>' if items else "")
 
 
@@ -96,6 +102,7 @@ def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | N
     if decision in DECISIONS:
         word, kind = DECISIONS[str(decision)]
         facts.append(badge(word, kind))
+
     def nm(m: Any) -> str:
         return esc(names.get(str(m), str(m)))
 
@@ -125,8 +132,6 @@ def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | N
     return f'<section class="{cls}"><h2>Verdict</h2>{body}<p class="facts">{" · ".join(facts)}</p></section>'
 
 
-
-
 def _size(s: Any, crossed: bool) -> str:
     s = _d(s)
     if not s:
@@ -135,8 +140,9 @@ def _size(s: Any, crossed: bool) -> str:
     return f"{num(s.get('prompts'), pct=False)} prompts{per} × {num(s.get('users'), pct=False)} users"
 
 
-def power_section(analysis: Mapping[str, Any] | None) -> str:
-    """The planner's table for the verdict metric: leader − each other deployable method."""
+def power_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
+    """The planner's table for the verdict metric: leader − each other deployable method (compact ``names``)."""
+    names = names or {}
     a = _d(analysis)
     metric = str(_d(a.get("verdict")).get("metric") or "")
     plans = [_d(p) for p in _l(_d(a.get("power")).get(metric))]
@@ -152,7 +158,7 @@ def power_section(analysis: Mapping[str, Any] | None) -> str:
         )
         rows.append(
             [
-                esc(f"{p.get('a')} − {p.get('b')}"),
+                esc(f"{names.get(str(p.get('a')), p.get('a'))} − {names.get(str(p.get('b')), p.get('b'))}"),
                 num(p.get("observed"), pct, signed=True),
                 esc(comps),
                 _size(p.get("separate"), crossed) + f" <span class='ci'>(at {num(p.get('effect'), pct, True)})</span>",
@@ -161,10 +167,10 @@ def power_section(analysis: Mapping[str, Any] | None) -> str:
         )
     head = ["comparison", "observed Δ", "variance components (σ²)", "to separate", "to establish equivalence"]
     return (
-        f"<h3>What would decide {_mhead(metric)}</h3>"
+        f"<details><summary>What would decide {_mhead(metric)} ({len(rows)} comparisons)</summary>"
         + table(head, rows)
         + '<p class="muted">Users × prompts that reach 80% power under the verdict\'s own rule (simultaneous '
         "intervals; equivalence: 90% CI inside the margin), from variance components estimated on this run's cells "
         "(method of moments on the crossed design). With few users or prompts the components, and so the sizes, "
-        "are rough. <code>perbench plan RUN_DIR --effect 5</code> answers it for another effect.</p>"
+        "are rough. <code>perbench plan RUN_DIR --effect 5</code> answers it for another effect.</p></details>"
     )
