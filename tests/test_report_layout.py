@@ -127,3 +127,29 @@ def test_verdict_leaderboard_and_method_table_fit_in_chromium(report: Path, chro
             assert b["left"] >= 0 and b["right"] <= m["width"] + 1, (part, b)
             assert b["sw"] <= b["cw"] + 1 and b["psw"] <= b["pw"] + 1, (part, b)
     assert min(m["rows"]) >= len(systems())  # each page of the method table lists every system
+
+
+def test_generations_show_what_the_top_systems_pick() -> None:
+    from perbench.report.picks import picks_section
+
+    dec, pid, metric = "best_of_n(n=2,pool=3)", "p0", "best_of_n:rubric_satisfaction"
+    long = " ".join(["This answer keeps going with many more words about the topic."] * 20)
+    samples: list[dict[str, Any]] = [
+        {"kind": "bon_sample", "decoder": dec, "prompt_id": pid, "sample": i, "text": t}
+        for i, t in enumerate(["Sample zero text.", long, "Short and sweet."])
+    ]
+    samples += [
+        {"kind": "bon_cell", "decoder": f"{dec}[mpu(train_fraction=0.25)]", "user_id": "u1", "prompt_id": pid, "top": 1},
+        {"kind": "bon_pool_cell", "decoder": dec, "user_id": "u1", "prompt_id": pid, "oracle_top": {"rubric_satisfaction": 2}},
+        {
+            "kind": "generation", "decoder": "zero_shot", "user_id": "u1", "prompt_id": pid, "prompt": "How?",
+            "text": "Zero-shot says hi.", "user_rubric": "length: concise",
+        },
+    ]  # fmt: skip
+    analysis = {"verdict": {"metric": metric}, "ranking": {metric: {"order": ["mpu(train_fraction=0.25)"]}}}
+    html = picks_section(samples, analysis, {"mpu(train_fraction=0.25)": "mpu@25%"})
+    assert "mpu@25% pick" in html and "oracle pick" in html and "zero-shot" in html
+    assert "Short and sweet." in html and "many more words" in html and "Sample zero" not in html
+    cards = html.split('<div class="gh">')[1:]
+    assert ["✓" in c for c in cards] == [True, False, True]  # concise met by zero-shot and the oracle, not by mpu
+    assert picks_section(samples, {"verdict": {"metric": "args:rubric_satisfaction"}}, {}) == ""

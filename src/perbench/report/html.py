@@ -19,6 +19,7 @@ from perbench.report import board, details, extract, plots, sections, signal, va
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 from perbench.report.generations import generations_section
+from perbench.report.picks import picks_section
 from perbench.report.labels import short_labels
 from perbench.report.leaderboard import render_markdown
 from perbench.report.plots import Plot
@@ -186,7 +187,8 @@ def render(
     body.append(verdict.verdict_box(a, names))
     full = sections.leaderboard(a, f"Leaderboard — {bench}, all columns", names)
     body += _shared_sections(a, figs, results, bool(cells), board.glance(a, names, f"Leaderboard — {bench}", full))
-    body.append(f'<section id="generations">{generations_section(samples)}</section>')
+    picks = picks_section(samples, a, names)
+    body.append(f'<section id="generations">{picks}{generations_section(samples, picks=bool(picks))}</section>')
     run_detail = "".join(
         [
             details.upstream_section(results),
