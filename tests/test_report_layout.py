@@ -139,8 +139,10 @@ def test_generations_show_what_the_top_systems_pick() -> None:
         for i, t in enumerate(["Sample zero text.", long, "Short and sweet."])
     ]
     samples += [
-        {"kind": "bon_cell", "decoder": f"{dec}[mpu(train_fraction=0.25)]", "user_id": "u1", "prompt_id": pid, "top": 1},
-        {"kind": "bon_pool_cell", "decoder": dec, "user_id": "u1", "prompt_id": pid, "oracle_top": {"rubric_satisfaction": 2}},
+        {"kind": "bon_cell", "decoder": f"{dec}[mpu(train_fraction=0.25)]", "user_id": "u1", "prompt_id": pid,
+         "top": 1},
+        {"kind": "bon_pool_cell", "decoder": dec, "user_id": "u1", "prompt_id": pid,
+         "oracle_top": {"rubric_satisfaction": 2}},
         {
             "kind": "generation", "decoder": "zero_shot", "user_id": "u1", "prompt_id": pid, "prompt": "How?",
             "text": "Zero-shot says hi.", "user_rubric": "length: concise",

@@ -19,9 +19,9 @@ from perbench.report import board, details, extract, plots, sections, signal, va
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 from perbench.report.generations import generations_section
-from perbench.report.picks import picks_section
 from perbench.report.labels import short_labels
 from perbench.report.leaderboard import render_markdown
+from perbench.report.picks import picks_section
 from perbench.report.plots import Plot
 
 PLOTS_DIR = "plots"

@@ -65,9 +65,12 @@ def _top_systems(analysis: Mapping[str, Any], metric: str) -> list[str]:
     if order:
         return order[:TOP]
     systems = _d(_d(_d(analysis.get("headroom")).get(metric)).get("systems"))
-    deployable = [(m, _d(s).get("value")) for m, s in systems.items() if _d(s).get("role") == "deployable"]
-    deployable = [(m, v) for m, v in deployable if isinstance(v, int | float)]
-    return [m for m, _ in sorted(deployable, key=lambda x: -float(x[1]))[:TOP]]
+    values: list[tuple[str, float]] = []
+    for m, s in systems.items():
+        v = _d(s).get("value")
+        if _d(s).get("role") == "deployable" and isinstance(v, int | float):
+            values.append((str(m), float(v)))
+    return [m for m, _ in sorted(values, key=lambda x: -x[1])[:TOP]]
 
 
 def picks_section(
