@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perbench.report.extract import _d, _l, main_downstream, metrics_of
-from perbench.report.fmt import badge, esc, is_pct_metric, metric_label, na_span, value_ci
+from perbench.report.fmt import badge, esc, is_missing, is_pct_metric, metric_label, na_span, value_ci
 from perbench.report.labels import legend
 from perbench.report.sections import own_decoding
 from perbench.report.verdict import mark
@@ -145,7 +145,7 @@ def method_pages(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -
     for side, metrics in (("upstream", ups), ("downstream", downs)):
         for start in range(0, len(metrics), PAGE):
             chunk = metrics[start : start + PAGE]
-            have = [m for m in methods if any(_d(_d(tab.get(m)).get(c)) for c in chunk)]
+            have = [m for m in methods if any(not is_missing(_d(_d(tab.get(m)).get(c)).get("value")) for c in chunk)]
             if not have:
                 continue
             rows = [[name_cell(m, names), *(_entry(tab, m, c) for c in chunk)] for m in have]
