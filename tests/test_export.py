@@ -106,6 +106,14 @@ def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pyte
     assert "holds no perbench export" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="does not exist"):
         perbench.load_rm(tmp_path / "nothing")
+    # a tampered manifest: a newer format is refused, a backbone of another fingerprint too
+    manifest = json.loads((out / "perbench_rm.json").read_text())
+    (out / "perbench_rm.json").write_text(json.dumps({**manifest, "format_version": 99}))
+    with pytest.raises(ConfigError, match="newer than this perbench reads"):
+        perbench.load_rm(out)
+    (out / "perbench_rm.json").write_text(json.dumps(manifest))
+    with pytest.raises(ConfigError, match="has fingerprint"):
+        perbench.load_rm(out, backbone="tiny-random:1")
 
 
 def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def export_system(run_dir: str | Path, label: str, out: str | Path) -> Path:
 
     cls = registry.reward_models.get(sd.method.name)
     feature_rm = issubclass(cls, FeatureRM)
-    if not feature_rm and cls.needs_train_pairs:
+    if not feature_rm and not sd.baseline:
         raise ConfigError(
             f"export: {label} ({sd.method.name}) is not a frozen-feature reward model; this version exports "
             "frozen-feature methods (global_bt, mpu, lore, pal, vpl, pref, …) and baselines"
