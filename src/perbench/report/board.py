@@ -14,7 +14,7 @@ from typing import Any
 
 from perbench.report.extract import _d, _l, main_downstream, metrics_of
 from perbench.report.fmt import badge, esc, is_missing, is_pct_metric, metric_label, na_span, value_ci
-from perbench.report.labels import legend
+from perbench.report.labels import legend, name_cell
 from perbench.report.sections import own_decoding
 from perbench.report.verdict import mark
 
@@ -26,13 +26,6 @@ UPSTREAM_FIRST = ("rm_acc_seen", "rm_acc_unseen")
 
 def _mhead(metric: str) -> str:
     return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
-
-
-def name_cell(label: str, names: Mapping[str, str]) -> str:
-    short = names.get(label, label)
-    if short == label:
-        return esc(label)
-    return f'<span title="{esc(label)}">{esc(short)}</span>'
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str) -> str:

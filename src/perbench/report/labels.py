@@ -81,6 +81,14 @@ def legend(names: Mapping[str, str]) -> str:
     )
 
 
+def name_cell(label: str, names: Mapping[str, str]) -> str:
+    """A system's compact label as HTML, its full label on hover."""
+    short = names.get(label, label)
+    if short == label:
+        return esc(label)
+    return f'<span title="{esc(label)}">{esc(short)}</span>'
+
+
 def shorten_text(text: str, names: Mapping[str, str]) -> str:
     """``text`` with every full label that was shortened replaced by its compact form (longest first)."""
     for full in sorted((f for f, s in names.items() if s != f), key=len, reverse=True):

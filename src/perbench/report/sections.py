@@ -72,7 +72,7 @@ def leaderboard(
 ) -> str:
     """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs (``names``:
     compact labels)."""
-    from perbench.report.board import name_cell
+    from perbench.report.labels import name_cell
 
     a = _d(analysis)
     tab = _d(a.get("table"))
