@@ -68,7 +68,9 @@ def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     quiet_transformers(gguf=True)
-    if progress:
+    from perbench.progress import quiet
+
+    if progress and not quiet():
         print(f"[perbench] converting {gguf_path.name} to safetensors (once) -> {out}", flush=True)
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
