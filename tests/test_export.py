@@ -197,3 +197,16 @@ def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:
     assert len(ds) == len(scores)
     with pytest.raises(ConfigError, match="no rows of kind 'generation'"):
         perbench.read_samples(run_dir, kind="generation")
+
+
+def test_a_stored_phi_is_never_replaced_by_another_forward(tiny_lm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A token request also stores φ, but not over a φ already stored: another forward (other batch-mates, another
+    packing) can differ in the last float bits, and a fit or score that read the stored φ must find it again."""
+    from perbench.cache import Store
+    from perbench.rewards.features import FeatureExtractor
+
+    items = [("Hi?", "Hello there, friend."), ("Hi?", "Bye now."), ("Other?", "Yes, indeed it is.")]
+    first = FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=1).last(items[:1])
+    FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=8).tokens(items)
+    again = FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=8).last(items[:1])
+    np.testing.assert_array_equal(again, first)
