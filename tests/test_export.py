@@ -205,8 +205,17 @@ def test_a_stored_phi_is_never_replaced_by_another_forward(tiny_lm, tmp_path: Pa
     from perbench.cache import Store
     from perbench.rewards.features import FeatureExtractor
 
+    from perbench.cache import pack_arrays
+    from perbench.models.chat import encode_pair
+
     items = [("Hi?", "Hello there, friend."), ("Hi?", "Bye now."), ("Other?", "Yes, indeed it is.")]
-    first = FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=1).last(items[:1])
+    ext = FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=1)
+    ids, n, _ = encode_pair(tiny_lm.tokenizer, *items[0], ext.max_length)
+    # what an earlier forward stored for the first text (made visibly different from any forward of this one)
+    earlier = ext.last(items[:1])[0] + 0.5
+    ext.store.put_many_bytes({ext._key("last", ids, n): pack_arrays(last=earlier)})
     FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=8).tokens(items)
-    again = FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=8).last(items[:1])
-    np.testing.assert_array_equal(again, first)
+    again = FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=8).last(items)
+    np.testing.assert_array_equal(again[0], earlier)  # kept, not replaced by the token forward's φ
+    fresh = FeatureExtractor(tiny_lm, Store(tmp_path / "g.sqlite"), batch_size=8)
+    np.testing.assert_allclose(again[1:], fresh.last(items[1:]), atol=1e-5)  # the others: filled by it
