@@ -202,11 +202,9 @@ def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:
 def test_a_stored_phi_is_never_replaced_by_another_forward(tiny_lm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A token request also stores φ, but not over a φ already stored: another forward (other batch-mates, another
     packing) can differ in the last float bits, and a fit or score that read the stored φ must find it again."""
-    from perbench.cache import Store
-    from perbench.rewards.features import FeatureExtractor
-
-    from perbench.cache import pack_arrays
+    from perbench.cache import Store, pack_arrays
     from perbench.models.chat import encode_pair
+    from perbench.rewards.features import FeatureExtractor
 
     items = [("Hi?", "Hello there, friend."), ("Hi?", "Bye now."), ("Other?", "Yes, indeed it is.")]
     ext = FeatureExtractor(tiny_lm, Store(tmp_path / "f.sqlite"), batch_size=1)
