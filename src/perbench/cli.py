@@ -558,12 +558,15 @@ def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
             return "> 1e8 cells"
         return f"now ({100 * s['power_now']:.0f}%)" if s["scale"] <= 1 else f"{s['prompts']} × {s['users']}"
 
+    from perbench.report.labels import short_labels
+
+    names = short_labels([str(x) for p in plans for x in (p["a"], p["b"])])  # mpu@25% = mpu(train_fraction=0.25)
     margin = f"{unit * got['margin']:g}{pts}"
     head = ["comparison", "observed", "to separate", f"to establish equivalence (±{margin})"]
     rows = []
     for p in plans:
         one = p.get("one_sided", False)
-        name = f"{p['a']} − {p['b']}" + (" (one-sided)" if one else "")
+        name = f"{names[p['a']]} − {names[p['b']]}" + (" (one-sided)" if one else "")
         if p["constant"]:
             sep = eq = "identical" if p["observed"] == 0 else "constant"
         else:
