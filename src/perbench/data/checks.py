@@ -165,9 +165,21 @@ def _split_fix(bench: Benchmark) -> str:
     return str(fix) if fix else "give the loader a train/test split"
 
 
+#: what a skip reason means, in words a reader can follow
+SKIP_REASONS = {
+    "no_candidate_meets_rubric": "no response in the prompt's candidate pool meets the user's rubric, so that (user, "
+    "prompt) has no chosen response",
+    "no_candidate_violates_rubric": "no response in the prompt's candidate pool violates the user's rubric, so that "
+    "(user, prompt) has no rejected response",
+}
+
+
 def _dropped(bench: Benchmark) -> str:
     rows = bench.meta.get("rows_read")
     counts = bench.skipped.counts
-    parts = [f"{r}: {n} {bench.skipped.unit(r)}(s)" for r, n in counts.most_common(5)]
-    head = f"{rows} row(s) read" if rows is not None else "no row count"
-    return head + ("; skipped " + ", ".join(parts) if parts else "; nothing skipped")
+    parts = []
+    for r, n in counts.most_common(5):
+        why = SKIP_REASONS.get(r)
+        parts.append(f"{n} {bench.skipped.unit(r)}(s): {why} [{r}]" if why else f"{r}: {n} {bench.skipped.unit(r)}(s)")
+    head = f"{rows} row(s) read; " if rows is not None else ""
+    return head + ("; ".join(parts) if parts else "nothing skipped")
