@@ -325,8 +325,8 @@ def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html:
         + f'<p class="muted">Win rate: how often the RM prefers its own guided output to the zero-shot one. Gain: '
         f"the paired ground-truth difference to zero-shot in {esc(quality_label(quality))} (points). Null: the win "
         "rate of a scorer with no information under that decoder (n/(n+1) for Best-of-n, whose pick is the best of n "
-        "draws; 50% for one guided output). A win rate far above its null with no real gain means the RM prefers its output for "
-        "reasons the user does not share.</p></div>" + plot_html + "</div>"
+        "draws; 50% for one guided output). A win rate far above its null with no real gain means the RM prefers its "
+        "output for reasons the user does not share.</p></div>" + plot_html + "</div>"
     )
 
 
