@@ -72,7 +72,8 @@ def build_plots(
 
     pairs = [_d(p) for p in extract._l(_d(a.get("selection")).get("pairs"))]
     ups, downs = extract.main_upstream(a, 3), extract.main_downstream(a, 3)
-    add("scatter", lambda: plots.scatter_grid(pairs, ups, downs, "scatter_main"))
+    table = _d(a.get("table"))
+    add("scatter", lambda: plots.scatter_grid(pairs, ups, downs, "scatter_main", table=table))
     if all_pairs:
         all_ups, all_downs = extract.metrics_of(a)
         for d in all_downs:

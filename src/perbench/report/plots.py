@@ -119,8 +119,24 @@ def _points(pair: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     ]
 
 
+def _ci_err(table: Mapping[str, Any] | None, systems: Sequence[str], metric: str, values: Sequence[float]) -> Any:
+    """(2, n) error-bar lengths from each system's 95% CI in the analysis table (0 where it has none)."""
+    lo, hi = [], []
+    for m, v in zip(systems, values, strict=True):
+        ci = ((table or {}).get(m) or {}).get(metric, {}).get("ci") if isinstance(table, Mapping) else None
+        ok = isinstance(ci, Sequence) and len(ci) == 2 and not any(is_missing(c) for c in ci)
+        lo.append(max(0.0, v - float(ci[0]) * _scale(metric)) if ok else 0.0)  # type: ignore[index]
+        hi.append(max(0.0, float(ci[1]) * _scale(metric) - v) if ok else 0.0)  # type: ignore[index]
+    return [lo, hi]
+
+
 def scatter_grid(
-    pairs: Sequence[Mapping[str, Any]], ups: Sequence[str], downs: Sequence[str], name: str, in_page: bool = True
+    pairs: Sequence[Mapping[str, Any]],
+    ups: Sequence[str],
+    downs: Sequence[str],
+    name: str,
+    in_page: bool = True,
+    table: Mapping[str, Any] | None = None,
 ) -> Plot | None:
     """Upstream (x) against downstream (y) values of every system, one panel per pair, fitted τ-b in the title.
 
@@ -147,7 +163,13 @@ def scatter_grid(
                     continue
                 pts = _points(p)
                 xs, ys = [x * _scale(u) for _, x, _ in pts], [y * _scale(d) for _, _, y in pts]
-                ax.scatter(xs, ys, s=22, c=[color[m] for m, _, _ in pts], zorder=3)
+                ms = [m for m, _, _ in pts]
+                if table:  # each system's 95% CIs on both metrics (from the same two-way bootstrap)
+                    ax.errorbar(
+                        xs, ys, xerr=_ci_err(table, ms, u, xs), yerr=_ci_err(table, ms, d, ys), fmt="none",
+                        ecolor="#bbb", elinewidth=0.6, zorder=2,
+                    )  # fmt: skip
+                ax.scatter(xs, ys, s=22, c=[color[m] for m in ms], zorder=3)
                 if in_page:  # the top systems by the downstream metric only: 20 labels would overlap into a blob
                     top = set(sorted(range(len(pts)), key=lambda k: -ys[k])[:TOP_LABELS])
                     for k, ((m, _, _), x, y) in enumerate(zip(pts, xs, ys, strict=True)):
