@@ -1,13 +1,12 @@
 """The report fits the reader: rendered in headless Chromium at 1400 px and 900 px, the verdict, the leaderboard
 and the method table show whole (no horizontal overflow), with every one of 20 systems in the method table, for a
 run shaped like the default one (6 methods × 3 train fractions + 2 baselines, Best-of-N with its random and oracle
-picks). Skipped when no ``chromium`` binary is installed."""
+picks). Headless Chromium comes from the ``chromium`` fixture (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -97,14 +96,6 @@ def test_the_report_names_every_system_compactly(report: Path) -> None:
     assert "random pick" in glance and "oracle pick" in glance and "share of headroom" in glance
     assert "mpu@25%</b> = <code>mpu(train_fraction=0.25)</code>" in html  # the legend maps them back
     assert "RM acc. seen" in glance and "RM acc. unseen" in glance
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("no chromium binary (apt-get install -y chromium)")
-    return found
 
 
 @pytest.mark.parametrize("width", [1400, 900])
