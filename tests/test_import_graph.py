@@ -57,7 +57,6 @@ OVERSIZED = {
     "config.py",
     "data/loading.py",
     "data/records.py",
-    "metrics/analysis/verdict.py",
     "runner/training.py",
 }
 
