@@ -58,8 +58,6 @@ OVERSIZED = {
     "config.py",
     "data/loading.py",
     "data/records.py",
-    "data/rubrics/aspects.py",
-    "metrics/analysis/verdict.py",
     "runner/training.py",
 }
 
