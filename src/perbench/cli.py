@@ -225,6 +225,12 @@ def _list(args: argparse.Namespace) -> int:
             for e in kinds[kind]:
                 extra = _size(e.name) if kind == "benchmarks" and args.sizes else ""
                 print(f"  {e.name:<22} {e.help}{extra}")
+    if args.sizes and "benchmarks" in chosen:
+        print(
+            "  (sizes: each benchmark whole, at its own defaults; a run loads what its config selects, e.g. the "
+            "default run's `max_train_prompts: 24` of 48 keeps fewer train pairs: its `benchmark …: N pairs` "
+            "line says how many)"
+        )
     return 0
 
 
