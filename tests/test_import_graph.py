@@ -33,7 +33,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("metrics", ("metrics",)),
     ("runner", ("runner",)),
     ("report", ("report",)),
-    ("cli", ("cli", "__main__")),
+    ("export", ("export",)),
+    ("cli", ("cli", "cli_export", "__main__")),
 )
 #: what the config and its section specs may import (modules of perbench, by their first name below it)
 LEAVES = {"config": {"errors", "io", "registry", "specs"}, "specs": {"errors", "io", "specs"}}
@@ -57,8 +58,6 @@ OVERSIZED = {
     "config.py",
     "data/loading.py",
     "data/records.py",
-    "data/rubrics/aspects.py",
-    "metrics/analysis/verdict.py",
     "runner/training.py",
 }
 
