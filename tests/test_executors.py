@@ -232,5 +232,5 @@ def test_a_unit_no_node_can_take_is_a_config_error() -> None:
     nodes = [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
     check_feasible([Unit("fit", "global_bt", "k", needs=needs_of("fit", {"fit": {"num_cpus": 2}}, cuda=False))], nodes)
     fit = Unit("fit", "global_bt", "k", needs=needs_of("fit", None, cuda=True))
-    with pytest.raises(ConfigError, match=r"resources\.fit: a fit unit \(fit:global_bt\) needs 1 CPU\(s\) and 1 GPU"):
+    with pytest.raises(ConfigError, match=r"resources\.fit: a fit unit \(fit:global_bt\) needs 1 CPU\(s\), 1 GPU"):
         check_feasible([fit], nodes)

@@ -74,13 +74,22 @@ class Runner:
             for b in (bench, *extras.values()):  # every system scores the upstream benchmarks' pairs too
                 check_models(self.cfg, b)
         check_paths(self.run_dir)
-        load_s = time.perf_counter() - t0
-        self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config and the data are good
-        # nothing is written through a link inside the run directory; a second run of this config waits
-        with writing_inside(self.run_dir), run_lock(self.run_dir):
-            return self._run(bench, extras, t0, load_s)
+        from perbench import registry
 
-    def _run(self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float) -> RunResult:
+        executor = registry.executors.get(self.cfg.executor)()
+        executor.open()  # a Ray cluster joined and its nodes probed: its failures come before the run directory
+        try:
+            load_s = time.perf_counter() - t0
+            self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config, the data and the cluster are good
+            # nothing is written through a link inside the run directory; a second run of this config waits
+            with writing_inside(self.run_dir), run_lock(self.run_dir):
+                return self._run(bench, extras, t0, load_s, executor)
+        finally:
+            executor.close()
+
+    def _run(
+        self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float, executor: Any
+    ) -> RunResult:
         import yaml
 
         cfg = self.cfg
@@ -97,12 +106,9 @@ class Runner:
                 state.load_models()
         handles = state.method_handles()
         work = Work(state, handles)
-
-        from perbench import registry
-
         with state.timed("units"):
             plan = work.plan()
-            registry.executors.get(cfg.executor)().execute(plan, work)
+            executor.execute(plan, work)
         log(
             f"plan: {len(plan.units)} units, {len(work.executed)} computed ({cfg.executor}), "
             f"{len(work.skipped)} found finished"
