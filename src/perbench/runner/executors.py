@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class RayExecutor:
 
         stores = work.s.stores
         index = plan.by_key()
-        done = {}
+        done: dict[str, dict[str, Any]] = {}
         for unit in plan.units:
             marker = stores.finished(unit)
             if marker is not None:
@@ -122,27 +123,63 @@ class RayExecutor:
                 refs[key] = ray.put(stores.result_of(index[key], done[key]))
             return refs[key]
 
+        def submit(unit: Unit) -> None:
+            n = unit.needs
+            ref = task.options(
+                name=f"perbench:{unit.label}",
+                num_cpus=n.cpus,
+                num_gpus=n.gpus,
+                memory=int(n.memory_gb * 2**30),
+                max_retries=self.max_retries,
+                runtime_env={"env_vars": env},
+            ).remote(config, bench, unit, threads_of(unit), *[result(d.key) for d in closures[unit.key]])
+            refs[unit.key] = ref
+            pending[ref] = unit
+
+        def release(unit: Unit) -> None:
+            for d in closures.pop(unit.key):
+                readers[d.key] -= 1
+                if readers[d.key] == 0:
+                    refs.pop(d.key, None)  # no unit reads it any more: Ray may free it
+            if readers.get(unit.key, 0) == 0:
+                refs.pop(unit.key, None)
+
         pending: dict[Any, Unit] = {}
+        queue = list(todo)  # not submitted yet: a dependency is another run's, or this one's lease is taken
+        elsewhere: set[str] = set()  # units another run (sharing the cache) is computing
         bar = UnitProgress(todo)
         watch = cluster.HeadWatch(ray, self.watch_s, self.watch_misses)
         try:
-            for unit in todo:
-                n = unit.needs
-                ref = task.options(
-                    name=f"perbench:{unit.label}",
-                    num_cpus=n.cpus,
-                    num_gpus=n.gpus,
-                    memory=int(n.memory_gb * 2**30),
-                    max_retries=self.max_retries,
-                    runtime_env={"env_vars": env},
-                ).remote(config, bench, unit, threads_of(unit), *[result(d.key) for d in closures[unit.key]])
-                refs[unit.key] = ref
-                pending[ref] = unit
-            while pending:  # store each unit as it finishes: a driver that dies keeps what came back
+            while queue or pending:
+                for unit in list(queue):
+                    if unit.key in elsewhere:
+                        marker = stores.finished(unit)
+                        if marker is not None:  # the other run finished it: reused, as a unit found finished
+                            done[unit.key] = marker
+                            queue.remove(unit)
+                            elsewhere.discard(unit.key)
+                            work.skipped.append(unit.label)
+                            work.waited.append(unit.label)
+                            bar.finished(unit, pending.values())
+                            release(unit)
+                            continue
+                    if not all(d in done or d in refs for d in unit.deps):
+                        continue
+                    if work.leases.claim(unit.key):
+                        queue.remove(unit)
+                        elsewhere.discard(unit.key)
+                        submit(unit)
+                    elif unit.key not in elsewhere:
+                        elsewhere.add(unit.key)
+                        work.note_elsewhere(unit)
+                if not pending:
+                    time.sleep(1.0)
+                    bar.show(queue)
+                    continue
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
                 if not ready:
                     watch.check()
-                    bar.show(pending.values())
+                    bar.show([*pending.values(), *queue])
                     continue
                 for ref in ready:
                     unit = pending.pop(ref)
@@ -154,13 +191,10 @@ class RayExecutor:
                             raise
                         raise mapped from e
                     work.absorb(unit, got)
-                    bar.finished(unit, pending.values())
-                    for d in closures.pop(unit.key):
-                        readers[d.key] -= 1
-                        if readers[d.key] == 0:
-                            refs.pop(d.key, None)  # no unit reads it any more: Ray may free it
-                    if readers.get(unit.key, 0) == 0:
-                        refs.pop(unit.key, None)
+                    done[unit.key] = stores.finished(unit) or {"entries": {}}
+                    work.leases.release(unit.key)
+                    bar.finished(unit, [*pending.values(), *queue])
+                    release(unit)
         finally:
             bar.close()
             if not watch.lost:

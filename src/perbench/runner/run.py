@@ -108,7 +108,10 @@ class Runner:
         work = Work(state, handles)
         with state.timed("units"):
             plan = work.plan()
-            executor.execute(plan, work)
+            try:
+                executor.execute(plan, work)
+            finally:
+                work.leases.close()
         log(
             f"plan: {len(plan.units)} units, {len(work.executed)} computed ({cfg.executor}), "
             f"{len(work.skipped)} found finished"
@@ -130,7 +133,12 @@ class Runner:
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         # which units this run computed (here or on workers) and which it found finished by an earlier run
-        results["work"]["units"] = {"computed": len(work.executed), "found_finished": len(work.skipped)}
+        results["work"]["units"] = {
+            "computed": len(work.executed),
+            "found_finished": len(work.skipped),
+            # of those found finished: computed meanwhile by another run sharing the cache, while this one waited
+            "waited_for_another_run": len(work.waited),
+        }
         # what the assembly pass computed itself: nothing, when every computation is in the plan
         results["work"]["assembly"] = {k: v for k, v in sorted(assembly.items()) if v}
         if cfg.executor != "local":

@@ -8,19 +8,31 @@ what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.a
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from perbench.config import RunConfig
 from perbench.data.records import Benchmark, prompt_key
 from perbench.runner.cells import Cells
 from perbench.runner.downstream import Downstream
+from perbench.runner.lease import Leases
 from perbench.runner.methods import MethodHandle
 from perbench.runner.plan import Plan, Unit, make_unit
 from perbench.runner.state import RunState
 from perbench.runner.stores import Stores, UnitResult
 from perbench.runner.upstream import Upstream
+
+#: seconds between two looks at a unit another run is computing
+LEASE_POLL_S = 1.0
+
+
+def shared_path(stores: Stores) -> Path | None:
+    """The shared unit cache's file (None: stores in memory, or no shared cache)."""
+    shared = stores.units.shared
+    return None if shared is None or shared.in_memory else shared.path
 
 
 class Work:
@@ -38,6 +50,10 @@ class Work:
         self.nodes: Counter[str] = Counter()
         #: seconds each unit took on the worker that computed it
         self.remote_seconds: dict[str, float] = {}
+        #: leases on units in the shared unit cache (another run sharing it computes each shared unit once)
+        self.leases = Leases(shared_path(state.stores))
+        #: units found finished because another run sharing the cache computed them while this one waited
+        self.waited: list[str] = []
 
     @classmethod
     def for_worker(cls, cfg: RunConfig, bench: Benchmark, stores: Stores) -> Work:
@@ -79,7 +95,9 @@ class Work:
             pw = s.pa_weights(h)[0]  # as policy accuracy's own keys: the headline's weight (and k, for RGD)
             pa = [pw.w, pw.k if cfg.pa_rgd else None, pol_fp, cfg.max_length]
             content: list[Any] = [h.key(h.shots), cfg.shot_curve, pa, bench]
-            ups[h.label] = unit("upstream", h.label, content, [fit, *(test if feats else [])])
+            # every upstream unit reads the test features' unit: the feature RMs their φ, and every method (the
+            # baselines too) the policy's log-probs of the test responses for its policy accuracy
+            ups[h.label] = unit("upstream", h.label, content, [fit, *test])
             units += [fit, ups[h.label]]
         if s.policy is None:
             return Plan(units)
@@ -159,15 +177,37 @@ class Work:
 
     # ------------------------------------------------------------------ one unit
     def execute(self, unit: Unit) -> None:
-        """Compute ``unit`` here into the run's stores, unless a previous run with the same inputs finished it."""
+        """Compute ``unit`` here into the run's stores, unless a previous run with the same inputs finished it, or
+        another run sharing the cache holds its lease (then wait for that run to finish it, and reuse it)."""
         stores = self.s.stores
         if stores.finished(unit) is not None:
             self.skipped.append(unit.label)
             return
-        with stores.journal() as touched:
-            self.compute(unit)
-        stores.mark_done(unit, touched)
-        self.executed.append(unit.label)
+        while not self.leases.claim(unit.key):
+            if unit.label not in self.waited:
+                self.note_elsewhere(unit)
+                self.waited.append(unit.label)
+            time.sleep(LEASE_POLL_S)
+            if stores.finished(unit) is not None:
+                self.skipped.append(unit.label)
+                return
+        try:
+            if stores.finished(unit) is not None:  # finished between the check and the claim
+                self.skipped.append(unit.label)
+                return
+            if unit.label in self.waited:  # its owner left without finishing it: computed here after all
+                self.waited.remove(unit.label)
+            with stores.journal() as touched:
+                self.compute(unit)
+            stores.mark_done(unit, touched)
+            self.executed.append(unit.label)
+        finally:
+            self.leases.release(unit.key)
+
+    def note_elsewhere(self, unit: Unit) -> None:
+        from perbench.runner.state import log
+
+        log(f"{unit.label}: another run sharing the cache computes it ({self.leases.holder(unit.key)}); waiting for it")
 
     def compute_remote(self, unit: Unit) -> UnitResult:
         """Compute ``unit`` into this worker's in-memory stores; its results are what it added to them."""
