@@ -5,6 +5,7 @@ what depends on them, whichever executor runs it."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -196,6 +197,8 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
     # local run computed
     assert remote["work"]["computed_total"] == first["work"]["computed"] == remote["work"]["remote"]["computed"]
     assert remote["work"]["units"]["computed"] == sum(remote["plan"]["units"].values())
+    # the workers computed exactly the local run's feature values: no unit re-extracts what a features unit holds
+    assert remote["work"]["remote"]["features"]["computed"] == first["work"]["features"]["computed"]
     assert_same(comparable(changed), comparable(other_k))
     assert changed["work"]["units"]["computed"] == 2
     assert changed["work"]["remote"]["computed"] == other_k["work"]["computed"]
@@ -234,3 +237,40 @@ def test_a_unit_no_node_can_take_is_a_config_error() -> None:
     fit = Unit("fit", "global_bt", "k", needs=needs_of("fit", None, cuda=True))
     with pytest.raises(ConfigError, match=r"resources\.fit: a fit unit \(fit:global_bt\) needs 1 CPU\(s\), 1 GPU"):
         check_feasible([fit], nodes)
+
+
+def test_two_configs_started_together_on_one_cache_compute_each_shared_unit_once(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Two configs that share every unit but ARGS's generations, started at once as two ``perbench run``
+    processes on one empty ``PERBENCH_CACHE``: each shared unit is computed by one of them (the other holds off on
+    its lease, waits and reuses it), so together they compute the union of their plans once."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    cache = empty_cache(tmp_path / "cache")
+    env = {**os.environ, "PERBENCH_CACHE": str(cache), "PERBENCH_QUIET": "1"}
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    procs = []
+    for name, grid in (("a", GRID), ("b", OTHER_K)):
+        cfg = tiny_config(tiny_pool, tmp_path / "runs").override(**grid, run_name=name)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        cmd = [sys.executable, "-m", "perbench.cli", "run", str(path)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    a, b = (json.loads((tmp_path / "runs" / n / "results.json").read_text()) for n in ("a", "b"))
+    units_a, units_b = sum(a["plan"]["units"].values()), sum(b["plan"]["units"].values())
+    assert units_a == units_b
+    shared = units_a - 2  # all but the two ARGS generation units
+    computed = a["work"]["units"]["computed"] + b["work"]["units"]["computed"]
+    assert computed == units_a + 2, (a["work"]["units"], b["work"]["units"])
+    waited = a["work"]["units"]["waited_for_another_run"] + b["work"]["units"]["waited_for_another_run"]
+    found = a["work"]["units"]["found_finished"] + b["work"]["units"]["found_finished"]
+    assert found == shared and 0 < waited <= shared
+    assert _without_k(a["upstream"]) == _without_k(b["upstream"])
