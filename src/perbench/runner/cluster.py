@@ -181,8 +181,8 @@ def probe_nodes(ray: Any, timeout: float = PROBE_TIMEOUT_S) -> list[NodeReport]:
     refs = {
         task.options(
             num_cpus=0,
-            name="perbench:probe",
-            max_retries=0,
+            name="perbench-probe",  # not "perbench:…", the prefix of the units' tasks
+            max_retries=1,  # a worker that died mid-probe gets one more try
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
         ).remote(): n
         for n in nodes

@@ -106,6 +106,9 @@ class Runner:
                 state.load_models()
         handles = state.method_handles()
         work = Work(state, handles)
+        from perbench import calls
+
+        before_units = calls.snapshot()
         with state.timed("units"):
             plan = work.plan()
             try:
@@ -116,13 +119,15 @@ class Runner:
             f"plan: {len(plan.units)} units, {len(work.executed)} computed ({cfg.executor}), "
             f"{len(work.skipped)} found finished"
         )
-        before = state.stores.work()
+        units_calls = calls.since(before_units)
+        before, before_calls = state.stores.work(), calls.snapshot()
         with state.timed("upstream"):
             upstream = {h.label: work.up.run(h) for h in handles}
         with state.timed("downstream"):
             downstream = _downstream_all_policies(work, handles) if state.policy is not None else {}
         assembly = state.stores.work()
         assembly.subtract(before)
+        assembly.update(calls.since(before_calls))  # model forwards and metric evaluations, as well as writes
         for label, by_policy in state.pa_by_policy.items():
             upstream[label]["policy_accuracy_by_policy"] = by_policy
         state.timing["total"] = time.perf_counter() - t0
@@ -141,6 +146,8 @@ class Runner:
         }
         # what the assembly pass computed itself: nothing, when every computation is in the plan
         results["work"]["assembly"] = {k: v for k, v in sorted(assembly.items()) if v}
+        # the model forwards and metric evaluations of this process's units (the plan and the units it ran)
+        results["work"]["calls"] = units_calls
         if cfg.executor != "local":
             results["work"]["remote"] = {
                 **{k: dict(v) for k, v in work.remote.items()},

@@ -46,7 +46,9 @@ class Work:
         self.skipped: list[str] = []
         self.executed: list[str] = []
         #: what other processes (Ray workers) computed, reused and recovered for this run, per phase
-        self.remote: dict[str, Counter[str]] = {k: Counter() for k in ("computed", "reused", "recovered", "features")}
+        self.remote: dict[str, Counter[str]] = {
+            k: Counter() for k in ("computed", "reused", "recovered", "features", "calls")
+        }
         self.nodes: Counter[str] = Counter()
         #: seconds each unit took on the worker that computed it
         self.remote_seconds: dict[str, float] = {}
@@ -212,9 +214,13 @@ class Work:
     def compute_remote(self, unit: Unit) -> UnitResult:
         """Compute ``unit`` into this worker's in-memory stores; its results are what it added to them."""
         stores = self.s.stores
+        from perbench import calls
+
         loaded = {name: set(store.keys()) for name, store in stores.by_name().items()}
+        before = calls.snapshot()
         with stores.journal() as touched:
             self.compute(unit)
+        made = calls.since(before)
         entries = stores.read({name: keys - loaded[name] for name, keys in touched.items()})
         ext = self.s.extractor.stats if self.s.extractor is not None else None
         units = self.s.units
@@ -225,12 +231,13 @@ class Work:
             reused=dict(units.reused),
             recovered=dict(units.recovered),
             features={} if ext is None else {"computed": ext.computed, "reused": ext.reused},
+            calls=made,
         )
 
     def absorb(self, unit: Unit, result: UnitResult) -> None:
         """Store a unit another process computed, and count its work as theirs."""
         self.s.stores.absorb(unit, result)
-        for name in ("computed", "reused", "recovered", "features"):
+        for name in ("computed", "reused", "recovered", "features", "calls"):
             self.remote[name].update(getattr(result, name))
         self.nodes[result.node] += 1
         self.remote_seconds[unit.label] = round(result.seconds, 2)
