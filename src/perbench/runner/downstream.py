@@ -271,11 +271,18 @@ class Downstream:
             self.scoring.prepare(sys.label, self.generate(sys, asked), asked, sys.method, zero)
 
     def training_unit(self, handles: list[MethodHandle], kind: str, name: str) -> None:
-        """The unit of one RL run (``rl``, the job's name: trained and stored), or the RL evaluation (``rl_eval``:
-        every run's greedy and sampled generations, KL and KL-matched updates, stored for the assembly to read)."""
+        """The unit of one RL run (``rl``, the job's name: trained and stored), of its evaluation (``rl_eval`` with
+        the job's name: its generations, KL and KL-matched update), of the base policy's generations (``rl_eval:
+        base``), or the RL summary (``rl_eval:rl``: the quality and RM scores of every evaluated text), each stored
+        for the assembly to read."""
         targets = self.eval_targets()
+        jobs = self.training.jobs(handles, targets)
         if kind == "rl":
-            self.training.train(next(j for j in self.training.jobs(handles, targets) if j.name == name), targets)
+            self.training.train(next(j for j in jobs if j.name == name), targets)
+        elif name == "base":
+            self.training.evaluate_base(jobs, targets)
+        elif name != "rl":
+            self.training.evaluate(next(j for j in jobs if j.name == name), targets)
         else:
             self.training.run(handles, targets)
 

@@ -173,8 +173,13 @@ class Work:
                     content = [training.key(job, targets), cfg.max_new_tokens]
                     runs.append(unit("rl", job.name, content, [fits[job.method.label]] if job.method else [], policy))
                 units += runs
-                content = [[r.key for r in runs], cfg.rl, eval_cells, *common]
-                units.append(unit("rl_eval", "rl", content, [*runs, zero_unit], policy))
+                # one evaluation unit per trained run (and its KL-matched update) and one for the base policy, so
+                # the cluster evaluates as it trains; then the summary (quality and RM scores of every text)
+                content = [cfg.rl, eval_cells, *common]
+                evals = [unit("rl_eval", r.name, [r.key, *content], [r], policy) for r in runs]
+                evals.append(unit("rl_eval", "base", [[r.key for r in runs], *content], [], policy))
+                units += evals
+                units.append(unit("rl_eval", "rl", [[r.key for r in runs], *content], [*evals, zero_unit], policy))
         return Plan(units)
 
     # ------------------------------------------------------------------ one unit
