@@ -259,6 +259,12 @@ class Downstream:
         texts = self.generate(system, asked)
         zero = self.zero_outputs(systems) if system.method is not None else None
         self.scoring.prepare(system.label, texts, asked, system.method, zero)
+        zero_shot = self.zero_shot(systems)
+        guided = any(sys.method is not None and sys.method.is_feature_rm for sys in systems)
+        if zero_shot is not None and system.label == zero_shot.label and guided and self.s.extractor is not None:
+            # φ of the zero-shot outputs, which every feature RM's win rate reads: computed once, here, and handed
+            # with this unit to the units that depend on it (rather than extracted again in each of them)
+            self.s.extractor.last([(p, texts[(prompt_key(p), u)]) for p, u in asked if (prompt_key(p), u) in texts])
 
     def adaptive_unit(self, spec: Component, systems: list[System]) -> None:
         """The adaptive unit of per-cell decoder ``spec``: its rounds, then each system's quality and win rate

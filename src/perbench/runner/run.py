@@ -148,11 +148,14 @@ class Runner:
         results["work"]["assembly"] = {k: v for k, v in sorted(assembly.items()) if v}
         # the model forwards and metric evaluations of this process's units (the plan and the units it ran)
         results["work"]["calls"] = units_calls
+        results["work"]["calls_by_unit"] = work.unit_calls  # here or on the worker that computed it
         if cfg.executor != "local":
             results["work"]["remote"] = {
                 **{k: dict(v) for k, v in work.remote.items()},
                 "nodes": len(work.nodes),
                 "seconds": work.remote_seconds,
+                # the object store held each result until its dependants finished: size it from the largest
+                "result_mb": {k: round(v / 2**20, 3) for k, v in work.remote_bytes.items()},
             }
         attach_analysis(results, analysis)  # one CI per number: the analysis's
         results["cells"] = state.cells.record()
@@ -183,6 +186,13 @@ def log_work(work: dict[str, Any]) -> None:
         log(
             f"work on Ray workers: computed {text(work['remote']['computed'])}; reused {text(work['remote']['reused'])}"
         )
+        sizes = work["remote"].get("result_mb") or {}
+        if sizes:
+            big = max(sizes, key=sizes.__getitem__)
+            log(
+                f"object store: the largest unit result was {sizes[big]:g} MB ({big}), {sum(sizes.values()):g} MB in "
+                "all; give each node's object store at least twice the largest (docs/cluster.md)"
+            )
 
 
 def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[str, Any]:

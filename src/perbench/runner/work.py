@@ -52,6 +52,10 @@ class Work:
         self.nodes: Counter[str] = Counter()
         #: seconds each unit took on the worker that computed it
         self.remote_seconds: dict[str, float] = {}
+        #: the bytes of store entries each unit's result carried back (what the object store held for it)
+        self.remote_bytes: dict[str, int] = {}
+        #: model forwards and metric evaluations per unit computed for this run (here or on a worker), by label
+        self.unit_calls: dict[str, dict[str, int]] = {}
         #: leases on units in the shared unit cache (another run sharing it computes each shared unit once)
         self.leases = Leases(shared_path(state.stores))
         #: units found finished because another run sharing the cache computed them while this one waited
@@ -204,8 +208,12 @@ class Work:
                 return
             if unit.label in self.waited:  # its owner left without finishing it: computed here after all
                 self.waited.remove(unit.label)
+            from perbench import calls
+
+            before = calls.snapshot()
             with stores.journal() as touched:
                 self.compute(unit)
+            self.unit_calls[unit.label] = calls.since(before)
             stores.mark_done(unit, touched)
             self.executed.append(unit.label)
         finally:
@@ -246,6 +254,8 @@ class Work:
             self.remote[name].update(getattr(result, name))
         self.nodes[result.node] += 1
         self.remote_seconds[unit.label] = round(result.seconds, 2)
+        self.unit_calls[unit.label] = dict(result.calls)
+        self.remote_bytes[unit.label] = sum(len(v) for entries in result.entries.values() for v in entries.values())
         self.executed.append(unit.label)
 
     def compute(self, unit: Unit) -> None:
