@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,18 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = empty_cache(tmp_path / "own-cache")
     monkeypatch.setenv("PERBENCH_CACHE", str(path))
     return path
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One torch thread for a module's tests (``pytestmark = pytest.mark.usefixtures("one_thread")``): tiny-model
+    tests that compare exact tokens or rewards run them single-threaded."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="session")

@@ -129,7 +129,7 @@ def test_the_printed_verdict_names_the_decision_and_the_chance_values(
     from perbench.runner.results import print_verdict
 
     cells: list[dict[str, Any]] = []
-    for m, q in [("mpu", 0.8), ("pref", 0.6), ("lore", 0.4), ("vpl", 0.3), ("random", 0.5)]:
+    for m, q in [("mpu", 0.8), ("pref", 0.6), ("lore", 0.4), ("vpl", 0.3), ("pal_b", 0.2), ("random", 0.5)]:
         cells += _cells(m, range(12), q) + _cells(m, range(12), q, metric="rm_acc_seen")
     monkeypatch.setenv("PERBENCH_QUIET", "0")
     print_verdict(analyze(cells, n_boot=100))

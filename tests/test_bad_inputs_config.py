@@ -23,6 +23,7 @@ from perbench.config import Component, MissingConfigError, RunConfig
 from perbench.errors import ConfigError, PerbenchError
 from perbench.rewards.base import RMContext, ScoreItem
 from perbench.rewards.baselines import LengthRM, RandomRM
+from perbench.runner.preflight import check_config
 
 
 def accepted(reg: registry.Registry[object], name: str) -> str:
@@ -230,11 +231,18 @@ def test_at_least_25_cases() -> None:
     assert len(CASES) >= 25 and len({c.id for c in CASES}) == len(CASES)
 
 
+def checked(path: Path) -> RunConfig:
+    """The config as a run checks it: its own checks, then the rooms' rules in the preflight."""
+    cfg = RunConfig.from_yaml(path)
+    check_config(cfg)
+    return cfg
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_from_yaml_names_file_line_key(case: Case, tmp_path: Path) -> None:
     path = write(tmp_path, case)
     with pytest.raises(ConfigError) as e:
-        RunConfig.from_yaml(path)
+        checked(path)
     assert str(e.value) == case.expected(path)
 
 
@@ -503,7 +511,7 @@ def test_pickled_weights_are_refused_naming_the_folder(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"policy: {folder}\n")
     with pytest.raises(ConfigError, match=f"^{re.escape(f'{cfg}:1: policy: {problem}')}$"):
-        RunConfig.from_yaml(cfg)
+        checked(cfg)
 
 
 # ----------------------------------------------------------------------------------- report and baselines
@@ -554,3 +562,25 @@ def test_length_baseline_counts_words_or_characters() -> None:
     assert LengthRM().params == {"sign": 1} and LengthRM(unit="chars").params == {"sign": 1, "unit": "chars"}
     with pytest.raises(ValueError, match="unit must be 'words' or 'chars'"):
         LengthRM(unit="bytes")  # type: ignore[arg-type]
+
+
+def test_validate_config_applies_the_rooms_rules_as_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt model or a guide_with that names no system is refused by ``validate --config`` exactly as by
+    ``run``: the preflight they share, located at the key's line, before the data file is read."""
+    data = tmp_path / "pairs.jsonl"
+    data.write_text('{"user_id": "a", "prompt": "p", "chosen": "x", "rejected": "y"}\n')
+    cases = {
+        "policy: smolm2\n": f"2: policy: unknown model 'smolm2'. Did you mean 'smollm2'? {MODEL_FORMS}",
+        "guide_with: [mpu]\n": "2: guide_with[0]: 'mpu' is not one of this config's methods or baselines, so it would "
+        "guide nothing. Allowed: global_bt, length, random",
+    }
+    for i, (line, text) in enumerate(cases.items()):
+        cfg = tmp_path / f"run{i}.yaml"
+        cfg.write_text(f"benchmark: {{name: file, source: {data}}}\n{line}")
+        for argv in (["validate", "--config", str(cfg)], ["run", str(cfg), "--out-dir", str(tmp_path / "runs")]):
+            capsys.readouterr()
+            assert main(argv) == 2
+            assert capsys.readouterr().err == f"perbench: error: {cfg}:{text}\n"
+    assert not (tmp_path / "runs").exists()

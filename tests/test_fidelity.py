@@ -4,7 +4,6 @@ for the same user and prompt — on a tiny random backbone, with several users a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ from perbench.models.stepper import CachedLM
 from perbench.registry import reward_models
 from perbench.rewards.base import FeatureRM, RMContext, ScoreItem
 from perbench.rewards.features import FeatureExtractor
+from tests.fixtures_users import opposite_pairs
 
 WORDS = ["apple", "river", "stone", "cloud", "music", "paper", "window", "garden", "silver", "orange"]
 #: Every registered frozen-feature method (each can guide ARGS); token_ranker is checked on its own path.
@@ -43,22 +43,15 @@ ITEMS = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _pairs() -> list[PreferencePair]:
-    out = []
-    for i in range(10):
-        yes, no = f"Yes, {WORDS[(i + 3) % 10]}!", f"No, {WORDS[(i + 5) % 10]}."
-        for u in ("u0", "u1"):
-            c, r = (yes, no) if u == "u0" else (no, yes)
-            out.append(PreferencePair(f"p{i}{u}", u, f"Tell me about {WORDS[i]}.", c, r))
-    return out
+    return opposite_pairs(
+        [f"Tell me about {WORDS[i]}." for i in range(10)],
+        [f"Yes, {WORDS[(i + 3) % 10]}!" for i in range(10)],
+        [f"No, {WORDS[(i + 5) % 10]}." for i in range(10)],
+    )
 
 
 @pytest.fixture(scope="module")

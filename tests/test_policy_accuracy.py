@@ -5,7 +5,7 @@ alone; tokens outside the top-k are misses of the top-k RGD-induced-policy varia
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,6 +24,7 @@ from perbench.metrics.policy_accuracy import (
 from perbench.models.chat import encode_response
 from perbench.rewards.base import RewardModel, RMContext, ScoreItem
 from perbench.rewards.features import FeatureExtractor
+from tests.fixtures_users import train_and_test
 
 PAIRS_SIDES = ("chosen", "rejected")
 PAIRS = [  # chosen and rejected differ in length, in both directions
@@ -34,12 +35,7 @@ PAIRS = [  # chosen and rejected differ in length, in both directions
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class TokenTableRM(RewardModel):
@@ -188,15 +184,10 @@ def test_each_guided_decoder_pairs_with_the_policy_accuracy_at_its_own_weight(tm
     (ARGS's w; GenARM's α on log π_r = α/β on r), one per guiding decoder, the first being the headline's;
     a method no weighted decoder uses falls back to ``pa_weight``."""
     from perbench.config import RunConfig
-    from perbench.data.records import Benchmark, User
     from perbench.runner.state import PAWeight, RunState
     from perbench.runner.stores import Stores
 
-    bench = Benchmark(
-        "b",
-        [PreferencePair(p.pair_id, p.user_id, p.prompt, p.chosen, p.rejected, "train") for p in PAIRS] + PAIRS,
-        {"u": User("u"), "v": User("v")},
-    )
+    bench = train_and_test(PAIRS)
     cfg = RunConfig(
         methods=[{"name": "global_bt"}, {"name": "genarm", "beta": 0.25}],
         baselines=["length"],

@@ -10,6 +10,7 @@ from perbench.config import Component, RunConfig, Where
 from perbench.data.records import PreferencePair
 from perbench.errors import ConfigError
 from perbench.runner.adaptive import AdaptiveSpec, cell_order
+from perbench.runner.preflight import check_config
 from perbench.systems import SystemsSpec, expand, family_of, train_subset
 
 
@@ -85,7 +86,7 @@ def _yaml(tmp_path: Path, text: str) -> Path:
 def test_bad_systems_and_adaptive_blocks_name_file_line_and_key(tmp_path: Path, text: str, message: str) -> None:
     path = _yaml(tmp_path, text)
     with pytest.raises(ConfigError) as e:
-        RunConfig.from_yaml(path)
+        check_config(RunConfig.from_yaml(path))
     assert str(e.value).startswith(str(path)) and message in str(e.value), str(e.value)
 
 

@@ -8,14 +8,14 @@ decode (first-user bug), or the two users' single-row decodes coincide (a user-b
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 import torch
 
-from perbench.data.records import PreferencePair, ProfileItem, User
+from perbench.data.records import PreferencePair
 from perbench.decoding.args import ARGS
 from perbench.decoding.best_of_n import BestOfN
 from perbench.decoding.genarm import GenARMDecoder
@@ -23,6 +23,7 @@ from perbench.decoding.token_ranker import TokenRanker
 from perbench.models.generate import GenRequest
 from perbench.rewards.base import FeatureRM, RewardModel, RMContext, ScoreItem
 from perbench.rewards.features import FeatureExtractor
+from tests.fixtures_users import profiled_users
 
 PROMPTS = ["How do I boil an egg?", "Name three colours.", "Why is the sky blue?"]
 #: two users who want opposite things, and one the RM knows nothing about (no guidance)
@@ -30,12 +31,7 @@ SIGN = {"up": 1.0, "down": -1.0}
 USERS = ("up", "down", "stranger")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class OppositeUsersRM(FeatureRM):
@@ -122,10 +118,12 @@ def test_batched_genarm_over_mixed_users_equals_each_users_own_decode(tiny_lm, s
     from perbench.data.user_context import user_views
     from perbench.rewards.genarm import GenARM
 
-    users = {
-        "up": User("up", profile=(ProfileItem("a", "I only ever want to hear about cats and kittens."),)),
-        "down": User("down", profile=(ProfileItem("b", "Engines, gearboxes and motor oil are all I care about."),)),
-    }
+    users = profiled_users(
+        {
+            "up": ("a", "I only ever want to hear about cats and kittens."),
+            "down": ("b", "Engines, gearboxes and motor oil are all I care about."),
+        }
+    )
     rm = GenARM(steps=0)
     ctx = RMContext(features=FeatureExtractor(sharp_copy(tiny_lm), store), extra={"users": user_views(users)})
     rm.fit([PreferencePair("p", "up", "hi", "a", "b", "train")], ctx)

@@ -249,9 +249,10 @@ def test_every_grid_system_is_a_predictor_system_and_reference_lines_are_left_ou
     assert v["reference_lines"] == ["icl_judge_oracle", "length", "random"] and "left out" in v["systems"]
     entry = v["by_downstream"][DOWN]
     assert {r["n_systems"] for r in entry["predictors"]} == {9} and entry["differences"][0]["n_systems"] == 9
-    # the selection itself still correlates over all 12; validity's numbers are its entries on the 9 deployable
+    # the selection reads the same 9 deployable systems (one answer), and says which reference lines it left out
     sel = {(p["upstream"], p["downstream"]): p for p in a["selection"]["pairs"]}
-    assert sel[("rm_acc_pers_only", DOWN)]["n_systems"] == 12
+    assert sel[("rm_acc_pers_only", DOWN)]["n_systems"] == 9
+    assert "left out" in a["selection"]["systems"] and "icl_judge_oracle" in a["selection"]["systems"]
     est = Estimates(cells, None, None, "", 100, 0, 0.95, None)
     deployable = sorted(
         set(names.values()) - {"random", "length", "icl_judge_oracle"} | {f"m{i:02d}" for i in range(6, 12)}

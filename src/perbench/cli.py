@@ -292,6 +292,8 @@ def _validate(args: argparse.Namespace) -> int:
     from perbench.data.loaders import format_validation, validate_file
     from perbench.runner import preflight
 
+    if args.benchmark:
+        return _validate_named(args)
     source, options, cfg = _validate_options(args)
     takes = inspect.signature(validate_file).parameters
     any_keyword = any(p.kind is p.VAR_KEYWORD for p in takes.values())
@@ -299,6 +301,30 @@ def _validate(args: argparse.Namespace) -> int:
     if unsupported:
         raise ConfigError(f"validate: this version's loader has no option {unsupported[0]!r}")
     report = validate_file(source, **options) if cfg is None else preflight.validate_for_run(cfg, source, options)
+    print(format_validation(report))
+    return 0 if report.get("ok") else 1
+
+
+def _validate_named(args: argparse.Namespace) -> int:
+    """``perbench validate --benchmark NAME FILE [--param k=v ...]``: a registered benchmark's own loader."""
+    import yaml
+
+    from perbench import registry
+    from perbench.data.loaders import format_validation
+    from perbench.data.validate_named import validate_named
+
+    if not args.file:
+        raise ConfigError(f"validate --benchmark {args.benchmark}: give the data FILE (or folder)")
+    loader = registry.benchmarks.get(args.benchmark)
+    params: dict[str, Any] = {}
+    for item in args.param or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"validate --param: expected KEY=VALUE, got {item!r}")
+        params[key.strip()] = yaml.safe_load(value)
+    if args.on_error is not None:
+        params["on_error"] = args.on_error
+    report = validate_named(args.benchmark, loader, str(args.file), params)
     print(format_validation(report))
     return 0 if report.get("ok") else 1
 
@@ -376,6 +402,8 @@ def _add_validate(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("file", nargs="?", help="the data file (default: the source of --config's file benchmark)")
     p.add_argument("--config", metavar="RUN.yaml", help="take the loader options from this run config's benchmark")
+    p.add_argument("--benchmark", metavar="NAME", help="load FILE with this registered loader (perbench list)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a parameter of --benchmark's loader")
     p.add_argument("--map", help="field mapping, e.g. user_id=ground_truth_persona,prompt=question")
     p.add_argument("--on-error", choices=["raise", "skip"], help="bad rows: stop at the first, or count and skip")
     p.add_argument("--no-dedup", dest="dedup", action="store_const", const=False, help="keep duplicate pairs")

@@ -8,14 +8,19 @@ naming the file, line (for YAML) and key, what is allowed, and a "Did you mean" 
   from strings, non-finite numbers are refused;
 - component parameters (benchmark, methods, decoders) against the registered class's or loader's signature
   (names, required ones, value types), decoders' parameter ranges, and each method's and decoder's own
-  constructor checks; ``trust_remote_code`` only with the explicit permission (``--trust-remote-code``);
-- model names (a bundled alias, ``tiny-random[:SEED]``, an existing folder or ``.gguf`` file, or a hub id
-  ``org/name``), ``device``, ``dtype``, ``run_name`` (one plain path component), ``guide_with`` (methods of this
-  config), ``verdict_metric`` (a configured decoder);
+  constructor checks (a parameter a constructor refuses, e.g. ``trust_remote_code`` without the explicit
+  permission ``--trust-remote-code``, is located at that parameter: :class:`~perbench.errors.ParamError`);
+- ``device``, ``dtype``, ``run_name`` (one plain path component), ``verdict_metric``'s form, the ``systems:``,
+  ``adaptive:``, ``rl:`` and ``resources:`` blocks (their specs are plain data at the base, ``perbench.specs``);
 - YAML: syntax errors with their line, duplicate keys, a directory, a missing or non-regular file as config, an
   alias expansion too large to be a config. An empty file means the embedded default run. Numbers follow YAML 1.2
   (``0100`` is 100, ``0o17`` octal, ``1:30`` text, ``1e-3`` a number); PyYAML's YAML 1.1 rules would read
   ``0100`` as 64 and ``1:30`` as 90.
+
+The config is a leaf: it imports nothing of perbench but ``errors``, ``io``, ``registry`` and ``specs``. What needs a
+room's knowledge -- which names are models, the systems the config expands to (and so ``guide_with``,
+``reference_method``, ``rl.methods``), which qualities the adaptive rounds can rank by -- is checked in the preflight
+that ``run`` and ``validate`` share (``perbench.runner.preflight.check_config``), located by :meth:`RunConfig.locate`.
 
 Every value that shapes a result goes into the config hash that names the run directory, so the same config
 resumes the same run.
@@ -28,471 +33,37 @@ import difflib
 import functools
 import hashlib
 import json
-import math
 import re
-import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-
-from perbench.errors import ConfigError
-
-
-class MissingConfigError(ConfigError, FileNotFoundError):
-    """A config file that does not exist (also a FileNotFoundError, for callers that catch that)."""
-
-
-# ---------------------------------------------------------------------------------------------------- locations
-class LinedDict(dict[Any, Any]):
-    """A YAML mapping that remembers the (1-based) line of each of its keys."""
-
-    line: int = 0
-    key_lines: dict[Any, int]
-
-
-class LinedList(list[Any]):
-    """A YAML sequence that remembers the (1-based) line of each item."""
-
-    line: int = 0
-    item_lines: list[int]
-
-
-@dataclass(frozen=True)
-class Where:
-    """Where a config value comes from: a file or front door, the line when known, and the key path."""
-
-    source: str
-    line: int | None = None
-    key: str = ""
-
-    def __str__(self) -> str:
-        head = f"{self.source}:{self.line}" if self.line else self.source
-        return f"{head}: {self.key}" if self.key else head
-
-    def at(self, key: str | int, container: Any = None) -> Where:
-        """The location of ``container[key]`` (its line when the container came from YAML)."""
-        path = f"{self.key}[{key}]" if isinstance(key, int) else f"{self.key}.{key}" if self.key else key
-        line = self.line
-        if isinstance(container, LinedDict):
-            line = container.key_lines.get(key, line)
-        elif isinstance(container, LinedList) and isinstance(key, int) and 0 <= key < len(container.item_lines):
-            line = container.item_lines[key]
-        return Where(self.source, line, path)
-
-    def error(self, problem: str) -> ConfigError:
-        return ConfigError(f"{self}: {problem}")
-
-
-# ------------------------------------------------------------------------------------------------------- YAML
-#: nodes a config may expand to through aliases (a "billion laughs" file expands to 10⁹)
-MAX_NODES = 100_000
-
-
-class ConfigLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader that records each key's and item's line, refuses duplicate keys, reads integers and
-    floats by YAML 1.2's rules, and refuses a document whose aliases expand it beyond :data:`MAX_NODES` nodes."""
-
-    source = "config"
-
-    def get_single_node(self) -> yaml.Node | None:
-        node = super().get_single_node()
-        if node is not None:
-            _expanded_size(node, {}, self.source)
-        return node
-
-
-def _expanded_size(node: yaml.Node, memo: dict[int, int], source: str) -> int:
-    """Nodes in ``node`` with every alias expanded (memoised per node, so shared subtrees cost once to count)."""
-    known = memo.get(id(node))
-    if known is not None:
-        if known < 0:
-            raise ConfigError(f"{source}:{node.start_mark.line + 1}: an alias refers to itself (a recursive value)")
-        return known
-    memo[id(node)] = -1
-    size = 1
-    if isinstance(node, yaml.SequenceNode):
-        size += sum(_expanded_size(child, memo, source) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        size += sum(_expanded_size(k, memo, source) + _expanded_size(v, memo, source) for k, v in node.value)
-    if size > MAX_NODES:
-        raise ConfigError(
-            f"{source}:{node.start_mark.line + 1}: its aliases expand to over {MAX_NODES} values; a run config "
-            "is small: write the values out"
-        )
-    memo[id(node)] = size
-    return size
-
-
-def _construct_map(loader: ConfigLoader, node: yaml.MappingNode) -> Iterator[LinedDict]:
-    data = LinedDict()
-    yield data
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        try:
-            first = seen.get(key)
-        except TypeError:  # an unhashable key: construct_mapping reports it with its line
-            continue
-        if first is not None:
-            raise ConfigError(
-                f"{loader.source}:{line}: duplicate key {key!r} (first on line {first}); give each key once"
-            )
-        seen[key] = line
-    data.update(loader.construct_mapping(node))
-    data.line = node.start_mark.line + 1
-    data.key_lines = seen
-
-
-def _construct_seq(loader: ConfigLoader, node: yaml.SequenceNode) -> Iterator[LinedList]:
-    data = LinedList()
-    yield data
-    data.extend(loader.construct_sequence(node))
-    data.line = node.start_mark.line + 1
-    data.item_lines = [n.start_mark.line + 1 for n in node.value]
-
-
-def _construct_int(loader: ConfigLoader, node: yaml.ScalarNode) -> int:
-    """A YAML 1.2 integer: decimal (leading zeros are decimal), ``0o`` octal or ``0x`` hexadecimal."""
-    text = str(loader.construct_scalar(node))
-    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text.lstrip("+"))
-    base = {"0o": 8, "0x": 16}.get(digits[:2], 10)
-    return sign * int(digits[2:] if base != 10 else digits, base)
-
-
-_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-ConfigLoader.yaml_implicit_resolvers = {  # YAML 1.1's int and float rules out, YAML 1.2's (core schema) in
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-ConfigLoader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
-ConfigLoader.add_implicit_resolver(
-    _FLOAT,
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+0123456789."),
-)
-ConfigLoader.add_constructor(_INT, _construct_int)  # type: ignore[arg-type]
-ConfigLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)  # type: ignore[arg-type]
-ConfigLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)  # type: ignore[arg-type]
-
-
-def load_yaml(text: str, source: str) -> Any:
-    """Parse YAML text with :class:`ConfigLoader`; every problem is a ConfigError naming ``source`` and the line."""
-    loader: ConfigLoader | None = None
-    try:
-        loader = ConfigLoader(text)
-        loader.source = source
-        return loader.get_single_data()
-    except ConfigError:
-        raise
-    except yaml.reader.ReaderError as e:
-        line = text[: e.position].count("\n") + 1
-        char = f"U+{e.character:04X}" if isinstance(e.character, int) else repr(e.character)
-        raise ConfigError(f"{source}:{line}: character {char} is not allowed in YAML text") from None
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        at = f"{source}:{mark.line + 1}" if mark is not None else source
-        col = f" (column {mark.column + 1})" if mark is not None else ""
-        what = " ".join(str(x) for x in (e.context, e.problem) if x)
-        raise ConfigError(f"{at}: YAML syntax error: {what}{col}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from None
-    except RecursionError:
-        raise ConfigError(f"{source}: nested too deeply to be a run config") from None
-    except (ValueError, TypeError, OverflowError) as e:  # e.g. a timestamp-shaped value that is no date
-        raise ConfigError(f"{source}: cannot read a value: {e}") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def read_yaml(path: str | Path) -> Any:
-    """The parsed content of a YAML file; a missing file, a directory or unreadable text is a ConfigError."""
-    from perbench.io import special_file
-
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{p}: is a directory; a run config is a YAML file")
-    what = special_file(p)
-    if what is not None:
-        raise ConfigError(f"{p}: is {what}, not a file; a run config is a YAML file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MissingConfigError(f"{p}: no such config file") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
-    return load_yaml(text, str(p))
-
-
-# ------------------------------------------------------------------------------------------------ value checks
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
-
-
-@dataclass(frozen=True)
-class Bound:
-    """A numeric range in a field's annotation, e.g. ``Annotated[int, Bound(1)]`` for "≥ 1"."""
-
-    lo: float | None = None
-    hi: float | None = None
-    lo_open: bool = False
-    hi_open: bool = False
-
-    def text(self) -> str:
-        if self.lo is not None and self.hi is not None:
-            left, right = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
-            return f"in {left}{_num(self.lo)}, {_num(self.hi)}{right}"
-        if self.lo is not None:
-            return f"{'>' if self.lo_open else '≥'} {_num(self.lo)}"
-        if self.hi is not None:
-            return f"{'<' if self.hi_open else '≤'} {_num(self.hi)}"
-        return ""
-
-    def holds(self, v: float) -> bool:
-        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
-            return False
-        return not (self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi))
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A check in a field's annotation: ``check(value)`` returns the problem (None: fine); ``text`` says what is
-    allowed."""
-
-    check: Callable[[Any], str | None]
-    text: str
-
-
-@dataclass(frozen=True)
-class _Problem:
-    path: str  # below the checked value: "", "[2]", ".k"
-    text: str
-
-
-_NONE = type(None)
-
-
-def _show(value: Any) -> str:
-    """A value as the user wrote it (YAML spelling for booleans and null)."""
-    if isinstance(value, str):
-        return f"the string {value[:60]!r}" + ("…" if len(value) > 60 else "")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, int | float):
-        return repr(value)
-    kind = "a list" if isinstance(value, list | tuple) else "a mapping" if isinstance(value, dict) else "a value"
-    text = repr(value)
-    return f"{kind} {text[:60]}" + ("…" if len(text) > 60 else "")
-
-
-def _strip(tp: Any) -> Any:
-    return typing.get_args(tp)[0] if typing.get_origin(tp) is Annotated else tp
-
-
-def _is_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (typing.Union, types.UnionType)
-
-
-def _is_seq(tp: Any) -> bool:
-    import collections.abc as abc
-
-    return typing.get_origin(tp) in (list, tuple, abc.Sequence) or tp in (list, tuple, abc.Sequence)
-
-
-def _is_map(tp: Any) -> bool:
-    import collections.abc as abc
-
-    return typing.get_origin(tp) in (dict, abc.Mapping) or tp in (dict, abc.Mapping)
-
-
-def describe(tp: Any) -> str:
-    """What an annotation allows, in words."""
-    if typing.get_origin(tp) is Annotated:
-        base, *meta = typing.get_args(tp)
-        rules = [m for m in meta if isinstance(m, Rule)]
-        if rules:
-            return rules[0].text
-        bounds = " ".join(m.text() for m in meta if isinstance(m, Bound))
-        return f"{describe(base)} {bounds}".strip()
-    if _is_union(tp):
-        return " or ".join(dict.fromkeys(describe(a) for a in typing.get_args(tp)))
-    if typing.get_origin(tp) is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if _is_seq(tp):
-        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
-        return f"a list (each {describe(args[0])})" if args else "a list"
-    if _is_map(tp):
-        return "a mapping"
-    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", _NONE: "null"}
-    if tp in names:
-        return names[tp]
-    return f"a {getattr(tp, '__name__', str(tp))}"
-
-
-def _quote_hint(value: Any, tp: Any) -> str:
-    if not isinstance(value, str):
-        return ""
-    wanted = set(_leaf_types(tp))
-    if wanted & {int, float} and re.fullmatch(r"[-+]?[0-9][0-9_:]*(\.[0-9_]*)?", value) and {"_", ":"} & set(value):
-        return " (YAML 1.2 reads digits with _ or : as text: write the plain number, e.g. 1000 or 90)"
-    if wanted & {int, float}:
-        try:
-            float(value)
-            return " (write numbers without quotes)"
-        except ValueError:
-            return ""
-    if bool in wanted and value.lower() in ("true", "false", "yes", "no", "on", "off"):
-        return " (write true or false without quotes)"
-    return ""
-
-
-def _leaf_types(tp: Any) -> Iterator[Any]:
-    tp = _strip(tp)
-    if _is_union(tp):
-        for a in typing.get_args(tp):
-            yield from _leaf_types(a)
-    else:
-        yield tp
-
-
-def _expected(tp: Any, value: Any) -> _Problem:
-    return _Problem("", f"expected {describe(tp)}, got {_show(value)}{_quote_hint(value, tp)}")
-
-
-def _kind_fits(value: Any, tp: Any) -> bool:
-    """Whether ``value`` has the basic kind of ``tp`` (ignoring ranges, rules and elements)."""
-    tp = _strip(tp)
-    if _is_union(tp):
-        return any(_kind_fits(value, a) for a in typing.get_args(tp))
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if _is_seq(tp):
-        return isinstance(value, list | tuple)
-    return _problem(value, tp) is None
-
-
-def _problem(value: Any, tp: Any) -> _Problem | None:
-    """Why ``value`` does not fit annotation ``tp`` (None: it fits). Unknown annotations accept anything."""
-    import collections.abc as abc
-
-    if tp is None or tp is Any or isinstance(tp, str | typing.TypeVar | typing.ForwardRef):
-        return None
-    origin = typing.get_origin(tp)
-    if origin is Annotated:
-        base, *meta = typing.get_args(tp)
-        inner = _problem(value, base)
-        if inner is not None:
-            return inner if inner.path else _expected(tp, value)
-        for m in meta:
-            if isinstance(m, Bound) and isinstance(value, int | float) and not m.holds(value):
-                return _expected(tp, value)
-            if isinstance(m, Rule) and (text := m.check(value)):
-                return _Problem("", text)
-        return None
-    if _is_union(tp):
-        arms = typing.get_args(tp)
-        if value is None:
-            return None if _NONE in arms else _expected(tp, value)
-        found = [(a, _problem(value, a)) for a in arms if a is not _NONE]
-        if any(p is None for _, p in found):
-            return None
-        fitting = [p for a, p in found if _kind_fits(value, a)]
-        return fitting[0] if len(fitting) == 1 and fitting[0] is not None else _expected(tp, value)
-    if origin is Literal:
-        ok = any(value == a and type(value) is type(a) for a in typing.get_args(tp))
-        return None if ok else _expected(tp, value)
-    if tp is _NONE:
-        return None if value is None else _expected(tp, value)
-    if tp is bool:
-        return None if isinstance(value, bool) else _expected(tp, value)
-    if tp is int:
-        return None if isinstance(value, int) and not isinstance(value, bool) else _expected(tp, value)
-    if tp is float:
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return _expected(tp, value)
-        return None if math.isfinite(value) else _Problem("", f"expected a finite number, got {value!r}")
-    if tp is str:
-        return None if isinstance(value, str) else _expected(tp, value)
-    if _is_seq(tp):
-        if not isinstance(value, list | tuple):
-            return _expected(tp, value)
-        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
-        item = typing.Union[tuple(args)] if args else None  # noqa: UP007 - built from a runtime tuple
-        for i, v in enumerate(value):
-            p = _problem(v, item)
-            if p is not None:
-                return _Problem(f"[{i}]{p.path}", p.text)
-        return None
-    if _is_map(tp):
-        if not isinstance(value, dict):
-            return _expected(tp, value)
-        kv = typing.get_args(tp)
-        for k, v in value.items():
-            p = _problem(k, kv[0]) if kv else None
-            if p is None and kv:
-                p = _problem(v, kv[1])
-            if p is not None:
-                return _Problem(f".{k}{p.path}", p.text)
-        return None
-    if tp is abc.Callable or origin is abc.Callable:
-        return None if callable(value) else _Problem("", f"expected a callable, got {_show(value)}")
-    if isinstance(tp, type):
-        try:
-            return None if isinstance(value, tp) else _expected(tp, value)
-        except TypeError:  # a protocol that cannot be checked at runtime
-            return None
-    return None
-
-
-_STEP = re.compile(r"\[(\d+)\]|\.([^.\[]+)")
-
-
-def _line_below(value: Any, path: str, line: int | None) -> int | None:
-    """The line of the item ``path`` (``[2].k``) below ``value``, where YAML recorded it."""
-    for m in _STEP.finditer(path):
-        index, key = m.group(1), m.group(2)
-        if index is not None and isinstance(value, list) and int(index) < len(value):
-            if isinstance(value, LinedList):
-                line = value.item_lines[int(index)]
-            value = value[int(index)]
-        elif key is not None and isinstance(value, dict) and key in value:
-            if isinstance(value, LinedDict):
-                line = value.key_lines.get(key, line)
-            value = value[key]
-        else:
-            break
-    return line
-
-
-def check_value(value: Any, tp: Any, where: Where) -> None:
-    """Raise a ConfigError at ``where`` unless ``value`` fits annotation ``tp``."""
-    try:
-        p = _problem(value, tp)
-    except RecursionError:
-        raise where.error("nested too deeply") from None
-    if p is not None:
-        if not p.path:
-            raise where.error(p.text)
-        raise Where(where.source, _line_below(value, p.path, where.line), where.key + p.path).error(p.text)
-
+from perbench.errors import ConfigError, ParamError
+from perbench.specs.adaptive import AdaptiveSpec
+
+# the located YAML and the value checks the config is built from, defined at the base (``perbench.specs``) and
+# importable from here as before
+from perbench.specs.located import MAX_NODES as MAX_NODES
+from perbench.specs.located import ConfigLoader as ConfigLoader
+from perbench.specs.located import LinedDict as LinedDict
+from perbench.specs.located import LinedList as LinedList
+from perbench.specs.located import MissingConfigError as MissingConfigError
+from perbench.specs.located import Where as Where
+from perbench.specs.located import load_yaml as load_yaml
+from perbench.specs.located import read_yaml as read_yaml
+from perbench.specs.resources import RESOURCE_FIELDS as RESOURCE_FIELDS
+from perbench.specs.resources import RESOURCE_KINDS as RESOURCE_KINDS
+from perbench.specs.resources import parse_resources
+from perbench.specs.rl import RLPhase
+from perbench.specs.systems import SystemsSpec
+from perbench.specs.values import Bound as Bound
+from perbench.specs.values import Rule as Rule
+from perbench.specs.values import check_value as check_value
+from perbench.specs.values import describe as describe
+from perbench.specs.values import show as _show
 
 # -------------------------------------------------------------------------------------------- field rules
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
@@ -511,9 +82,9 @@ def _dtype_problem(v: str) -> str | None:
 
 
 def _model_problem(v: str) -> str | None:
-    from perbench.models.loader import model_name_problem
-
-    return model_name_problem(v)
+    """Which strings name a model is the models room's rule (``perbench.models.loader.model_name_problem``), run in
+    the preflight (``perbench.runner.preflight.check_config``); here a model is any string."""
+    return None
 
 
 #: the longest file name most file systems allow, in bytes
@@ -626,8 +197,10 @@ def _parse_component(value: Any, where: Where) -> tuple[Component, Any, Where]:
     return Component(name, dict(params)), container, at
 
 
-def _component(value: Any, where: Where, kind: str) -> Component:
-    """Parse and check one component of ``kind`` (benchmark, method, decoder) against its registry entry."""
+def check_component(value: Any, where: Where, kind: str) -> Component:
+    """Parse and check one component of ``kind`` (benchmark, method, decoder) against its registry entry: its
+    parameters against the registered class's or loader's signature, decoders' ranges, and (not for a benchmark,
+    whose loader would load the data) the constructor's own checks."""
     from perbench import registry
 
     reg = {"benchmark": registry.benchmarks, "method": registry.reward_models, "decoder": registry.decoders}[kind]
@@ -651,15 +224,11 @@ def _component(value: Any, where: Where, kind: str) -> Component:
             if b is not None and isinstance(v, int | float) and not isinstance(v, bool) and not b.holds(v):
                 kind_text = "an integer" if isinstance(v, int) else "a number"
                 raise at.at(k, container).error(f"expected {kind_text} {b.text()}, got {v!r}")
-    if comp.params.get("trust_remote_code") is True:
-        from perbench.rewards.hub_rm import remote_code_allowed, remote_code_refusal
-
-        if not remote_code_allowed():
-            model = comp.params.get("model", comp.name)
-            raise at.at("trust_remote_code", container).error(remote_code_refusal(str(model)))
     if kind != "benchmark":  # the constructor's own checks; a benchmark loader would load the data
         try:
             target(**comp.params)
+        except ParamError as e:  # a parameter the component refuses (remote code without the permission, ...)
+            raise at.at(e.param, container).error(e.problem) from None
         except ConfigError as e:
             raise at.error(str(e)) from None
         except (ValueError, TypeError) as e:
@@ -794,10 +363,28 @@ class RunConfig:
             setattr(self, k, v)
         #: where each key was given (``run.yaml:3: device``, ``command line: seed``), for checks made at run time
         self._origins: dict[str, str] = {}
+        #: each key's source and the mapping it was given in (with its lines, from YAML), for :meth:`locate`
+        self._given: dict[str, tuple[Where, Any]] = {}
 
     def where(self, key: str) -> str:
         """Where ``key`` was given, as errors name it: ``FILE:LINE: key``, ``command line: key`` or ``key``."""
         return self._origins.get(key, key)
+
+    def locate(self, key: str, *path: str | int) -> Where:
+        """Where ``key`` (and the item ``path`` below it, e.g. ``("policies", 1)``) was given: file, line and key
+        path, for the checks the preflight makes (``RunConfig`` for a value given in Python)."""
+        src, data = self._given.get(key, (Where("RunConfig"), None))
+        where = src.at(key, data)
+        value = data.get(key) if isinstance(data, Mapping) else None
+        for step in path:
+            where = where.at(step, value)
+            if isinstance(value, Mapping):
+                value = value.get(step)
+            elif isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value):
+                value = value[step]
+            else:
+                value = None
+        return where
 
     # ------------------------------------------------------------------ front doors
     @classmethod
@@ -808,6 +395,7 @@ class RunConfig:
             raise src.error(f"a run config is a mapping of keys (benchmark:, methods:, …), got {_show(data)}")
         cfg = cls(**_validate(data, src))
         cfg._origins = {k: str(src.at(k, data)) for k in data if isinstance(k, str)}
+        cfg._given = {k: (src, data) for k in data if isinstance(k, str)}
         return cfg
 
     @classmethod
@@ -836,6 +424,7 @@ class RunConfig:
         data.update(given)
         cfg = RunConfig.from_dict(data, where=where)
         cfg._origins = {**self._origins, **{k: str(Where(where).at(k)) for k in given}}
+        cfg._given = {**self._given, **{k: (Where(where), given) for k in given}}
         return cfg
 
     def to_dict(self) -> dict[str, Any]:
@@ -906,16 +495,16 @@ def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
         for key in data:
             where, value = src.at(key, data), data[key]
             if key == "benchmark":
-                values[key] = _component(value, where, "benchmark")
+                values[key] = check_component(value, where, "benchmark")
             elif key == "resources":
-                values[key] = _resources(value, where)
+                values[key] = parse_resources(value, where)
             elif key in ("methods", "decoders", "baselines", "upstream_benchmarks"):
                 if value is None and key == "upstream_benchmarks":
                     continue
                 if not isinstance(value, list | tuple):
                     raise where.error(f"expected a list of {key}, got {_show(value)}")
                 kind = {"decoders": "decoder", "upstream_benchmarks": "benchmark"}.get(key, "method")
-                values[key] = [_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
+                values[key] = [check_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
             else:
                 check_value(value, hints[key], where)
                 values[key] = list(value) if isinstance(value, tuple) else value
@@ -925,44 +514,9 @@ def _validate(data: Mapping[Any, Any], src: Where) -> dict[str, Any]:
     return values
 
 
-#: the kinds of unit whose needs ``resources:`` sets (``runner/plan.py`` maps each unit to one), and their fields
-RESOURCE_KINDS = ("features", "fit", "score", "decode", "rl")
-RESOURCE_FIELDS: dict[str, Bound] = {
-    "num_cpus": NON_NEGATIVE,
-    "num_gpus": NON_NEGATIVE,
-    "memory_gb": Bound(0, lo_open=True),
-}
-
-
-def _resources(value: Any, where: Where) -> dict[str, dict[str, float]] | None:
-    """``resources: {KIND: {FIELD: number}}``, each kind and field checked where it is written."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise where.error(f"expected a mapping of unit kinds ({', '.join(RESOURCE_KINDS)}), got {_show(value)}")
-    out: dict[str, dict[str, float]] = {}
-    for kind, needs in value.items():
-        at = where.at(str(kind), value)
-        if kind not in RESOURCE_KINDS:
-            close = difflib.get_close_matches(str(kind), RESOURCE_KINDS, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise at.error(f"unknown kind of unit {kind!r}.{hint} Allowed: {', '.join(RESOURCE_KINDS)}")
-        if not isinstance(needs, dict):
-            raise at.error(f"expected a mapping of {', '.join(RESOURCE_FIELDS)}, got {_show(needs)}")
-        out[kind] = {}
-        for name, n in needs.items():
-            field_at = at.at(str(name), needs)
-            if name not in RESOURCE_FIELDS:
-                close = difflib.get_close_matches(str(name), list(RESOURCE_FIELDS), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise field_at.error(f"unknown field {name!r}.{hint} Allowed: {', '.join(RESOURCE_FIELDS)}")
-            check_value(n, Annotated[float, RESOURCE_FIELDS[name]], field_at)
-            out[kind][name] = float(n)
-    return out
-
-
 def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> None:
-    """Checks that involve several fields or a registry."""
+    """Checks that involve several fields or a registry. What needs a room's knowledge (which names are models,
+    the systems a config expands to, which qualities exist) is the preflight's (``runner/preflight.py``)."""
     from perbench import registry
 
     def at(key: str) -> Where:
@@ -979,35 +533,11 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
             where = at("methods") if i < len(v["methods"]) else at("baselines")
             raise where.error(f"{label!r} is listed twice (as a method or baseline); list each once")
         seen.add(label)
-    labels = _system_labels(v, data, src)
-    seen = set(labels)
-    for i, g in enumerate(v["guide_with"] or []):
-        if g not in seen:
-            close = difflib.get_close_matches(g, labels, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise (
-                at("guide_with")
-                .at(i, data.get("guide_with"))
-                .error(
-                    f"{g!r} is not one of this config's methods or baselines, so it would guide nothing.{hint} "
-                    f"Allowed: {', '.join(labels) or 'none'}"
-                )
-            )
-    ref = v["reference_method"]
-    if ref not in labels and ref != _defaults()["reference_method"]:
-        close = difflib.get_close_matches(ref, labels, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise at("reference_method").error(
-            f"{ref!r} is not one of this config's methods or baselines, so per-user gains and minority users would "
-            f"be measured against nothing.{hint} Allowed: {', '.join(labels) or 'none'}"
-        )
+    if v["systems"] is not None:
+        _check_systems_block(v, data, src)
     if v["rl"] is not None:
-        from perbench.training.spec import RLPhase
-
-        RLPhase.from_dict(v["rl"], where=str(at("rl"))).check_methods(labels, where=str(at("rl")))
+        RLPhase.from_dict(v["rl"], where=str(at("rl")))
     if v["adaptive"] is not None:
-        from perbench.runner.adaptive import AdaptiveSpec
-
         AdaptiveSpec.from_dict(v["adaptive"], at("adaptive"))
     metric = v["verdict_metric"]
     if metric is not None:
@@ -1025,42 +555,22 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
             raise at("seeds").error(f"seed {dup[0]} is listed twice")
 
 
-def _system_labels(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> list[str]:
-    """The labels of every system the config expands to (``perbench.systems``), each variant's parameters checked
-    like a method's."""
-    from perbench.systems import SystemsSpec, expand
-
+def _check_systems_block(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> None:
+    """The ``systems:`` block parses, and the methods it names are this config's (what it expands to is checked
+    in the preflight: ``perbench.systems.check_systems``)."""
     raw = v["systems"]
-    spec = None
-    if raw is not None:
-        where = src.at("systems", data)
-        spec = SystemsSpec.from_dict(raw, where)
-        names = {m.name for m in v["methods"]} | {m.label() for m in v["methods"]}
-        named: list[tuple[str, int | str, str, str]] = [
-            ("methods", i, m, "") for i, m in enumerate(spec.methods or ())
-        ] + [("params", m, m, ", so its grid would expand nothing") for m in spec.params]
-        for key, at, m, why in named:
-            if m not in names:
-                close = difflib.get_close_matches(m, sorted(names), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise (
-                    where.at(key, raw)
-                    .at(at, raw.get(key))
-                    .error(f"{m!r} is not one of this config's methods{why}.{hint}")
-                )
-    try:
-        systems = expand(v["methods"], v["baselines"], spec, seed=v["seed"], shots=v["shots"])
-    except ValueError as e:
-        raise src.at("systems" if raw is not None else "methods", data).error(str(e)) from None
-    if spec is not None and spec.params:
-        where = src.at("systems", data).at("params", raw)
-        checked: set[str] = set()
-        for sd in systems:
-            if sd.baseline or sd.method.label() in checked:
-                continue
-            checked.add(sd.method.label())
-            _component(sd.method, where.at(sd.method.name, raw.get("params")), "method")
-    return [sd.label for sd in systems]
+    where = src.at("systems", data)
+    spec = SystemsSpec.from_dict(raw, where)
+    names = {m.name for m in v["methods"]} | {m.label() for m in v["methods"]}
+    named: list[tuple[str, int | str, str, str]] = [("methods", i, m, "") for i, m in enumerate(spec.methods or ())] + [
+        ("params", m, m, ", so its grid would expand nothing") for m in spec.params
+    ]
+    for key, at, m, why in named:
+        if m not in names:
+            close = difflib.get_close_matches(m, sorted(names), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            problem = f"{m!r} is not one of this config's methods{why}.{hint}"
+            raise where.at(key, raw).at(at, raw.get(key)).error(problem)
 
 
 def parse_set(values: list[str]) -> dict[str, Any]:

@@ -12,5 +12,14 @@ class ConfigError(PerbenchError, ValueError):
     """A run config (YAML, CLI flag or Python keyword) with an unknown key, wrong type or out-of-range value."""
 
 
+class ParamError(ConfigError):
+    """A component refusing one of its parameters (``owner: problem``); ``param`` names it, so that a config check
+    can point at that parameter's own line."""
+
+    def __init__(self, owner: str, param: str, problem: str) -> None:
+        super().__init__(f"{owner}: {problem}")
+        self.param, self.problem = param, problem
+
+
 class StoreError(PerbenchError):
     """A run's store or output folder that cannot be read or written (corrupt, read-only, disk full)."""

@@ -244,6 +244,37 @@ benchmarks.register(
     defaults={"rm_backbone": "smollm2", "policy": "smollm2", "k": 10, "w": 1.0},
 )
 
+benchmarks.register(
+    "synthesizeme",
+    "perbench.data.benchmarks.synthesizeme:load_synthesizeme",
+    help="SynthesizeMe's PersonalRewardBench (PRISM / Chatbot Arena, per-user splits); not Ma et al.'s prb",
+    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct", "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "rewardbench2",
+    "perbench.data.benchmarks.rewardbench2:load_rewardbench2",
+    help="RewardBench 2: best-of-4 lists over six domains, Ties by its own composite (one general user)",
+    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct", "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "rmgap",
+    "perbench.data.benchmarks.rmgap:load_rmgap",
+    help="RMGAP: four styled responses per instance, prompt groups of paraphrases (Pair, BoN, Consistency)",
+    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct", "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "personalllm",
+    "perbench.data.benchmarks.personalllm:load_personalllm",
+    help="PersonalLLM: simulated users as Dirichlet mixtures of reward models' scores; best-of-8 lists",
+    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct", "k": 10, "w": 1.0},
+)
+benchmarks.register(
+    "lamp_gen",
+    "perbench.data.benchmarks.lamp_gen:load_lamp_gen",
+    help="LaMP-4 headlines or LongLaMP long-form writing: gold output vs the most similar train gold",
+    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct", "k": 10, "w": 1.0},
+)
+
 reward_models.register(
     "global_bt", "perbench.rewards.global_bt:GlobalBT", help="Bradley-Terry linear head on frozen features"
 )

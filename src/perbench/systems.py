@@ -33,15 +33,26 @@ import hashlib
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from perbench.specs.systems import AXES, SystemsSpec
+
 if TYPE_CHECKING:
-    from perbench.config import Component, Where
+    from perbench.config import Component, RunConfig
     from perbench.data.records import PreferencePair
 
-AXES = ("train_fraction", "seed", "shots")
-_KEYS = (*AXES, "params", "methods")
+__all__ = [
+    "AXES",
+    "SystemDef",
+    "SystemsSpec",
+    "check_system_names",
+    "check_systems",
+    "expand",
+    "family_of",
+    "system_label",
+    "train_subset",
+]
 
 
 @dataclass(frozen=True)
@@ -76,86 +87,6 @@ class SystemDef:
 def family_of(label: str) -> str:
     """A system's method family: its label up to the first ``(``."""
     return label.split("(", 1)[0]
-
-
-@dataclass(frozen=True)
-class SystemsSpec:
-    """The parsed ``systems:`` block (run-level axes, per-method parameter grids, which methods expand)."""
-
-    train_fraction: tuple[float, ...] = ()
-    seed: tuple[int, ...] = ()
-    shots: tuple[int, ...] = ()
-    params: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
-    methods: tuple[str, ...] | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any, where: Where) -> SystemsSpec:
-        """Check the block; every problem is a ConfigError naming ``where`` (file, line, key)."""
-        if not isinstance(data, Mapping):
-            raise where.error(f"expected a mapping ({', '.join(_KEYS)}), got {type(data).__name__}")
-        for k in data:
-            if k not in _KEYS:
-                import difflib
-
-                close = difflib.get_close_matches(str(k), _KEYS, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise where.at(str(k), data).error(f"unknown key.{hint} Allowed: {', '.join(_KEYS)}")
-
-        def values(key: str, ok: Any, text: str) -> tuple[Any, ...]:
-            raw = data.get(key)
-            at = where.at(key, data)
-            if raw is None:
-                return ()
-            if not isinstance(raw, list | tuple) or not raw:
-                raise at.error(f"expected a non-empty list ({text}), got {raw!r}")
-            for i, v in enumerate(raw):
-                if not ok(v):
-                    raise at.at(i, raw).error(f"expected {text}, got {v!r}")
-            if len(set(raw)) != len(raw):
-                raise at.error(f"a value is listed twice: {list(raw)}")
-            return tuple(raw)
-
-        def is_int(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        fractions = values(
-            "train_fraction",
-            lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1,
-            "a number in (0, 1]",
-        )
-        seeds = values("seed", lambda v: is_int(v) and 0 <= v < 2**32, "an integer seed ≥ 0")
-        shots = values("shots", lambda v: is_int(v) and v >= 0, "an integer ≥ 0")
-        if len({float(f) for f in fractions}) != len(fractions):
-            raise where.at("train_fraction", data).error(f"a value is listed twice: {list(fractions)}")
-        params: dict[str, dict[str, tuple[Any, ...]]] = {}
-        raw_params = data.get("params") or {}
-        at_params = where.at("params", data)
-        if not isinstance(raw_params, Mapping):
-            raise at_params.error(f"expected a mapping METHOD: {{PARAM: [values]}}, got {raw_params!r}")
-        for method, grid in raw_params.items():
-            at_m = at_params.at(str(method), raw_params)
-            if not isinstance(grid, Mapping) or not grid:
-                raise at_m.error(f"expected a mapping PARAM: [values], got {grid!r}")
-            params[str(method)] = {}
-            for name, vals in grid.items():
-                at_p = at_m.at(str(name), grid)
-                if not isinstance(vals, list | tuple) or not vals:
-                    raise at_p.error(f"expected a non-empty list of values, got {vals!r}")
-                params[str(method)][str(name)] = tuple(vals)
-        methods = data.get("methods")
-        if methods is not None:
-            methods = values("methods", lambda v: isinstance(v, str) and v.strip(), "a method's name or label")
-        return cls(
-            tuple(float(f) for f in fractions), seeds, shots, params, None if methods is None else tuple(methods)
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: list(getattr(self, k)) for k in AXES if getattr(self, k)}
-        if self.params:
-            out["params"] = {m: {p: list(v) for p, v in g.items()} for m, g in self.params.items()}
-        if self.methods is not None:
-            out["methods"] = list(self.methods)
-        return out
 
 
 def _fmt(v: Any) -> str:
@@ -228,3 +159,55 @@ def train_subset(pairs: Sequence[PreferencePair], fraction: float, seed: int) ->
         ranked = sorted(idx, key=lambda i: hashlib.sha256(f"{seed}|{pairs[i].content_key()}".encode()).hexdigest())
         keep.update(ranked[: math.ceil(fraction * len(idx))])
     return [p for i, p in enumerate(pairs) if i in keep]
+
+
+# ------------------------------------------------------------------------------------------- preflight rules
+def check_systems(cfg: RunConfig) -> list[str]:
+    """The preflight's rule for the systems a config expands to: every label distinct and plain, each variant of a
+    parameter grid checked like a method (``systems.params.METHOD.PARAM``) -> every system's label."""
+    from perbench.config import check_component
+
+    spec = None if cfg.systems is None else SystemsSpec.from_dict(cfg.systems, cfg.locate("systems"))
+    try:
+        systems = expand(cfg.methods, cfg.baselines, spec, seed=cfg.seed, shots=cfg.shots)
+    except ValueError as e:
+        raise cfg.locate("systems" if spec is not None else "methods").error(str(e)) from None
+    if spec is not None and spec.params:
+        checked: set[str] = set()
+        for sd in systems:
+            if sd.baseline or sd.method.label() in checked:
+                continue
+            checked.add(sd.method.label())
+            check_component(sd.method, cfg.locate("systems", "params", sd.method.name), "method")
+    return [sd.label for sd in systems]
+
+
+def check_system_names(cfg: RunConfig, labels: Sequence[str]) -> None:
+    """The keys that name systems (``guide_with``, ``reference_method``, ``rl.methods``) name systems of this
+    config (``labels``: :func:`check_systems`)."""
+    import dataclasses
+    import difflib
+
+    from perbench.specs.rl import RLPhase
+
+    def hint(name: str) -> str:
+        close = difflib.get_close_matches(name, list(labels), n=1)
+        return f" Did you mean {close[0]!r}?" if close else ""
+
+    allowed = ", ".join(labels) or "none"
+    for i, g in enumerate(cfg.guide_with or []):
+        if g not in labels:
+            raise cfg.locate("guide_with", i).error(
+                f"{g!r} is not one of this config's methods or baselines, so it would guide nothing.{hint(g)} "
+                f"Allowed: {allowed}"
+            )
+    ref = cfg.reference_method
+    default = {f.name: f.default for f in dataclasses.fields(cfg)}["reference_method"]
+    if ref not in labels and ref != default:  # the default may be absent: then the report says there is none
+        raise cfg.locate("reference_method").error(
+            f"{ref!r} is not one of this config's methods or baselines, so per-user gains and minority users would "
+            f"be measured against nothing.{hint(ref)} Allowed: {allowed}"
+        )
+    if cfg.rl is not None:
+        where = str(cfg.locate("rl"))
+        RLPhase.from_dict(cfg.rl, where=where).check_methods(list(labels), where=where)

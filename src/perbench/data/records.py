@@ -11,11 +11,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
+from perbench.data.user_context import ProfileItem as ProfileItem  # defined there, a record of this module
 from perbench.data.user_context import UserView, derived_user_context, user_views
 
 Split = Literal["train", "test"]
 #: the pair set (``Benchmark.pair_sets``) of consensus pairs: every user of the benchmark prefers chosen to rejected
 CONSENSUS = "consensus"
+#: the pair set of test pairs asked again under paraphrased prompts (``meta["paraphrase_of"]`` = the original pair id)
+PARAPHRASED = "paraphrased"
 SPLITS: tuple[str, ...] = ("train", "test")
 
 
@@ -69,13 +72,6 @@ class PreferencePair:
     def content_key(self) -> str:
         """Identity by content: (user, prompt, chosen, rejected)."""
         return content_hash(self.user_id, prompt_key(self.prompt), self.chosen, self.rejected)
-
-
-@dataclass(frozen=True)
-class ProfileItem:
-    item_id: str
-    text: str
-    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from perbench.data.records import ProfileItem, SkipReport, User
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Protocol, TypeVar
 
 #: ``mode`` values of :func:`user_text`: the profile (``auto`` and ``profile`` are the same) or nothing
 USER_TEXT_MODES: tuple[str, ...] = ("auto", "profile", "none")
@@ -45,6 +42,47 @@ POLICIES: dict[str, str] = {
 
 
 @dataclass(frozen=True)
+class ProfileItem:
+    """One thing the user wrote or did that a method may read (a past post, a past title, a self-description)."""
+
+    item_id: str
+    text: str
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+class _Pole(Protocol):
+    @property
+    def aspect(self) -> str: ...
+    @property
+    def pole(self) -> str: ...
+
+
+class UserRecord(Protocol):
+    """What this module reads of a full user record (:class:`perbench.data.records.User`, which builds on this
+    module and so is not imported here)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def seen(self) -> bool: ...
+    @property
+    def profile(self) -> tuple[ProfileItem, ...]: ...
+    @property
+    def rubric(self) -> Sequence[_Pole] | None: ...
+    @property
+    def answer_key(self) -> Mapping[str, Any] | None: ...
+
+
+class _Skips(Protocol):
+    def add(self, reason: str, where: str = ..., n: int = ..., unit: str | None = ...) -> None: ...
+
+
+U = TypeVar("U", bound=UserRecord)
+
+
+@dataclass(frozen=True)
 class UserView:
     """What a method, a judge or a decoder is handed about a user: the id, whether the user is seen, and the
     declared user context (the profile items). It does not hold the answer key (nor ``User.meta``)."""
@@ -54,12 +92,12 @@ class UserView:
     profile: tuple[ProfileItem, ...] = ()
 
 
-def user_view(user: User) -> UserView:
+def user_view(user: UserRecord) -> UserView:
     """The view of ``user`` that methods receive."""
     return UserView(user.user_id, user.seen, tuple(user.profile))
 
 
-def user_views(users: Mapping[str, User]) -> dict[str, UserView]:
+def user_views(users: Mapping[str, UserRecord]) -> dict[str, UserView]:
     return {uid: user_view(u) for uid, u in users.items()}
 
 
@@ -74,7 +112,7 @@ def require_views(users: Mapping[str, Any], who: str) -> dict[str, UserView]:
     return dict(users)
 
 
-def answer_keys(users: Mapping[str, User]) -> dict[str, str]:
+def answer_keys(users: Mapping[str, UserRecord]) -> dict[str, str]:
     """Each user's answer key as a readable statement (:func:`answer_key_summary`): for oracle methods only."""
     out = {}
     for uid, u in users.items():
@@ -84,7 +122,7 @@ def answer_keys(users: Mapping[str, User]) -> dict[str, str]:
     return out
 
 
-def method_inputs(users: Mapping[str, User], *, oracle: bool = False) -> dict[str, Any]:
+def method_inputs(users: Mapping[str, UserRecord], *, oracle: bool = False) -> dict[str, Any]:
     """What a method's ``RMContext.extra`` holds about the users: their views, and for a method named as an
     oracle (``oracle = True``) also their answer keys."""
     out: dict[str, Any] = {"users": user_views(users)}
@@ -98,13 +136,13 @@ def opaque_user_id(label: str, prefix: str = "user") -> str:
     return f"{prefix}-{hashlib.sha256(label.strip().encode('utf-8')).hexdigest()[:10]}"
 
 
-def context_items(user: UserView | User | None) -> tuple[ProfileItem, ...]:
+def context_items(user: UserView | UserRecord | None) -> tuple[ProfileItem, ...]:
     """The profile items a method may read about ``user`` (never the answer key)."""
     return () if user is None else tuple(user.profile)
 
 
 def user_text(
-    user: UserView | User | None, mode: str = "auto", profile_k: int = 5, max_chars: int = 2000
+    user: UserView | UserRecord | None, mode: str = "auto", profile_k: int = 5, max_chars: int = 2000
 ) -> str | None:
     """The text that describes ``user`` to a model: their first ``profile_k`` profile items as ``- item`` lines,
     cut to ``max_chars``; None when there is nothing (or ``mode="none"``).
@@ -130,7 +168,7 @@ def user_text(
     return "\n".join(f"- {it.text}" for it in items)[:max_chars]
 
 
-def answer_key_summary(user: User) -> str | None:
+def answer_key_summary(user: UserRecord) -> str | None:
     """A readable statement of the user's answer key (``answer_key["rubric_text"]``, else its texts joined)."""
     key = user.answer_key or {}
     summary = key.get("rubric_text")
@@ -141,7 +179,7 @@ def answer_key_summary(user: User) -> str | None:
 
 
 def oracle_user_text(
-    user: UserView | User | None, answer_key: str | None, profile_k: int = 5, max_chars: int = 2000
+    user: UserView | UserRecord | None, answer_key: str | None, profile_k: int = 5, max_chars: int = 2000
 ) -> str | None:
     """Answer key + user context, for an oracle upper bound only (the answer key is never cut off)."""
     if user is None:
@@ -167,7 +205,7 @@ def _leaves(value: Any) -> Iterator[str]:
             yield from _leaves(v)
 
 
-def answer_key_texts(user: User) -> list[str]:
+def answer_key_texts(user: UserRecord) -> list[str]:
     """Every text of the user's answer key (each string in ``User.answer_key``, nested ones included), plus the
     checkable poles as ``aspect=pole``; first occurrence first."""
     out = list(_leaves(user.answer_key or {}))
@@ -187,13 +225,13 @@ def is_phrase(text: str) -> bool:
     return len(text.split()) >= 2
 
 
-def leaked_answer_keys(user: User, text: str) -> list[str]:
+def leaked_answer_keys(user: UserRecord, text: str) -> list[str]:
     """The answer-key phrases of ``user`` that occur in ``text`` (case, punctuation and whitespace ignored)."""
     haystack = _norm(text)
     return [k for k in answer_key_texts(user) if is_phrase(k) and _norm(k).strip() and _norm(k) in haystack]
 
 
-def withhold_answer_key(user: User, skipped: SkipReport) -> User:
+def withhold_answer_key(user: U, skipped: _Skips) -> U:
     """``user`` without the profile items that quote their own answer key (each dropped item counted as
     ``profile_item_contains_answer_key``): a file whose profile repeats the persona sentence or rubric would
     otherwise hand the answer key to every method."""
@@ -207,7 +245,12 @@ def withhold_answer_key(user: User, skipped: SkipReport) -> User:
 
 
 def describe_user_context(
-    policy: str, users: Mapping[str, User], *, included: Sequence[str], withheld: Sequence[str] = (), note: str = ""
+    policy: str,
+    users: Mapping[str, UserRecord],
+    *,
+    included: Sequence[str],
+    withheld: Sequence[str] = (),
+    note: str = "",
 ) -> dict[str, Any]:
     """The record of what reaches methods about each user (``Benchmark.meta["user_context"]``).
 
@@ -234,7 +277,7 @@ def describe_user_context(
     return out
 
 
-def derived_user_context(users: Mapping[str, User]) -> dict[str, Any]:
+def derived_user_context(users: Mapping[str, UserRecord]) -> dict[str, Any]:
     """The policy of a benchmark whose loader declared none, read off its users."""
     has_profile = any(u.profile for u in users.values())
     return describe_user_context(

@@ -18,6 +18,7 @@ _DECODERS = {
 }
 _QUALITIES = {
     "rubric_satisfaction": "rubric sat.",
+    "personal_reward": "user reward",
     "rouge1": "ROUGE-1",
     "rougeL": "ROUGE-L",
     "bertscore_f1": "BERTScore-F1",
@@ -31,6 +32,10 @@ _UPSTREAM = {
     "rm_acc_all": "RM acc. all pairs",
     "rm_acc_pers_only": "RM acc. pers.-only",
     "rm_acc_consensus": "RM acc. consensus",
+    "rm_acc_paraphrased": "RM acc. paraphrased prompts",
+    "rm_bok_acc": "best-of-k acc.",
+    "rm_ties": "Ties score (RewardBench 2)",
+    "rm_consistency": "paraphrase consistency",
     "fewshot_acc": "few-shot acc.",
     "fewshot_active_acc": "few-shot acc. (active)",
     "pa": "policy acc. (sequence tilt)",
@@ -63,7 +68,9 @@ def metric_label(metric: str) -> str:
             qual = "BoN gain " + _QUALITIES.get(q[len("bon_gain_") :], q[len("bon_gain_") :])
         return f"{_DECODERS.get(dec, dec)} · {qual or q}"
     if metric.startswith("rm_acc_on_"):
-        return f"RM acc. on {metric[len('rm_acc_on_') :]}"
+        name, _, kind = metric[len("rm_acc_on_") :].partition("@")
+        what = {"bok": "best-of-k acc.", "ties": "Ties score", "consistency": "paraphrase consistency"}
+        return f"{what.get(kind, 'RM acc.')} on {name}"
     base, at, n = metric.partition("@")
     return _UPSTREAM.get(base, base) + (f" @{n}" if at else "")
 

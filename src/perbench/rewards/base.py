@@ -215,11 +215,11 @@ class FeatureRM(RewardModel):
         self, item: ScoreItem, response_ids: Sequence[int], cands: torch.Tensor
     ) -> torch.Tensor:
         """The RM backbone's state at x ⊕ y_<t ⊕ v for all T·k candidates (one forward over x ⊕ y, then tree
-        batches of candidates; see :func:`~perbench.rewards.lm_utils.tree_candidate_hidden`) -> rewards."""
+        batches of candidates; see :func:`~perbench.models.stepper.tree_candidate_hidden`) -> rewards."""
         import torch
 
         from perbench.models.chat import encode_prompt
-        from perbench.rewards.lm_utils import tree_candidate_hidden
+        from perbench.models.stepper import tree_candidate_hidden
 
         ext = self._require_extractor()
         ids = [*encode_prompt(ext.lm.tokenizer, item.prompt), *response_ids][-ext.max_length :]  # as encode_pair

@@ -32,7 +32,7 @@ import torch
 
 from perbench.data.records import PreferencePair, prompt_messages
 from perbench.device import resolve_device
-from perbench.errors import ConfigError
+from perbench.errors import ConfigError, ParamError
 from perbench.models.loader import (
     LoadedLM,
     ModelSpec,
@@ -94,7 +94,7 @@ class HubRM(RewardModel):
         if not model:
             raise ValueError("hub_rm needs model=<hub id or local folder>")
         if trust_remote_code and not remote_code_allowed():
-            raise ConfigError(f"hub_rm: {remote_code_refusal(model)}")
+            raise ParamError("hub_rm", "trust_remote_code", remote_code_refusal(model))
         extra = {"allow_untrained_head": True} if allow_untrained_head else {}
         super().__init__(model=model, max_length=max_length, **extra, **params)
         self.spec, self.batch_size, self.max_length = model, batch_size, max_length

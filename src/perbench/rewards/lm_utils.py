@@ -21,6 +21,7 @@ import torch
 from perbench.data.records import Message, Prompt
 from perbench.models.chat import encode_pair
 from perbench.models.loader import LoadedLM, load_lm
+from perbench.models.stepper import tree_candidate_hidden as tree_candidate_hidden  # re-exported: it lived here
 from perbench.rewards.base import RMContext, ScoreItem, item_key
 
 
@@ -316,56 +317,3 @@ def token_factorised_prefix_rewards(
     before = torch.cat([cum.new_zeros(1), cum[:-1]]) if T else cum
     cand = scale * (before[:, None] + per_token.gather(1, cands.to(per_token.device)))
     return token, cand
-
-
-def tree_candidate_hidden(
-    lm: LoadedLM,
-    ids: Sequence[int],
-    P: int,
-    cands: torch.Tensor,
-    *,
-    chunk_tokens: int = 512,
-    cache: Any = None,
-) -> torch.Tensor:
-    """(T, k, d) last hidden state of ``lm`` at x ⊕ y_<t ⊕ v for every response position t and candidate
-    v = ``cands[t, j]``, with ``ids`` = x ⊕ y (the first ``P`` ids are the prompt, T = len(ids) − P).
-
-    One forward over x ⊕ y_<T fills a KV cache (or pass ``cache``, already holding at least that), then
-    the candidates go in as tree batches of ``chunk_tokens``: candidate (t, v) sits at position P + t and
-    attends to x ⊕ y_<t and itself only; the cache is cropped back after each chunk."""
-    from transformers import DynamicCache
-
-    model = lm.model
-    dec = model.get_decoder()
-    dev = lm.policy.device
-    dtype = lm.policy.torch_dtype()
-    T, k = cands.shape
-    if T == 0:
-        return torch.zeros(0, k, int(lm.hidden_size))
-    if len(ids) - P != T:
-        raise ValueError(f"tree_candidate_hidden: {T} candidate rows for {len(ids) - P} response tokens")
-    per = max(1, chunk_tokens // max(k, 1))
-    if cache is None:
-        cache = DynamicCache(config=model.config)
-        x = torch.tensor([list(ids)[: len(ids) - 1]], dtype=torch.long, device=dev)  # y_T is never a prefix
-        dec(input_ids=x, cache=cache, use_cache=True)
-    Lc = cache.get_seq_length()
-    neg = torch.finfo(dtype).min
-    out = []
-    for t0 in range(0, T, per):
-        t1 = min(T, t0 + per)
-        n = (t1 - t0) * k
-        pos = P + torch.arange(t0, t1, device=dev).repeat_interleave(k)
-        cached = torch.where(torch.arange(Lc, device=dev)[None, :] < pos[:, None], 0.0, neg)
-        tree = torch.full((n, n), neg, device=dev).fill_diagonal_(0.0)
-        mask = torch.cat([cached, tree], 1).to(dtype)[None, None]
-        h = dec(
-            input_ids=cands[t0:t1].reshape(1, n).to(dev),
-            attention_mask=mask,
-            position_ids=pos[None],
-            cache=cache,
-            use_cache=True,
-        ).last_hidden_state[0]
-        cache.crop(-n)
-        out.append(h.view(t1 - t0, k, -1))
-    return torch.cat(out)

@@ -26,58 +26,22 @@ unit the non-adaptive path would compute.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from perbench.specs.adaptive import AdaptiveSpec as AdaptiveSpec
+
 if TYPE_CHECKING:
-    from perbench.config import Where
-
-_MINUTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(min|mins|minute|minutes|m)\s*$")
-_KEYS = ("budget", "round", "metric")
+    from perbench.config import RunConfig
 
 
-@dataclass(frozen=True)
-class AdaptiveSpec:
-    """The parsed ``adaptive:`` block."""
+def check_adaptive(cfg: RunConfig) -> None:
+    """The preflight's rule for ``adaptive.metric``: one of the qualities the scoring measures."""
+    from perbench.runner.scoring import QUALITY_METRICS
 
-    generations: int | None  # a budget in generation units, or
-    minutes: float | None  # a budget in minutes of generation
-    round: int = 8  # cells added per round
-    metric: str | None = None  # the quality the rounds rank by (default: the verdict metric's)
-
-    @property
-    def budget_text(self) -> str:
-        return f"{self.generations} generations" if self.generations is not None else f"{self.minutes:g} min"
-
-    @classmethod
-    def from_dict(cls, data: Any, where: Where) -> AdaptiveSpec:
-        from perbench.runner.scoring import QUALITY_METRICS
-
-        if not isinstance(data, Mapping):
-            raise where.error(f"expected a mapping (budget, round, metric), got {type(data).__name__}")
-        for k in data:
-            if k not in _KEYS:
-                raise where.at(str(k), data).error(f"unknown key; allowed: {', '.join(_KEYS)}")
-        if "budget" not in data:
-            raise where.error('needs a budget: a number of generations (budget: 96) or minutes (budget: "4min")')
-        budget = data["budget"]
-        at = where.at("budget", data)
-        generations = minutes = None
-        if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1:
-            generations = budget
-        elif isinstance(budget, str) and (m := _MINUTES.match(budget)) and float(m.group(1)) > 0:
-            minutes = float(m.group(1))
-        else:
-            raise at.error(f'expected a number of generations ≥ 1 or minutes such as "4min", got {budget!r}')
-        rnd = data.get("round", 8)
-        if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 1:
-            raise where.at("round", data).error(f"expected an integer ≥ 1 (cells per round), got {rnd!r}")
-        metric = data.get("metric")
-        if metric is not None and metric not in QUALITY_METRICS:
-            raise where.at("metric", data).error(f"expected one of {', '.join(QUALITY_METRICS)}, got {metric!r}")
-        return cls(generations, minutes, rnd, metric)
+    metric = (cfg.adaptive or {}).get("metric")
+    if metric is not None and metric not in QUALITY_METRICS:
+        raise cfg.locate("adaptive", "metric").error(f"expected one of {', '.join(QUALITY_METRICS)}, got {metric!r}")
 
 
 def cell_order(cells: Sequence[tuple[str, str]], seed: int) -> list[tuple[str, str]]:
@@ -104,6 +68,8 @@ def round_metric(cfg: Any, bench: Any, spec: AdaptiveSpec) -> str:
         return str(cfg.verdict_metric).split(":", 1)[1]
     if any(u.rubric for u in bench.users.values()):
         return "rubric_satisfaction"
+    if bench.meta.get("ground_truth"):
+        return "personal_reward"
     return "rougeL" if bench.references else "judge_score"
 
 

@@ -95,6 +95,8 @@ class Downstream:
             keys = sorted(rng.choice(keys, limit, replace=False).tolist())
         refs = {(prompt_key(r.prompt), r.user_id) for r in bench.references}
         judged = {u for u, rec in bench.users.items() if self.s.judge is not None and rubric_aspects(rec)}
+        if bench.meta.get("ground_truth"):  # exact reward of any text (PersonalLLM's simulated users)
+            judged |= {u for u, rec in bench.users.items() if (rec.answer_key or {}).get("weights")}
         return [
             (prompts[k], u)
             for k in keys

@@ -1,5 +1,9 @@
 """Checks a run makes before any model work, so that what would fail mid-run fails first, as one located line.
 
+- :func:`check_config` (first; ``perbench validate --config`` runs it too): the config rules that need a room's
+  knowledge, each defined in the room that owns it -- model names (``models/checks.py``), the systems the config
+  expands to and the keys that name them (``systems.py``), the adaptive rounds' quality (``runner/adaptive.py``).
+  Each error names the file, line and key, as the config's own checks do;
 - :func:`check_setup` (before the data loads): ``out_dir`` is a folder (not a file), the device exists;
 - :func:`check_models` (after the data loads, before any weights load; ``perbench validate --config`` runs it
   too): every response fits ``max_length`` tokens of the tokenizers that will read it, and ``max_new_tokens``
@@ -16,6 +20,17 @@ from perbench.config import RunConfig
 from perbench.data.records import Benchmark
 from perbench.data.rows import DataError
 from perbench.errors import ConfigError
+
+
+def check_config(cfg: RunConfig) -> None:
+    """The rules of the rooms for ``cfg`` (see the module docstring); the config checked itself when it was made."""
+    from perbench.models.checks import check_model_names
+    from perbench.runner.adaptive import check_adaptive
+    from perbench.systems import check_system_names, check_systems
+
+    check_model_names(cfg)
+    check_system_names(cfg, check_systems(cfg))
+    check_adaptive(cfg)
 
 
 def check_setup(cfg: RunConfig) -> None:
@@ -129,6 +144,8 @@ def validate_for_run(cfg: RunConfig, source: str, options: Mapping[str, Any]) ->
     from perbench.runner.state import needs_models
 
     needs_train = any(registry.reward_models.get(m.name).needs_train_pairs for m in cfg.methods)
+
+    check_config(cfg)
 
     def checks(bench: Benchmark) -> None:
         check_setup(cfg)

@@ -325,7 +325,10 @@ def print_verdict(analysis: dict[str, Any]) -> None:
     ups = [u for u in ups if not u.startswith("fewshot")] or ups
     cell = {(p["upstream"], p["downstream"]): p for p in pairs}
     width = max(len(u) for u in ups) + 2
-    print(f"\nKendall τ-b between method rankings (95% CI), {len(ups)} upstream × {len(downs)} downstream metrics:")
+    print(
+        f"\nKendall τ-b between method rankings (95% CI, deployable systems: reference lines left out), {len(ups)} "
+        f"upstream × {len(downs)} downstream metrics:"
+    )
     for d in downs:
         print(f"  → {d}")
         for u in ups:

@@ -10,7 +10,6 @@ rerun of the same config recomputes nothing.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +17,12 @@ from perbench.config import RunConfig
 from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
 from perbench.runner.methods import MethodHandle
-from perbench.runner.preflight import check_models, check_paths, check_setup
+from perbench.runner.outcome import RunResult as RunResult  # also importable from here
+from perbench.runner.preflight import check_config, check_models, check_paths, check_setup
 from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict, systems_section
 from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
 from perbench.runner.work import Work
-
-
-@dataclass
-class RunResult:
-    run_dir: Path
-    results: dict[str, Any]
-    samples: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def results_path(self) -> Path:
-        return self.run_dir / "results.json"
-
-    @property
-    def report_path(self) -> Path:
-        return self.run_dir / "report.html"
 
 
 def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunResult:
@@ -50,10 +35,11 @@ def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunRe
         cfg = RunConfig.from_yaml(config)
     if overrides:
         cfg = cfg.override(**overrides)
+    check_config(cfg)  # here too: a seed's run is a copy that no longer knows the config's lines
     if cfg.seeds:
         from perbench.runner.seeds import run_seeds
 
-        return run_seeds(cfg)
+        return run_seeds(cfg, lambda one: Runner(one).run())
     return Runner(cfg).run()
 
 
@@ -67,6 +53,7 @@ class Runner:
 
         set_threads()
         t0 = time.perf_counter()
+        check_config(self.cfg)
         check_setup(self.cfg)
         bench = load_benchmark(self.cfg)
         extras = load_upstream_benchmarks(self.cfg)

@@ -13,7 +13,7 @@ from perbench.runner.methods import MethodHandle
 from perbench.runner.state import RunState
 from perbench.runner.units import unit_key
 
-QUALITY_METRICS = ("rubric_satisfaction", "rouge1", "rougeL", "bertscore_f1", "judge_score")
+QUALITY_METRICS = ("rubric_satisfaction", "personal_reward", "rouge1", "rougeL", "bertscore_f1", "judge_score")
 
 
 class Scoring:
@@ -66,10 +66,23 @@ class Scoring:
             for k, pair in enumerate(distinct):
                 for i in with_ref[pair]:
                     out[i]["bertscore_f1"] = float(f1[k])
+        truth = self._simulated()
+        if truth is not None and wanted("personal_reward"):
+            for i, v in enumerate(truth.score(texts, targets, bench.users)):
+                if v is not None:
+                    out[i]["personal_reward"] = v
         if self.s.judge is not None and wanted("judge_score"):
             for row, judged in zip(out, self._judge(texts, targets), strict=True):
                 row.update(judged)
         return out
+
+    def _simulated(self) -> Any:
+        """PersonalLLM's simulated users' exact reward (:mod:`perbench.metrics.simulated`), or None."""
+        if not hasattr(self, "_truth"):
+            from perbench.metrics.simulated import SimulatedUsers
+
+            self._truth = SimulatedUsers.of(self.s.bench, self.s.cfg.device)
+        return self._truth
 
     def _refs(self) -> dict[tuple[str, str], str]:
         if not hasattr(self, "_ref_table"):

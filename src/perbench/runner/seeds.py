@@ -8,22 +8,23 @@ pooled ``cells.jsonl``, a ``results.json`` whose analysis table gives the mean o
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perbench.io import atomic_write_json, atomic_write_text, writing_inside
+from perbench.runner.outcome import RunResult
 
 if TYPE_CHECKING:
     from perbench.config import RunConfig
-    from perbench.runner.run import RunResult
 
 
-def run_seeds(cfg: RunConfig) -> RunResult:
+def run_seeds(cfg: RunConfig, run_one: Callable[[RunConfig], RunResult]) -> RunResult:
+    """Run ``cfg`` once per seed with ``run_one`` (the single-seed run), then pool every seed's cells."""
     import yaml
 
     from perbench.report.html import write_report
     from perbench.runner.cells import Cells, read_cells
     from perbench.runner.results import analyze_cells, print_verdict
-    from perbench.runner.run import Runner, RunResult
     from perbench.runner.state import log
 
     assert cfg.seeds
@@ -31,7 +32,7 @@ def run_seeds(cfg: RunConfig) -> RunResult:
     for s in cfg.seeds:
         name = None if cfg.run_name is None else f"{cfg.run_name}-seed{s}"
         log(f"seed {s} of {list(cfg.seeds)}")
-        runs.append(Runner(dataclasses.replace(cfg, seeds=None, seed=s, run_name=name)).run())
+        runs.append(run_one(dataclasses.replace(cfg, seeds=None, seed=s, run_name=name)))
     parent = cfg.run_dir()
     parent.mkdir(parents=True, exist_ok=True)
     with writing_inside(parent):  # nothing written through a link inside the parent run directory

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from perbench.data.records import CONSENSUS, Benchmark, PreferencePair, prompt_key
+from perbench.data.records import CONSENSUS, PARAPHRASED, Benchmark, PreferencePair, prompt_key
+from perbench.runner.listwise import record_listwise
 from perbench.runner.methods import MethodHandle, pair_ids
 from perbench.runner.state import PAWeight, RunState, has_prefix_reward, outcomes
 
@@ -55,6 +56,9 @@ class Upstream:
         consensus = [p for p in self.s.bench.pair_sets.get(CONSENSUS, []) if p.user_id not in na]
         if consensus:
             out["rm_acc_consensus"] = consensus
+        paraphrased = [p for p in self.s.bench.pair_sets.get(PARAPHRASED, []) if p.user_id not in na]
+        if paraphrased:
+            out["rm_acc_paraphrased"] = paraphrased
         for name in self.s.extras:
             out[f"rm_acc_on_{name}"] = self.strangers(name)
         return out
@@ -142,6 +146,7 @@ class Upstream:
                 "pairs": sum(len(v) for v in na_pairs.values()),
             }
         all_scores: dict[str, dict[str, np.ndarray]] = {}
+        scored: dict[str, tuple[list[PreferencePair], dict[str, np.ndarray]]] = {}
         judge = issubclass(h.cls, PairwiseJudge)
         for group, pairs in groups.items():
             if not pairs:
@@ -171,6 +176,7 @@ class Upstream:
             pairs = [p for g in all_scores for p in groups[g]]
             merged = {k: np.concatenate([all_scores[g][k] for g in all_scores]) for k in ("chosen", "rejected")}
             acc["all"] = self._accuracy(merged, pairs, h)
+            scored["all"] = (pairs, merged)
             self.s.cells.add_pairs(h.label, "rm_acc_all", pairs, outcomes(merged, judge, cfg.tie_policy))
             sub = self._pers_only(pairs)
             if sub is not None:
@@ -185,11 +191,17 @@ class Upstream:
             scores = self._scores(h, pairs, h.shots, metric)
             group = metric.removeprefix("rm_acc_")
             acc[group] = self._accuracy(scores, pairs, h)
-            if metric != "rm_acc_consensus":
+            if metric.startswith("rm_acc_on_"):
                 acc[group]["users"] = (
                     "strangers to every method: each scores them with its unknown-user reward (docs/methods.md)"
                 )
             self.s.cells.add_pairs(h.label, metric, pairs, outcomes(scores, judge, cfg.tie_policy))
+            scored[metric] = (pairs, scores)
+        own = scored.pop("all", None)
+        for group, got in record_listwise(
+            self.s.cells, h.label, own, dict(scored), judge=judge, tie=cfg.tie_policy
+        ).items():
+            acc.setdefault(group, {}).update(got)
         out["rm_accuracy"] = acc
         if h.label == cfg.reference_method:
             self._train_accuracy(h, groups)

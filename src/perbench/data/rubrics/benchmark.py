@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perbench.data.records import CONSENSUS, Benchmark, PreferencePair, Reference, SkipReport
+from perbench.data.records import CONSENSUS, PARAPHRASED, Benchmark, PreferencePair, Reference, SkipReport
 from perbench.data.rubrics.aspects import ASPECTS, opposite
-from perbench.data.rubrics.prompts import PROMPT_TOPICS, RUBRIC_PROMPTS, RubricPrompt
+from perbench.data.rubrics.prompts import PROMPT_TOPICS, RUBRIC_PROMPTS, RubricPrompt, paraphrased_pairs
 from perbench.data.rubrics.users import RUBRIC_USERS, RubricUser, rubric_user_context, to_user
 
 #: the named subset of pairs on which every user-agnostic scorer scores exactly 0.5
@@ -69,12 +69,14 @@ def load_rubrics(
     max_test_prompts: int | None = None,
     mirror_splits: Sequence[str] = ("train", "test"),
     consensus_per_prompt: int = 4,
+    paraphrases: int = 0,
 ) -> Benchmark:
     """The rubric benchmark from the candidate pool. ``mirror_splits``: the splits where mirror pairs may be
     added so that the ``personalization_only`` subset covers (almost) every pair; ``()`` keeps only the
     hardest-negative pairs (the subset is then the naturally mirrored ones). ``consensus_per_prompt``: how many
     consensus pairs (see the module docstring) each test prompt gets at most, each evaluated for every user
-    (0: none)."""
+    (0: none). ``paraphrases``: how many rephrasings (0-2) of each test prompt ask every test pair again (the
+    ``paraphrased`` pair set, for paraphrase consistency; the checkers read only the answer, so labels hold)."""
     bad_splits = sorted(set(mirror_splits) - {"train", "test"})
     if bad_splits:
         raise ValueError(f"mirror_splits: unknown splits {bad_splits} (expected 'train' and/or 'test')")
@@ -146,7 +148,10 @@ def load_rubrics(
             "user_context": rubric_user_context(users),
         },
         subsets={PERSONALIZATION_ONLY: members},
-        pair_sets={CONSENSUS: consensus} if consensus else {},
+        pair_sets={
+            **({CONSENSUS: consensus} if consensus else {}),
+            **({PARAPHRASED: para} if (para := paraphrased_pairs(pairs, paraphrases)) else {}),
+        },
     )
 
 

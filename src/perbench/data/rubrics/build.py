@@ -156,6 +156,44 @@ def build_pool(
     return out
 
 
+def base_responses(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """prompt_id -> style -> the base response, read back from a pool's ``base-<style>`` rows (in ``STYLES``
+    order, as :func:`generate_bases` returns them)."""
+    found: dict[str, dict[str, str]] = {}
+    for r in rows:
+        source = str(r.get("source", ""))
+        if source.startswith("base-"):
+            found.setdefault(str(r["prompt_id"]), {})[source.removeprefix("base-")] = str(r["text"])
+    return {pid: {s: by_style[s] for s in STYLES if s in by_style} for pid, by_style in found.items()}
+
+
+def reassemble_pool(pool: Path | None = None, out: Path | None = None, seed: int = 0, n_edits: int = 8) -> Path:
+    """Re-derive a pool's edited candidates from its own base responses, for the current users and checkers (no
+    generation): what :func:`build_pool` with the same seed writes when the policy gives the same bases. Run it
+    after changing a user's rubric or a checker."""
+    import json
+
+    src = pool or POOL_PATH
+    rows = []
+    for line_no, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{src}:{line_no}: invalid JSON ({e.msg})") from None
+        for f in ("prompt_id", "text"):
+            if not isinstance(row.get(f), str) or not row[f]:
+                raise ValueError(f"{src}:{line_no}: field {f!r}: expected a non-empty string")
+        rows.append(row)
+    bases = base_responses(rows)
+    if not bases:
+        raise ValueError(f"{src}: no base responses (rows whose 'source' is 'base-<style>') to re-derive edits from")
+    out = out or src
+    atomic_write_jsonl(out, assemble_pool(bases, seed=seed, n_edits=n_edits))
+    return out
+
+
 def coverage(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Share of (user, prompt) with at least one satisfying candidate."""
     by_prompt: dict[str, list[str]] = {}

@@ -7,8 +7,11 @@ every rubric (short or long, listed or not, ...) can be met. Within each topic o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
+
+from perbench.data.records import PreferencePair
 
 
 @dataclass(frozen=True)
@@ -140,3 +143,90 @@ def _build() -> tuple[tuple[RubricPrompt, ...], dict[str, str]]:
 RUBRIC_PROMPTS: tuple[RubricPrompt, ...]
 PROMPT_TOPICS: dict[str, str]  # prompt_id -> topic
 RUBRIC_PROMPTS, PROMPT_TOPICS = _build()
+
+#: two rephrasings of every test question, same request in other words: the rubric checkers read only the answer,
+#: so a pair's label is the same under every phrasing (paraphrase consistency has an exact target)
+PARAPHRASES: dict[str, tuple[str, ...]] = {
+    "p04": (
+        "My pot of soup came out far too salty. How can I fix it?",
+        "Is there a way to rescue soup that I over-salted?",
+    ),
+    "p08": (
+        "What routines help when I want to prep my work lunches for the whole week in advance?",
+        "How do I get into a good rhythm of making my weekday work lunches ahead of time?",
+    ),
+    "p12": (
+        "I am going on a long train journey with a small child. What should I think about?",
+        "Any advice for spending many hours on a train with a little kid?",
+    ),
+    "p16": (
+        "How can I keep my food costs down when I am on a trip?",
+        "What are some ways to eat cheaply while travelling?",
+    ),
+    "p20": (
+        "When paying down debt, is it better to clear the smallest balances or the highest-interest ones first?",
+        "Which debts should I tackle first: the small ones or those with the biggest interest rate?",
+    ),
+    "p24": (
+        "Before I subscribe to a new service, what should I look at?",
+        "What is worth checking before I commit to another monthly subscription?",
+    ),
+    "p28": (
+        "My eyes get tired after hours in front of a screen. What can I do about it?",
+        "How can I ease eye strain when I spend long days looking at a monitor?",
+    ),
+    "p32": (
+        "What can I do in short breaks during my day to reduce stress?",
+        "How do I make the most of brief pauses in the day to feel calmer?",
+    ),
+    "p36": (
+        "What steps should I take to get a small garden bed ready for spring planting?",
+        "How do I get a little garden plot ready before I plant in the spring?",
+    ),
+    "p40": (
+        "How frequently should bed sheets and towels go in the wash?",
+        "What is a sensible schedule for washing towels and bedding?",
+    ),
+    "p44": (
+        "The Wi-Fi signal in my home is weak. How can I make it better?",
+        "What can I do to get stronger Wi-Fi coverage around the house?",
+    ),
+    "p48": (
+        "I am about to sell or give away my old phone. What should I do first?",
+        "What steps should I take before passing an old phone on to someone else?",
+    ),
+    "p52": (
+        "How do I word a courteous email to ask a coworker for help?",
+        "What is a polite way to write to a colleague when I need their help?",
+    ),
+    "p56": (
+        "How do I improve the notes I take in lectures and talks?",
+        "What can I do to take more useful notes while listening to a lecture or talk?",
+    ),
+    "p60": (
+        "I just moved to a new town. How can I meet new people?",
+        "What are some ways to make new acquaintances after relocating to another town?",
+    ),
+    "p64": (
+        "How can I organise a birthday celebration for a friend without spending much?",
+        "What is a cheap way to plan a friend's birthday party?",
+    ),
+}
+
+
+def paraphrased_pairs(pairs: Sequence[PreferencePair], n: int) -> list[PreferencePair]:
+    """Each test pair asked again under the first ``n`` paraphrases of its prompt (ids ``<pair id>~k``, meta
+    ``paraphrase_of`` = the original pair id): same user, chosen, rejected and label. A mirrored pair's paraphrases
+    are mirrored too, so every user-agnostic scorer still gets exactly ½ on them."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 2:
+        raise ValueError(f"paraphrases: expected an integer in 0..2, got {n!r}")
+    by_text = {p.text: p.prompt_id for p in RUBRIC_PROMPTS}
+    out = []
+    for p in pairs:
+        pid = by_text.get(p.prompt) if isinstance(p.prompt, str) else None
+        if p.split != "test" or pid not in PARAPHRASES:
+            continue
+        for k, text in enumerate(PARAPHRASES[pid][:n], 1):
+            meta = {**p.meta, "paraphrase_of": p.pair_id, "paraphrase": k}
+            out.append(replace(p, pair_id=f"{p.pair_id}~{k}", prompt=text, meta=meta))
+    return out

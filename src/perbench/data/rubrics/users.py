@@ -3,6 +3,12 @@
 The rubrics conflict on purpose. Within the seen group, and again within the unseen group, every aspect
 pole that some user asks for has its opposite pole asked for by another user, so no single global
 reward model can satisfy everyone. Unseen users ask for combinations that no seen user has.
+
+Every want is one the default policy reaches at the default run's length (``max_new_tokens``): the users ask
+only for poles of ``register``, ``opening``, ``person``, ``numbers`` and ``emphasis``, each met by at least 5 % of
+the default Best-of-N pool's samples. ``length``, ``format``, ``closing`` and ``example`` stay checkable, but a
+56-token answer, cut off mid-sentence, almost never reaches 120 words, three list lines, a closing question or an
+example marker (docs/rubrics.md, "Reachability").
 """
 
 from __future__ import annotations
@@ -34,15 +40,15 @@ RUBRIC_USERS: tuple[RubricUser, ...] = (
     _u(
         "u01",
         True,
-        "length=concise format=bulleted emphasis=bold",
-        "I want short answers of 60 words or fewer, laid out as a bulleted list, with the key phrases in bold.",
+        "emphasis=bold opening=context",
+        "Ease into the answer with a few sentences of background, and put the key phrases in bold.",
     ),
     _u(
         "u02",
         True,
-        "length=detailed format=prose register=formal",
-        "I want thorough answers of at least 120 words, written as formal paragraphs of prose with no lists, "
-        "contractions, slang or exclamation marks.",
+        "register=formal opening=context emphasis=plain",
+        "I want formal answers that open with a few sentences of background, with no contractions, slang, "
+        "exclamation marks, bold text or headings.",
     ),
     _u(
         "u03",
@@ -53,157 +59,157 @@ RUBRIC_USERS: tuple[RubricUser, ...] = (
     _u(
         "u04",
         True,
-        "opening=direct length=concise",
-        "Give me the answer in a single short opening sentence on its own line, and keep the whole reply to "
-        "60 words or fewer.",
+        "opening=direct emphasis=plain",
+        "Give me the answer in a single short opening sentence on its own line, in plain text with no bold "
+        "or headings.",
     ),
     _u(
         "u05",
         True,
-        "opening=context example=has_example length=detailed",
-        "I like answers that open with a paragraph of background, include an explicit example, and run to "
-        "at least 120 words.",
+        "opening=context numbers=no_numbers register=formal",
+        "I like formal answers that open with some background and avoid digits and figures, with no "
+        "contractions, slang or exclamation marks.",
     ),
     _u(
         "u06",
         True,
-        "closing=asks register=casual",
-        "I want a casual, friendly reply that ends by asking me a follow-up question.",
+        "register=casual opening=context",
+        "I want a casual, friendly reply with contractions and casual words that eases in with a few "
+        "sentences of context.",
     ),
     _u(
         "u07",
         True,
-        "closing=no_question register=formal person=impersonal",
-        "I want formal, impersonal answers that never address me as 'you' and do not end with any questions.",
+        "register=formal person=impersonal",
+        "I want formal, impersonal answers that never address me as 'you' and use no contractions, slang or "
+        "exclamation marks.",
     ),
     _u(
         "u08",
         True,
-        "example=has_example numbers=quantified",
-        "I want concrete answers that give an explicit example and several specific numbers.",
+        "numbers=quantified opening=context",
+        "I want answers that open with some background and give several specific numbers.",
     ),
     _u(
         "u09",
         True,
-        "example=no_example numbers=no_numbers format=prose",
-        "I prefer running prose with no examples, no figures or digits, and no lists.",
+        "numbers=no_numbers emphasis=plain",
+        "I prefer plain text with no digits or figures and no bold or headings.",
     ),
     _u(
         "u10",
         True,
-        "person=second_person closing=asks",
-        "Talk to me directly as 'you', and finish by asking me a question.",
+        "person=second_person emphasis=plain",
+        "Talk to me directly as 'you', in plain text without bold or headings.",
     ),
     _u(
         "u11",
         True,
-        "person=impersonal emphasis=plain length=concise",
-        "I want brief answers of 60 words or fewer, in an impersonal voice without 'you', and with no bold "
-        "text or headings.",
+        "person=impersonal emphasis=plain",
+        "I want answers in an impersonal voice without 'you', and with no bold text or headings.",
     ),
     _u(
         "u12",
         True,
-        "emphasis=bold opening=direct numbers=quantified",
-        "Lead with a one-sentence answer, put the key points in bold, and include specific numbers.",
+        "opening=direct numbers=quantified",
+        "Lead with a one-sentence answer on its own line, and include specific numbers.",
     ),
     _u(
         "u13",
         True,
-        "emphasis=plain format=prose closing=no_question",
-        "I want plain paragraphs with no markdown formatting at all and no questions at the end.",
+        "register=formal emphasis=plain numbers=no_numbers",
+        "I want formal plain paragraphs with no contractions, slang, exclamation marks, markdown formatting or digits.",
     ),
     _u(
         "u14",
         True,
-        "format=bulleted numbers=quantified register=formal",
-        "I want a formal bulleted list with concrete figures, and no contractions, slang or exclamation marks.",
+        "numbers=quantified register=formal",
+        "I want formal answers with concrete figures, and no contractions, slang or exclamation marks.",
     ),
     _u(
         "u15",
         True,
-        "length=detailed opening=context person=second_person",
-        "I want long answers of at least 120 words that start with some background and speak to me as 'you'.",
+        "opening=context person=second_person",
+        "I want answers that start with some background and speak to me as 'you'.",
     ),
     _u(
         "u16",
         True,
-        "register=casual example=has_example emphasis=bold",
-        "Keep it casual and chatty, give me an example, and bold the important bits.",
+        "register=casual emphasis=bold",
+        "Keep it casual and chatty, and bold the important bits.",
     ),
     _u(
         "u17",
         True,
-        "opening=direct closing=no_question example=no_example",
-        "Start with a one-line answer, skip the examples, and do not end with a question.",
+        "opening=direct numbers=no_numbers",
+        "Start with a one-line answer on its own, and avoid digits and figures.",
     ),
     _u(
         "u18",
         True,
-        "length=concise register=formal closing=asks",
-        "I want a brief, formal reply of 60 words or fewer that ends with a question to me.",
+        "register=formal person=second_person",
+        "I want a formal reply addressed to me as 'you', with no contractions, slang or exclamation marks.",
     ),
     _u(
         "u19",
         True,
-        "format=bulleted person=impersonal opening=direct",
-        "Open with a single short sentence, then give a bulleted list, written impersonally without 'you'.",
+        "person=impersonal numbers=no_numbers",
+        "I want answers written impersonally without 'you', with no digits or figures.",
     ),
     _u(
         "u20",
         True,
-        "numbers=no_numbers register=casual length=detailed",
-        "I like long, casual, chatty answers of at least 120 words that avoid digits and figures.",
+        "numbers=no_numbers register=casual opening=context",
+        "I like casual, chatty answers that ease in with some context and avoid digits and figures.",
     ),
     _u(
         "u21",
         True,
-        "opening=context emphasis=plain closing=no_question",
-        "Ease into the answer with a few sentences of context, use no bold or headings, and do not end with "
-        "a question.",
+        "opening=context emphasis=plain",
+        "Ease into the answer with a few sentences of context, and use no bold or headings.",
     ),
     _u(
         "u22",
         True,
-        "closing=asks format=prose example=has_example",
-        "Write in prose rather than lists, include an example, and close by asking me a question.",
+        "numbers=quantified emphasis=plain",
+        "Give me specific numbers in plain text, without bold or headings.",
     ),
     _u(
         "u23",
         True,
-        "example=no_example numbers=quantified emphasis=bold",
-        "Give me specific numbers with the key figures in bold, but skip the examples.",
+        "numbers=quantified emphasis=bold",
+        "Give me specific numbers with the key figures in bold.",
     ),
     _u(
         "u24",
         True,
-        "numbers=no_numbers person=second_person format=bulleted",
-        "Give me a bulleted list addressed to me as 'you', with no digits or figures.",
+        "numbers=no_numbers person=second_person",
+        "Talk to me as 'you', with no digits or figures.",
     ),
     # ---- unseen users: new combinations, conflicting among themselves ---------------------------
     _u(
         "n01",
         False,
-        "length=concise example=has_example person=impersonal",
-        "I want short answers of 60 words or fewer that include an example and never address me as 'you'.",
+        "person=impersonal opening=context",
+        "I want answers that open with some background and never address me as 'you'.",
     ),
     _u(
         "n02",
         False,
-        "length=detailed example=no_example person=second_person",
-        "I want long answers of at least 120 words, addressed to me as 'you', without any examples.",
+        "person=second_person numbers=quantified",
+        "Speak to me directly as 'you' and give me several specific numbers.",
     ),
     _u(
         "n03",
         False,
-        "format=bulleted closing=asks register=casual",
-        "Give me a casual bulleted list and end by asking me a question.",
+        "register=casual person=impersonal",
+        "I like a casual, chatty tone with contractions and casual words, but never addressed to me as 'you'.",
     ),
     _u(
         "n04",
         False,
-        "format=prose closing=no_question register=formal",
-        "I want formal prose with no lists, no contractions or slang, and no question at the end.",
+        "register=formal numbers=no_numbers",
+        "I want formal wording with no contractions, slang or exclamation marks, and no digits or figures.",
     ),
     _u(
         "n05",
@@ -214,20 +220,20 @@ RUBRIC_USERS: tuple[RubricUser, ...] = (
     _u(
         "n06",
         False,
-        "opening=context numbers=quantified emphasis=bold",
-        "Start with some background, give concrete numbers, and bold the key points.",
+        "emphasis=bold person=second_person",
+        "Talk to me directly as 'you' and bold the key points.",
     ),
     _u(
         "n07",
         False,
-        "length=concise register=formal emphasis=bold",
-        "I want a brief, formal answer of 60 words or fewer with the key phrases in bold.",
+        "register=formal emphasis=bold",
+        "I want a formal answer with the key phrases in bold and no contractions, slang or exclamation marks.",
     ),
     _u(
         "n08",
         False,
-        "length=detailed register=casual emphasis=plain",
-        "I like long, casual answers of at least 120 words in plain text without bold or headings.",
+        "register=casual emphasis=plain",
+        "I like casual answers in plain text without bold or headings.",
     ),
 )
 

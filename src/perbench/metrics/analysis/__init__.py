@@ -110,7 +110,12 @@ def analyze(
         raise ValueError(f"equivalence_fraction must be in (0, 1], got {equivalence_fraction!r}")
     est = Estimates(cells, upstream, downstream, reference_method, n_boot, seed, level, na_reasons)
     role = method_roles(est.methods, est.pure_decoders, roles)
-    sel, _ = selection(est)
+    # one answer: the selection, the validity comparison and the verdict read the same (deployable) systems;
+    # a reference line (a baseline, an oracle) is no candidate a team would rank
+    sel, _ = selection(est, methods=[m for m in est.methods if role.get(m) == DEPLOYABLE])
+    left_out = sorted(m for m in est.methods if role.get(m) != DEPLOYABLE and m in _with_upstream(est))
+    if left_out:
+        sel["systems"] += f" Reference lines left out (never a candidate): {', '.join(left_out)}."
     room = headroom(est, role)
     every = [*est.upstream, *est.downstream]
     margins = {k: margin_of(est, k, room.get(k), equivalence_margin, fraction) for k in every}
@@ -168,6 +173,10 @@ def analyze(
         "power_decision": {v["metric"]: whole["decision"]} if v["metric"] else {},
     }
     return dict(json_safe(out))
+
+
+def _with_upstream(est: Estimates) -> set[str]:
+    return {m for u in est.upstream for m in est.methods_with(u)}
 
 
 def _d(x: Any) -> dict[str, Any]:

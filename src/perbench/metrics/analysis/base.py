@@ -29,7 +29,8 @@ DIAGNOSTIC_METRICS = frozenset({TRAIN_ACC})
 TIE_TOL = 1e-12
 
 #: the prefix of an upstream metric on another benchmark's test pairs (``rm_acc_on_NAME``): its users and prompts are
-#: another population, drawn in a bootstrap stratum of their own (:func:`stratum`)
+#: another population, drawn in a bootstrap stratum of their own (:func:`stratum`); ``rm_acc_on_NAME@bok``, ``@ties``
+#: and ``@consistency`` are the listwise metrics on the same pairs (:mod:`perbench.runner.listwise`)
 EXTERNAL = "rm_acc_on_"
 
 _UPSTREAM_ORDER = (
@@ -43,7 +44,7 @@ _UPSTREAM_ORDER = (
 )
 _UPSTREAM_LATE = ("pa", "pa_rgd", "pa_prefix_mean", "pa_prefix_sum")
 _DECODER_ORDER = ("args", "best_of_n", "genarm", "zero_shot", "icl_rag")
-_QUALITY_ORDER = ("rubric_satisfaction", "rouge1", "rougeL", "bertscore_f1", "rm_win", "bon_gain")
+_QUALITY_ORDER = ("rubric_satisfaction", "personal_reward", "rouge1", "rougeL", "bertscore_f1", "rm_win", "bon_gain")
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,9 @@ def parse_group(group: str) -> GroupKey:
 def stratum(benchmark: str, metric: str) -> str:
     """The bootstrap stratum of a row: its benchmark, or for ``rm_acc_on_NAME`` that other benchmark (inside this
     run's), whose users and prompts are resampled among themselves."""
-    return f"{benchmark}>{metric[len(EXTERNAL) :]}" if metric.startswith(EXTERNAL) else benchmark
+    if not metric.startswith(EXTERNAL):
+        return benchmark
+    return f"{benchmark}>{metric[len(EXTERNAL) :].partition('@')[0]}"  # NAME@bok, @ties, @consistency: NAME's
 
 
 def is_downstream(metric: str) -> bool:

@@ -35,6 +35,7 @@ from perbench.metrics.bootstrap import percentile_ci
 #: how the oracle picks, per quality (it reads the answer key: an upper bound, never a method)
 ORACLE_BY = {
     "rubric_satisfaction": "the exact rubric checkers",
+    "personal_reward": "the simulated user's exact reward (the reward models that define it)",
     "rouge1": "ROUGE-1 against the user's reference (a labelled oracle: it reads the reference)",
     "rougeL": "ROUGE-L against the user's reference (a labelled oracle: it reads the reference)",
     "bertscore_f1": "BERTScore against the user's reference (a labelled oracle: it reads the reference)",

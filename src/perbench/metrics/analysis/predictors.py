@@ -10,13 +10,26 @@ from perbench.metrics.analysis.base import EXTERNAL
 from perbench.metrics.correlation import MIN_REPORTED_SYSTEMS
 
 #: the canonical predictors, in this order when present (then every ``rm_acc_on_NAME``)
-PREDICTORS = ("rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "pa")
+PREDICTORS = (
+    "rm_acc_consensus",
+    "rm_acc_pers_only",
+    "rm_acc_all",
+    "rm_acc_unseen",
+    "rm_bok_acc",
+    "rm_ties",
+    "rm_consistency",
+    "pa",
+)
 DESCRIPTIONS = {
     "rm_acc_consensus": "consensus pairs: every user prefers the same response (a general-quality benchmark)",
     "rm_acc_pers_only": "personalization-only pairs: each pair's preference is reversed by another user",
     "rm_acc_all": "all test pairs, seen and unseen users",
     "rm_acc_unseen": "few-shot accuracy: unseen users after adapting from their shots",
     "pa": "policy accuracy of the reward-guided policy (Rezk et al.)",
+    "rm_bok_acc": "best-of-k: the chosen response above all k − 1 rejected responses of its list",
+    "rm_ties": "RewardBench 2's Ties score: several correct answers, all above every incorrect one, by a margin",
+    "rm_consistency": "paraphrase consistency: a preference scored right under every phrasing of its prompt",
+    "rm_acc_paraphrased": "the test pairs asked again under paraphrased prompts",
     "onpolicy_acc": "on-policy pairs: two of the policy's own pool samples for a user whose exact quality differs",
 }
 #: on-policy predictors (``onpolicy_acc``, ``onpolicy_bok_acc@K``): read from the Best-of-N pool, labelled by the
@@ -56,7 +69,10 @@ PUBLISHED: tuple[dict[str, Any], ...] = (
 
 def describe(metric: str) -> str:
     if metric.startswith(EXTERNAL):
-        return f"the test pairs of {metric[len(EXTERNAL) :]}, its users strangers to every method"
+        name, _, kind = metric[len(EXTERNAL) :].partition("@")
+        what = {"bok": "best-of-k on the lists", "ties": "the Ties score", "consistency": "paraphrase consistency"}
+        head = f"{what[kind]} of the test pairs" if kind in what else "the test pairs"
+        return f"{head} of {name}, its users strangers to every method"
     if metric.startswith(f"{ONPOLICY}bok_acc@"):
         k = metric.rpartition("@")[2]
         return f"on-policy best-of-{k}: the best of {k} pool samples (by exact quality) above the other {int(k) - 1}"

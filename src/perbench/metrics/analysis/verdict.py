@@ -39,6 +39,7 @@ STOPPED = {
 DEFAULT_PREDICTOR = "rm_acc_all"
 _QUALITY_NAMES = {
     "rubric_satisfaction": "rubric satisfaction",
+    "personal_reward": "the simulated user's exact reward",
     "rouge1": "ROUGE-1",
     "rougeL": "ROUGE-L",
     "bertscore_f1": "BERTScore-F1",
@@ -48,6 +49,7 @@ _QUALITY_NAMES = {
 _MISSING = {
     "rubric_satisfaction": "no user of this benchmark has a checkable rubric",
     "judge_score": "the run has no judge, or no user has answer-key aspects for it",
+    "personal_reward": "the benchmark names no reward models that define its users' reward (PersonalLLM)",
     "rouge1": "no user has a reference text",
     "rougeL": "no user has a reference text",
     "bertscore_f1": "no user has a reference text, or BERTScore is off",

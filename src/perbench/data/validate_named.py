@@ -1,0 +1,74 @@
+"""``perbench validate --benchmark NAME FILE``: a named benchmark's own loader on a file, reported like the generic
+loader's validation (:func:`perbench.data.loaders.validate_file`), so every registered benchmark can be checked
+before a run: OK exactly when a run with these parameters would load it; otherwise the located error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from perbench.data.checks import check_benchmark, data_warnings
+from perbench.data.records import SPLITS, Benchmark
+from perbench.errors import PerbenchError
+
+
+def validate_named(
+    name: str, loader: Callable[..., Benchmark], source: str, params: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Load ``source`` with ``loader`` (the registry's ``name``) and ``params``, run the checks every run makes."""
+    report: dict[str, Any] = {
+        "source": source,
+        "format": f"benchmark {name}",
+        "on_error": (params or {}).get("on_error", "raise"),
+        "rows_read": 0,
+        "rows_with_errors": 0,
+        "rows_skipped": 0,
+        "pairs_kept": 0,
+        "users": 0,
+        "users_seen": 0,
+        "users_unseen": 0,
+        "splits": {s: 0 for s in SPLITS},
+        "train_pairs_seen": 0,
+        "skipped": {},
+        "skipped_pairs": 0,
+        "notes": [],
+        "warnings": [],
+        "first_error": None,
+        "fatal": None,
+        "diagnosis": None,
+        "ok": False,
+        "weighting": "pair",
+    }
+    try:
+        bench = loader(source, **dict(params or {}))
+        notes = check_benchmark(bench, needs_train=False)
+    except (PerbenchError, OSError, ValueError) as e:
+        report["fatal"] = report["first_error"] = str(e)
+        return report
+    meta = bench.meta
+    report.update(
+        rows_read=int(meta.get("rows_read", 0)),
+        rows_with_errors=int(meta.get("rows_with_errors", 0)),
+        pairs_kept=len(bench.pairs),
+        users=len(bench.users),
+        users_seen=len(bench.seen_users),
+        users_unseen=len(bench.unseen_users),
+        splits={s: sum(p.split == s for p in bench.pairs) for s in SPLITS},
+        train_pairs_seen=len(bench.train_pairs()),
+        skipped={
+            r: {"count": n, "unit": bench.skipped.unit(r), "examples": bench.skipped.examples.get(r, [])}
+            for r, n in sorted(bench.skipped.counts.items())
+        },
+        skipped_pairs=bench.skipped.total(),
+        notes=notes,
+        warnings=data_warnings(bench, None),
+        split_policy=meta.get("split_policy"),
+        seen_policy=meta.get("seen_policy"),
+        user_policy=meta.get("users"),
+        references=len(bench.references),
+        weighting=bench.weighting,
+        pair_sets={n: len(ps) for n, ps in bench.pair_sets.items()},
+        lists=len({(p.user_id, p.meta.get("list_id")) for p in bench.pairs if p.meta.get("list_id") is not None}),
+        ok=True,
+    )
+    return report
