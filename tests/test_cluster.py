@@ -258,3 +258,29 @@ def test_memory_no_node_has_is_a_config_error() -> None:
         r"1000 GB of memory, but no node .* 16\.0 GB\); lower resources\.rl",
     ):
         check_feasible([huge], nodes)
+
+
+def test_rays_errors_mid_run_are_one_perbench_error_that_says_a_rerun_resumes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("ray")
+    from ray import exceptions as rex
+
+    from perbench.errors import ConfigError
+    from perbench.runner.cluster import ClusterError, explain
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    crashed = explain(rex.WorkerCrashedError(), "fit:mpu")
+    assert isinstance(crashed, ClusterError)
+    assert str(crashed).startswith("--ray-address 10.0.0.1:6379: unit fit:mpu failed in Ray (The worker died")
+    node = explain(rex.NodeDiedError("node 1 died"), "generate:args[mpu]")
+    assert isinstance(node, ClusterError) and "was lost with a node of the cluster (node 1 died)" in str(node)
+    for e in (crashed, node):
+        assert str(e).endswith("the units finished so far are stored; rerun the same command to resume")
+        assert "\n" not in str(e)
+    # a unit that raised perbench's own error fails the run with that error; anything else is not Ray's
+    mine = ConfigError("benchmark.pool: no such file")
+    assert explain(rex.RayTaskError("run_unit", "Traceback ...", mine), "fit:mpu") is mine
+    missing = explain(rex.RayTaskError("run_unit", "Traceback ...", ModuleNotFoundError("No module named 'x'")), "u")
+    assert isinstance(missing, ClusterError) and "install perbench there or remove the node" in str(missing)
+    assert explain(ValueError("a bug"), "fit:mpu") is None
