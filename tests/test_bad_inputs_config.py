@@ -446,6 +446,7 @@ def test_list_sizes_names_loaders_that_need_a_path(capsys: pytest.CaptureFixture
     assert re.search(r"^  prism .*\[needs a path: path\]$", out, re.M)
     assert re.search(r"^  rubrics .*\[\d+ pairs, \d+ users\]$", out, re.M)
     assert "TypeError" not in out
+    assert "a run loads what its config selects" in out and "max_train_prompts" in out  # why a run has fewer
 
 
 def test_list_sizes_is_offline_unless_the_user_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:

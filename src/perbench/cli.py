@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from perbench.cli_export import add_export, export_cmd
 from perbench.errors import ConfigError, PerbenchError
 
 
@@ -236,6 +237,12 @@ def _list(args: argparse.Namespace) -> int:
             for e in kinds[kind]:
                 extra = _size(e.name) if kind == "benchmarks" and args.sizes else ""
                 print(f"  {e.name:<22} {e.help}{extra}")
+    if args.sizes and "benchmarks" in chosen:
+        print(
+            "  (sizes: each benchmark whole, at its own defaults; a run loads what its config selects, e.g. the "
+            "default run's `max_train_prompts: 24` of 48 keeps fewer train pairs: its `benchmark …: N pairs` "
+            "line says how many)"
+        )
     return 0
 
 
@@ -569,12 +576,15 @@ def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
             return "> 1e8 cells"
         return f"now ({100 * s['power_now']:.0f}%)" if s["scale"] <= 1 else f"{s['prompts']} × {s['users']}"
 
+    from perbench.report.labels import short_labels
+
+    names = short_labels([str(x) for p in plans for x in (p["a"], p["b"])])  # mpu@25% = mpu(train_fraction=0.25)
     margin = f"{unit * got['margin']:g}{pts}"
     head = ["comparison", "observed", "to separate", f"to establish equivalence (±{margin})"]
     rows = []
     for p in plans:
         one = p.get("one_sided", False)
-        name = f"{p['a']} − {p['b']}" + (" (one-sided)" if one else "")
+        name = f"{names[p['a']]} − {names[p['b']]}" + (" (one-sided)" if one else "")
         if p["constant"]:
             sep = eq = "identical" if p["observed"] == 0 else "constant"
         else:
@@ -609,11 +619,21 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error"
     )
+    common.add_argument(
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="no progress bars or log lines (perbench's and transformers', datasets', gguf's): PERBENCH_QUIET=1",
+    )
     parser = argparse.ArgumentParser(
         prog="perbench", description="Which personalized reward model should I deploy?", parents=[common]
     )
+    from perbench import __version__
+
+    parser.add_argument("--version", action="version", version=f"perbench {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     _add_run(sub, common)
+    add_export(sub, common)
     p = sub.add_parser(
         "list", parents=[common], help="list registered benchmarks, methods, decoders, metrics, executors"
     )
@@ -668,7 +688,13 @@ def main(argv: list[str] | None = None) -> int:
         "report": _report,
         "compare": _compare,
         "plan": _plan,
+        "export": export_cmd,
     }
+    if getattr(args, "quiet", False):
+        os.environ["PERBENCH_QUIET"] = "1"
+    from perbench.progress import quiet_third_party
+
+    quiet_third_party()
     try:
         return handlers[args.cmd](args)
     except Exception as e:

@@ -46,6 +46,8 @@ class DataError(PerbenchError, ValueError):
 
     rows: int = 1
     held: tuple[Mapping[str, Any], ...] = ()
+    #: the fix to name when bad rows abort the load, when it is not "skip such rows" (a problem of the whole file)
+    fix: str | None = None
 
     def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
         self.path = str(path)
@@ -73,9 +75,11 @@ class MissingFileError(DataError, FileNotFoundError):
 
 def with_skip_hint(err: DataError) -> DataError:
     """``err`` with :data:`SKIP_HINT` appended: the fix for a bad row when bad rows abort the load."""
-    if err.message.endswith(SKIP_HINT):
+    if err.message.endswith(SKIP_HINT) or (err.fix is not None and err.message.endswith(err.fix)):
         return err
-    return type(err)(err.path, err.line, err.field, f"{err.message}; {SKIP_HINT}")
+    out = type(err)(err.path, err.line, err.field, f"{err.message}; {err.fix or SKIP_HINT}")
+    out.fix = err.fix
+    return out
 
 
 class ErrorSink:

@@ -16,7 +16,8 @@ question, each stating its readings:
 - :mod:`.validity`: which upstream benchmark (pair set) predicts each downstream ranking better, with paired
   bootstrap CIs of the difference between two predictors' correlations;
 - :mod:`.fairness`: worst-decile and minority users (selected on train pairs, evaluated on test pairs);
-- :mod:`.power`: variance components and the users × prompts that would decide;
+- :mod:`.power`: the users × prompts that would decide (variance components in :mod:`.components`, one
+  comparison's size in :mod:`.sizing`, the whole decision in :mod:`.decision_model`);
 - :mod:`.verdict`: the paragraph that says what to deploy.
 
 Higher is better for every metric (``rm_win`` is ranked the same way; read it as how strongly an RM prefers its
