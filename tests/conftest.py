@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +94,29 @@ def random_linear_rm(extractor, seed: int = 0, scale: float = 1.0):  # type: ign
     )
     rm.bind(extractor)
     return rm
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The Debian ``chromium`` binary, installed with apt-get (as root) when missing."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    try:
+        subprocess.run(["apt-get", "update"], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            ["apt-get", "install", "-y", "chromium"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+            env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.fail(
+            f"headless Chromium is needed to check the report and could not be installed "
+            f"(`apt-get install -y chromium` as root): {e}"
+        )
+    found = shutil.which("chromium")
+    if not found:
+        pytest.fail("`apt-get install -y chromium` ran but no `chromium` binary is on PATH")
+    return found

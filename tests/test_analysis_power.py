@@ -111,7 +111,7 @@ def test_perbench_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["plan", str(run), "--metric", "args:nope"]) == 2
     assert "has no args:nope cells" in capsys.readouterr().err
     assert main(["plan", str(tmp_path / "missing")]) == 2
-    assert "cells.jsonl does not exist" in capsys.readouterr().err
+    assert "missing: not a run directory (no such folder)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["plan", str(run), "--power", "1.5"])
 

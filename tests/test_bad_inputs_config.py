@@ -74,7 +74,7 @@ CASES = [
         "4: decoders[1].k: expected an integer ≥ 1, got -1",
     ),
     Case("zero_n", "decoders:\n  - {name: best_of_n, n: 0}\n", "2: decoders[0].n: expected an integer ≥ 1, got 0"),
-    Case("negative_bootstrap", "bootstrap: -1\n", "1: bootstrap: expected an integer ≥ 0, got -1"),
+    Case("negative_bootstrap", "bootstrap: -1\n", "1: bootstrap: expected an integer in [0, 100000], got -1"),
     Case("device_tpu", "device: tpu\n", "1: device: 'tpu' is not a device; allowed: auto, cpu, cuda, cuda:N, mps"),
     Case(
         "dtype_float64",
@@ -446,6 +446,7 @@ def test_list_sizes_names_loaders_that_need_a_path(capsys: pytest.CaptureFixture
     assert re.search(r"^  prism .*\[needs a path: path\]$", out, re.M)
     assert re.search(r"^  rubrics .*\[\d+ pairs, \d+ users\]$", out, re.M)
     assert "TypeError" not in out
+    assert "a run loads what its config selects" in out and "max_train_prompts" in out  # why a run has fewer
 
 
 def test_list_sizes_is_offline_unless_the_user_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -470,7 +471,10 @@ def test_trust_remote_code_needs_the_explicit_permission(tmp_path: Path, capsys:
     path = write(tmp_path, case)
     # with the flag, the config is accepted (the error is the next problem) and the permission ends with the run
     assert main(["run", str(path), "--trust-remote-code", "--set", "bootstrap=-1"]) == 2
-    assert capsys.readouterr().err == "perbench: error: command line: bootstrap: expected an integer ≥ 0, got -1\n"
+    assert (
+        capsys.readouterr().err
+        == "perbench: error: command line: bootstrap: expected an integer in [0, 100000], got -1\n"
+    )
     assert not remote_code_allowed()
     allow_remote_code()
     cfg = RunConfig.from_yaml(path)

@@ -64,7 +64,7 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path, own_cache: Path)
     cfg = tiny_config(tiny_pool, tmp_path)
     first = run(cfg)
     res = first.results
-    assert res["schema_version"] == 1
+    assert res["schema_version"] == 2
     prov = res["provenance"]
     assert prov["models"]["policy"]["fingerprint"].startswith("tiny-random")
     assert prov["models"]["policy"]["chat_template_hash"]

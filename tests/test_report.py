@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,10 @@ import numpy as np
 import pytest
 
 from perbench.cli import main
+from perbench.report.fmt import esc
 from perbench.report.html import build_plots, render, write_report
 from perbench.report.leaderboard import render_markdown
+from perbench.runner.cells import cells_record
 
 XSS_USER = "<img src=x onerror=\"document.title='pwned';document.body.setAttribute('data-pwned','1')\">"
 XSS_TEXT = "<script>document.title='pwned';document.body.setAttribute('data-pwned','2')</script>Hello there."
@@ -76,7 +77,7 @@ def make_results(bench: str, analysis: dict[str, Any]) -> dict[str, Any]:
         "targets": 40,
     }
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "created": "2026-01-01T00:00:00+00:00",
         "config": {"bootstrap": 60, "seed": 0},
         "config_hash": "abc<i>123</i>",
@@ -159,9 +160,12 @@ def make_run_dir(root: Path, name: str = "run", seed: int = 0, bench: str = "syn
     d = root / name
     d.mkdir(parents=True)
     cells = make_cells(f"{bench}|tiny|seed{seed}", seed)
-    (d / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    text = "".join(json.dumps(c) + "\n" for c in cells)
+    (d / "cells.jsonl").write_text(text)
     (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in make_samples()))
-    (d / "results.json").write_text(json.dumps(make_results(bench, make_analysis(cells))))
+    # as a run records it: the count and digest of the cells file it wrote
+    results = {**make_results(bench, make_analysis(cells)), "cells": cells_record(text.encode(), len(cells))}
+    (d / "results.json").write_text(json.dumps(results))
     return d
 
 
@@ -179,7 +183,12 @@ def test_report_files_verdict_tables_and_plots(run_dir: Path) -> None:
     assert verdict["deploy"] == "mpu"  # the synthetic effect is large: the analysis separates it
     # verdict first: its box comes before every table
     assert html.index('class="verdict') < html.index("<table")
-    assert f'<p class="vtext">{verdict["text"]}' in html.replace("&#x27;", "'")
+    # the verdict rendered from its parts: the lead sentence, then one line per part, every part's words
+    box = html[html.index('class="verdict') : html.index("</section>")]
+    parts = verdict["parts"]
+    assert len(parts) > 2 and box.count("<li>") == len(parts) - 1
+    assert f'<p class="vtext">{esc(parts[0]["text"])}</p>' in box
+    assert all(esc(p["text"]) in box for p in parts)
     for section in (
         "Leaderboard — synth",
         "Methods: upstream and downstream",
@@ -211,7 +220,8 @@ def test_report_files_verdict_tables_and_plots(run_dir: Path) -> None:
     # best only from the analysis's ranking: mpu on the verdict metric, and no badge for an unseparated metric
     lb = html[html.index("Leaderboard — synth") : html.index('id="methods"')]
     assert re.search(r"<td>mpu</td>.*?badge best", lb, re.S)
-    assert lb.count("badge best") == len(_leaderboard_bests(results["analysis"]))
+    glance, full = lb.split('<details class="more">', 1)  # at a glance: the verdict metric's badge alone
+    assert glance.count("badge best") == 1 and full.count("badge best") == len(_leaderboard_bests(results["analysis"]))
     # n/a is a state with a reason, never a 0: length has no ARGS row
     assert 'class="na" title="' in html
     pngs = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', html)
@@ -269,7 +279,7 @@ def test_every_string_field_of_results_is_escaped(run_dir: Path, tmp_path: Path,
     assert "<x-inj" not in html
     assert f"config <code>abc&lt;i&gt;123&lt;/i&gt;{ESCAPED_MARK}</code>" in html
     assert f"Hello there.{ESCAPED_MARK}</div>" in html  # a generation
-    assert f"<th>mpu{ESCAPED_MARK}</th>" in html or not keys  # a method label (keys of analysis.table)
+    assert f"<td>mpu{ESCAPED_MARK}</td>" in html or not keys  # a method label (keys of analysis.table)
     d = tmp_path / "edited"
     d.mkdir()
     (d / "results.json").write_text(json.dumps(results))
@@ -387,32 +397,6 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
     "--hide-scrollbars",
 ]
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """The Debian ``chromium`` binary, installed with apt-get (as root) when missing."""
-    found = shutil.which("chromium")
-    if found:
-        return found
-    try:
-        subprocess.run(["apt-get", "update"], check=True, capture_output=True, timeout=300)
-        subprocess.run(
-            ["apt-get", "install", "-y", "chromium"],
-            check=True,
-            capture_output=True,
-            timeout=600,
-            env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-        )
-    except (OSError, subprocess.SubprocessError) as e:
-        pytest.fail(
-            f"headless Chromium is needed to check the report and could not be installed "
-            f"(`apt-get install -y chromium` as root): {e}"
-        )
-    found = shutil.which("chromium")
-    if not found:
-        pytest.fail("`apt-get install -y chromium` ran but no `chromium` binary is on PATH")
-    return found
 
 
 def _chromium(binary: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -350,3 +350,31 @@ def test_a_stateless_fit_is_read_back_without_a_warning(tmp_path: Path, capfd: p
     assert units.arrays("fit", "k", stateless) == {} and calls.n == 1
     assert units.summary()["recovered"] == {} and "k" not in units.store.discarded
     assert "perbench: warning" not in capfd.readouterr().err
+
+
+def test_an_altered_or_unsealed_value_is_set_aside(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A value whose bytes changed but still decode fails its checksum; one without a checksum (an older version's)
+    cannot be checked: both are moved to ``set_aside`` with a warning, read as missing and recomputed once."""
+    from perbench.sealed import HEAD
+
+    path = tmp_path / "units.sqlite"
+    units = Units(path)
+    calls = Calls()
+    units.json("fit", "altered", calls.json)
+    units.json("fit", "old", calls.json)
+    db = sqlite3.connect(path)
+    (raw,) = db.execute("SELECT value FROM kv WHERE key = 'altered'").fetchone()
+    with db:
+        db.execute("UPDATE kv SET value = ? WHERE key = 'altered'", (bytes(raw)[:HEAD] + b'{"answer": 41}',))
+        db.execute("UPDATE kv SET value = ? WHERE key = 'old'", (b'{"answer": 40}',))
+    db.close()
+    assert units.json("fit", "altered", calls.json) == {"answer": 42}
+    assert units.json("fit", "old", calls.json) == {"answer": 42}
+    assert calls.n == 4
+    err = capfd.readouterr().err
+    assert f"{path}: the value under key altered is not the one stored (its checksum does not match" in err
+    assert "1 value(s) carry no checksum (written by an older version)" in err and "key old" in err
+    assert sorted(units.store.set_aside) == ["altered", "old"]
+    kept = sqlite3.connect(path).execute("SELECT key, value FROM set_aside ORDER BY key").fetchall()
+    assert [k for k, _ in kept] == ["altered", "old"] and kept[1][1] == b'{"answer": 40}'
+    assert units.json("fit", "altered", calls.json) == {"answer": 42} and calls.n == 4  # the recomputed one reads back

@@ -1,10 +1,28 @@
 """perbench: which personalized reward model should I deploy?
 
-Importing this package is light (no torch); heavy modules load on first use.
+Importing this package is light (no torch); heavy modules load on first use:
+``perbench.load_rm(DIR)`` (a system written by ``perbench export``), ``perbench.read_cells(RUN_DIR)`` and
+``perbench.read_samples(RUN_DIR)`` (a run's results as pandas data frames).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "load_rm", "read_cells", "read_samples"]
+
+_LAZY = {
+    "load_rm": "perbench.export.model",
+    "read_cells": "perbench.report.frames",
+    "read_samples": "perbench.report.frames",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'perbench' has no attribute {name!r}")

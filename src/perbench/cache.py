@@ -7,7 +7,9 @@ Everything in a store can be recomputed, so damage is repaired rather than repor
 
 - a file that is not a SQLite database, or is truncated or corrupt, is moved aside to
   ``<name>.corrupt-<timestamp>`` (with a one-line warning naming it) and an empty store takes its place;
-- a value that cannot be decoded is deleted (with a warning naming the file and the key) and reads as missing.
+- a value that cannot be decoded is deleted (with a warning naming the file and the key) and reads as missing;
+- every value carries a checksum (:mod:`perbench.sealed`), checked on read: one that fails it (or has none) is
+  moved to the ``set_aside`` table with a warning and reads as missing (recomputed).
 
 Errors the user must fix (disk full, read-only or unwritable folder, a store locked for too long) are raised as
 :class:`~perbench.errors.StoreError` naming the file, the cause and the fix.
@@ -38,6 +40,7 @@ import numpy as np
 
 from perbench.errors import StoreError
 from perbench.io import FIX_SPACE, FIX_WRITABLE, _default, os_error_message, refuse_links, warn
+from perbench.sealed import UNSEALED, seal, unseal
 
 T = TypeVar("T")
 
@@ -108,6 +111,9 @@ class Store:
         self.journal: set[str] | None = None
         #: values this object has written (a run's assembly pass, which only reads, writes none)
         self.written = 0
+        #: keys whose values failed their checksum and were set aside by this process
+        self.set_aside: list[str] = []
+        self.unsealed_seen = False  # a value without a checksum was set aside (warned about once)
         if self.in_memory:
             self._db = self._connect()
             return
@@ -135,6 +141,7 @@ class Store:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
             db.execute("CREATE TABLE IF NOT EXISTS tally (name TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+            db.execute("CREATE TABLE IF NOT EXISTS set_aside (key TEXT, value BLOB, reason TEXT, at TEXT)")
             db.commit()
         except BaseException:
             db.close()
@@ -229,13 +236,8 @@ class Store:
     # ------------------------------------------------------------ bytes
 
     def get_bytes(self, key: str) -> bytes | None:
-        row = self._do(
-            "read", lambda db: db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone(), lambda: None
-        )
-        if row is None:
-            return None
-        self._note([key])
-        return bytes(row[0])
+        """The value under ``key``, None when absent or when its checksum fails (then it is set aside)."""
+        return self.get_many_bytes([key]).get(key)
 
     def _note(self, keys: Iterable[str]) -> None:
         if self.journal is not None:
@@ -250,9 +252,40 @@ class Store:
                 out.update({k: bytes(v) for k, v in db.execute(q, chunk)})
             return out
 
-        found: dict[str, bytes] = self._do("read", read, dict)
+        found: dict[str, bytes] = {}
+        bad: dict[str, tuple[bytes, str]] = {}
+        stored: dict[str, bytes] = self._do("read", read, dict)
+        for k, raw in stored.items():
+            got = unseal(raw)
+            if got.payload is None:
+                bad[k] = (raw, str(got.problem))
+            else:
+                found[k] = got.payload
+        if bad:
+            self._set_aside(bad)
         self._note(found)
         return found
+
+    def _set_aside(self, bad: Mapping[str, tuple[bytes, str]]) -> None:
+        """Move values that failed their checksum out of ``kv`` into ``set_aside`` (kept for inspection), warn."""
+        rows = [(k, raw, why, time.strftime("%Y-%m-%dT%H:%M:%S")) for k, (raw, why) in bad.items()]
+
+        def write(db: sqlite3.Connection) -> None:
+            db.executemany("INSERT INTO set_aside (key, value, reason, at) VALUES (?, ?, ?, ?)", rows)
+            db.executemany("DELETE FROM kv WHERE key = ?", [(k,) for k in bad])
+
+        self._write(write)
+        self.set_aside += list(bad)
+        for k, (_, why) in bad.items():
+            if why != UNSEALED:
+                warn(f"{self.path}: the value under key {k} is not the one stored ({why}); set it aside (recomputed)")
+        old = [k for k, (_, why) in bad.items() if why == UNSEALED]
+        if old and not self.unsealed_seen:  # once per store: a whole cache of an older version is set aside
+            warn(
+                f"{self.path}: {len(old)} value(s) carry no checksum (written by an older version) and cannot be "
+                f"checked; set them aside (recomputed), e.g. key {old[0]}; later ones are set aside without a warning"
+            )
+        self.unsealed_seen = self.unsealed_seen or bool(old)
 
     def present(self, keys: Iterable[str]) -> set[str]:
         """Which of ``keys`` hold a value (not read, not journaled)."""
@@ -274,7 +307,7 @@ class Store:
 
     def put_many_bytes(self, items: Mapping[str, bytes], *, counts: Mapping[str, int] | None = None) -> None:
         """Store ``items`` and add ``counts`` to the tally, in one transaction."""
-        rows = list(items.items())
+        rows = [(k, seal(v)) for k, v in items.items()]
 
         def write(db: sqlite3.Connection) -> None:
             db.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", rows)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from perbench.cli_export import add_export, export_cmd
 from perbench.errors import ConfigError, PerbenchError
 
 
@@ -110,10 +111,22 @@ def _run_config(args: argparse.Namespace) -> int:
         import os
 
         os.environ["RAY_ADDRESS"] = args.ray_address  # where ray.init connects (Ray's own convention)
+    if cfg.executor == "ray" and not _ray_connected():
+        from perbench.runner import cluster
+
+        if not cluster.supervised():  # the run in a child that this process watches (``cluster.supervise``)
+            cluster.precheck(args.ray_address)  # a wrong address is reported here, before any child starts
+            return cluster.supervise(args.argv)
     _announce_remote_code(cfg.methods)
     result = run(cfg)
     _print_summary(result.results)
     return 0
+
+
+def _ray_connected() -> bool:
+    """Whether this process already holds a Ray connection (a Python caller's own ``ray.init``)."""
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
 
 
 def _announce_remote_code(methods: list[Any]) -> None:
@@ -158,6 +171,14 @@ def _print_summary(results: dict[str, Any]) -> None:
     from perbench.report.fmt import ci_text, num
     from perbench.runner.results import print_headroom, print_validity
 
+    benches = [(str(_d(results.get("benchmark")).get("name", "benchmark")), _d(results.get("benchmark")))]
+    benches += [(str(n), _d(b)) for n, b in _d(results.get("upstream_benchmarks")).items()]
+    for name, bench in benches:  # every benchmark the run loaded says what it skipped
+        counts = _d(_d(bench.get("skipped")).get("counts"))
+        if counts:
+            units = _d(_d(bench.get("skipped")).get("units"))
+            reasons = ", ".join(f"{r}: {n} {units.get(r, 'pair')}(s)" for r, n in counts.items())
+            print(f"Skipped while loading {name}: {reasons}")
     print("\nRM accuracy (seen / unseen):")
     for label, r in _d(results.get("upstream")).items():
         r = _d(r)
@@ -224,6 +245,12 @@ def _list(args: argparse.Namespace) -> int:
             for e in kinds[kind]:
                 extra = _size(e.name) if kind == "benchmarks" and args.sizes else ""
                 print(f"  {e.name:<22} {e.help}{extra}")
+    if args.sizes and "benchmarks" in chosen:
+        print(
+            "  (sizes: each benchmark whole, at its own defaults; a run loads what its config selects, e.g. the "
+            "default run's `max_train_prompts: 24` of 48 keeps fewer train pairs: its `benchmark …: N pairs` "
+            "line says how many)"
+        )
     return 0
 
 
@@ -470,8 +497,13 @@ def _write_comparison(
     run_dirs: list[str], out: str | None, metric: str | None, n_boot: int | None, seed: int, summary: bool = False
 ) -> int:
     """Pool the runs into one report; ``summary``: print which benchmark to trust, pooled, before its path."""
+    from perbench.config import MAX_BOOTSTRAP
     from perbench.report.compare import compare_runs
 
+    if n_boot is not None and not 0 <= n_boot <= MAX_BOOTSTRAP:
+        raise ConfigError(f"--n-boot {n_boot}: bootstrap resamples are an integer in [0, {MAX_BOOTSTRAP}]")
+    if not 0 <= seed < 2**32:
+        raise ConfigError(f"--seed {seed}: the bootstrap seed is an integer in [0, {2**32 - 1}]")
     out_dir = Path(out) if out else Path(run_dirs[0]).resolve().parent / "compare"
     path = compare_runs(run_dirs, out_dir, metric=metric, n_boot=n_boot, seed=seed)
     if summary:
@@ -492,28 +524,20 @@ def _add_compare_options(p: Any) -> None:
 def _plan(args: argparse.Namespace) -> int:
     """``perbench plan RUN_DIR``: the users × prompts that would separate the leader from each other deployable
     method (at ``--effect``, or the observed differences) or establish equivalence, from the run's cells."""
-    import json
-
     from perbench.metrics.analysis import plan_sizes
-    from perbench.report.rundir import run_roles
-    from perbench.runner.cells import read_cells
+    from perbench.runner.rundir import load_run, run_roles
 
     run_dir = Path(args.run_dir)
-    cells_path = run_dir / "cells.jsonl"
-    if not cells_path.is_file():
-        raise ConfigError(f"{cells_path} does not exist (is {run_dir} a run directory of this version?)")
-    try:
-        cells = read_cells(cells_path)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    results: dict[str, Any] = {}
-    if (run_dir / "results.json").is_file():
-        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    run = load_run(run_dir, need_cells=True)  # the checks of report and compare
+    cells, results = run.cells or [], run.results
+    for note in run.notes:
+        print(f"note: {note}", file=sys.stderr)
     analysis = results.get("analysis") or {}
     config = results.get("config") or {}
     metric = args.metric or (analysis.get("verdict") or {}).get("metric") or config.get("verdict_metric")
     if args.metric and not any(c["metric"] == args.metric for c in cells):
         known = sorted({str(c["metric"]) for c in cells})
+        cells_path = run_dir / "cells.jsonl"
         raise ConfigError(f"plan: {cells_path} has no {args.metric} cells; its metrics: {', '.join(known)}")
     crit = ((analysis.get("ranking") or {}).get(metric) or {}).get("critical_value") if metric else None
     try:
@@ -557,12 +581,15 @@ def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
             return "> 1e8 cells"
         return f"now ({100 * s['power_now']:.0f}%)" if s["scale"] <= 1 else f"{s['prompts']} × {s['users']}"
 
+    from perbench.report.labels import short_labels
+
+    names = short_labels([str(x) for p in plans for x in (p["a"], p["b"])])  # mpu@25% = mpu(train_fraction=0.25)
     margin = f"{unit * got['margin']:g}{pts}"
     head = ["comparison", "observed", "to separate", f"to establish equivalence (±{margin})"]
     rows = []
     for p in plans:
         one = p.get("one_sided", False)
-        name = f"{p['a']} − {p['b']}" + (" (one-sided)" if one else "")
+        name = f"{names[p['a']]} − {names[p['b']]}" + (" (one-sided)" if one else "")
         if p["constant"]:
             sep = eq = "identical" if p["observed"] == 0 else "constant"
         else:
@@ -597,11 +624,21 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error"
     )
+    common.add_argument(
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="no progress bars or log lines (perbench's and transformers', datasets', gguf's): PERBENCH_QUIET=1",
+    )
     parser = argparse.ArgumentParser(
         prog="perbench", description="Which personalized reward model should I deploy?", parents=[common]
     )
+    from perbench import __version__
+
+    parser.add_argument("--version", action="version", version=f"perbench {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     _add_run(sub, common)
+    add_export(sub, common)
     p = sub.add_parser(
         "list", parents=[common], help="list registered benchmarks, methods, decoders, metrics, executors"
     )
@@ -645,7 +682,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    args.argv = argv
     handlers = {
         "run": _run,
         "list": _list,
@@ -654,7 +693,13 @@ def main(argv: list[str] | None = None) -> int:
         "report": _report,
         "compare": _compare,
         "plan": _plan,
+        "export": export_cmd,
     }
+    if getattr(args, "quiet", False):
+        os.environ["PERBENCH_QUIET"] = "1"
+    from perbench.progress import quiet_third_party
+
+    quiet_third_party()
     try:
         return handlers[args.cmd](args)
     except Exception as e:

@@ -33,6 +33,7 @@ import difflib
 import functools
 import hashlib
 import json
+import math
 import re
 import typing
 from collections.abc import Mapping
@@ -111,6 +112,21 @@ def _nonempty(v: str) -> str | None:
 POSITIVE = Bound(1)
 NON_NEGATIVE = Bound(0)
 SEED = Bound(0, 2**32 - 1)
+#: the most bootstrap replicates a CI draws: the replicate matrix is allocated at once (replicates × columns)
+MAX_BOOTSTRAP = 100_000
+BOOTSTRAP = Bound(0, MAX_BOOTSTRAP)
+
+
+def margin_problem(v: float) -> str | None:
+    """An equivalence margin is in the metric's own units (0.05 = 5 points of a proportion), in [0, 1): every
+    quality perbench ranks on lies in [0, 1], so a margin of 1 or more would call any two methods equivalent."""
+    if math.isfinite(v) and 0 <= v < 1:
+        return None
+    hint = f" (did you mean {v / 100:g}, i.e. {v:g} points?)" if math.isfinite(v) and 1 <= v < 100 else ""
+    return f"expected a margin in the metric's own units in [0, 1) (0.05 = 5 points of a proportion), got {v!r}{hint}"
+
+
+MARGIN = Rule(margin_problem, "a margin in the metric's own units, in [0, 1) (0.05 = 5 points)")
 MODEL = Rule(_model_problem, "a model: a bundled alias, tiny-random[:SEED], a local folder or .gguf file, or org/name")
 DEVICE = Rule(_device_problem, f"a device ({DEVICES})")
 DTYPE = Rule(_dtype_problem, f"a dtype ({', '.join(DTYPES)})")
@@ -129,6 +145,12 @@ _DECODER_BOUNDS: dict[str, Bound] = {
     "max_item_chars": Bound(1),
 }
 _DECODER_OVERRIDES: dict[str, dict[str, Bound]] = {"icl": {"k": Bound(0)}, "icl_rag": {"k": Bound(0)}}
+
+
+def _method_bound(name: str) -> Bound | None:
+    """The range of a method parameter by its name: a penalty weight (``l2``, ``adapt_l2``, ``anchor_ridge``, …)
+    is ≥ 0 (a negative one rewards large weights, and the fit diverges or returns nonsense)."""
+    return NON_NEGATIVE if name.endswith(("l2", "ridge")) else None
 
 
 # ------------------------------------------------------------------------------------------------- components
@@ -217,10 +239,10 @@ def check_component(value: Any, where: Where, kind: str) -> Component:
         ) from e
     if accepted is not None:
         _check_params(comp, accepted, at, container, kind)
-    if kind == "decoder":
-        bounds = {**_DECODER_BOUNDS, **_DECODER_OVERRIDES.get(comp.name, {})}
+    if kind in ("decoder", "method"):
+        bounds = {**_DECODER_BOUNDS, **_DECODER_OVERRIDES.get(comp.name, {})} if kind == "decoder" else {}
         for k, v in comp.params.items():
-            b = bounds.get(k)
+            b = bounds.get(k) if kind == "decoder" else _method_bound(k)
             if b is not None and isinstance(v, int | float) and not isinstance(v, bool) and not b.holds(v):
                 kind_text = "an integer" if isinstance(v, int) else "a number"
                 raise at.at(k, container).error(f"expected {kind_text} {b.text()}, got {v!r}")
@@ -290,7 +312,7 @@ class RunConfig:
     pa_rgd_k: Annotated[int, POSITIVE] | None = None
     tie_policy: Literal["strict", "half"] = "strict"
     #: bootstrap resamples of every CI (0: no CIs)
-    bootstrap: Annotated[int, NON_NEGATIVE] = 1000
+    bootstrap: Annotated[int, BOOTSTRAP] = 1000
     max_new_tokens: Annotated[int, POSITIVE] = 96
     max_test_prompts: Annotated[int, POSITIVE] | None = 16
     #: for user-conditioned decoding: how many users per prompt get their own generation (None: all)
@@ -321,7 +343,7 @@ class RunConfig:
     #: practical-equivalence margin ε of the verdict, in the metric's units (0.05 = 5 points of a proportion):
     #: methods whose 90% CI of the difference to the leader lies inside ±ε are "practically equivalent"; None:
     #: ``equivalence_fraction`` of the metric's headroom where it has one, else 0.05; 0: never claim equivalence
-    equivalence_margin: Annotated[float, NON_NEGATIVE] | None = None
+    equivalence_margin: Annotated[float, MARGIN] | None = None
     #: on a metric with a null and a ceiling (a pooled decoder's random pick and oracle), the equivalence margin as a
     #: fraction of that headroom (oracle − random pick) when ``equivalence_margin`` is unset; None: the default 0.1
     equivalence_fraction: Annotated[float, Bound(0, 1, lo_open=True)] | None = None
@@ -418,10 +440,10 @@ class RunConfig:
         return cls.from_yaml(str(resources.files("perbench") / "configs" / "default.yaml"))
 
     def override(self, where: str = "overrides", /, **changes: Any) -> RunConfig:
-        """A copy with ``changes`` applied (None values are ignored); ``where`` (positional) names them in error
-        messages."""
+        """A copy with ``changes`` applied (a None value sets the key to null, e.g. ``seeds=None``; a key that
+        cannot be null is refused); ``where`` (positional) names them in error messages."""
         data = self.to_dict()
-        given = {k: v for k, v in changes.items() if v is not None}
+        given = dict(changes)
         data.update(given)
         cfg = RunConfig.from_dict(data, where=where)
         cfg._origins = {**self._origins, **{k: str(Where(where).at(k)) for k in given}}
@@ -462,7 +484,8 @@ class RunConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     def run_dir(self) -> Path:
-        return Path(self.out_dir) / (self.run_name or f"{self.benchmark.name}-{self.result_hash()}")
+        """``out_dir`` / the run's folder; ``~`` in ``out_dir`` is the home folder, as a shell reads it."""
+        return Path(self.out_dir).expanduser() / (self.run_name or f"{self.benchmark.name}-{self.result_hash()}")
 
 
 @functools.cache
@@ -554,6 +577,13 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
         dup = sorted({s for s in seeds if seeds.count(s) > 1})
         if dup:
             raise at("seeds").error(f"seed {dup[0]} is listed twice")
+        name = v["run_name"]
+        longest = None if name is None else f"{name}-seed{max(seeds)}"
+        if longest is not None and len(longest.encode("utf-8", "surrogatepass")) > NAME_MAX:
+            raise at("run_name").error(
+                f"with seeds each seed's run folder is RUN_NAME-seedN: {len(longest.encode('utf-8', 'surrogatepass'))} "
+                f"bytes for seed {max(seeds)}; file systems allow at most {NAME_MAX}: choose a shorter run_name"
+            )
 
 
 def _check_systems_block(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> None:

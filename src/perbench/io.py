@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from perbench.errors import StoreError
+from perbench.errors import ConfigError, StoreError
 
 #: the fixes a StoreError suggests
 FIX_SPACE = "free some space (or point out_dir / PERBENCH_CACHE at another disk) and rerun; finished units are kept"
@@ -47,17 +47,29 @@ def warn(message: str) -> None:
 
 
 def cache_dir() -> Path:
-    """``PERBENCH_CACHE`` or ``$XDG_CACHE_HOME/perbench`` (default ``~/.cache/perbench``)."""
-    env = os.environ.get("PERBENCH_CACHE")
-    if env:
-        path = Path(env)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        path = Path(base) / "perbench"
+    """``PERBENCH_CACHE`` or ``$XDG_CACHE_HOME/perbench`` (default ``~/.cache/perbench``), created if absent."""
+    path = cache_path()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StoreError(os_error_message(path, "create the cache folder", e)) from e
+    return path
+
+
+def cache_path() -> Path:
+    """Where the cache is (see :func:`cache_dir`); a set but empty ``PERBENCH_CACHE`` is an error, not the
+    default."""
+    env = os.environ.get("PERBENCH_CACHE")
+    if env is not None and not env.strip():
+        raise ConfigError(
+            "PERBENCH_CACHE is set but empty: set it to a folder for the shared cache, or unset it for the "
+            "default (~/.cache/perbench)"
+        )
+    if env:
+        path = Path(env).expanduser()
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        path = Path(base) / "perbench"
     return path
 
 

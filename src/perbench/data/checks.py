@@ -132,7 +132,14 @@ def data_warnings(bench: Benchmark, methods: Sequence[str] | None = None) -> lis
                 if bench.meta.get("evaluation_only")
                 else "cannot run: a run that lists any of them stops with an error"
             )
-            out.append(f"{why}: the methods that fit on train pairs ({', '.join(fit)}) {outcome}")
+            fix = ""
+            if (
+                bench.pairs
+                and not any(p.split == "train" for p in bench.pairs)
+                and not bench.meta.get("evaluation_only")
+            ):
+                fix = f". Fix: {_split_fix(bench)}"
+            out.append(f"{why}: the methods that fit on train pairs ({', '.join(fit)}) {outcome}{fix}")
     no_shots = [u for u in bench.unseen_users if not bench.fewshot(u, 1)]
     if no_shots:
         adapt = [
@@ -158,9 +165,28 @@ def _split_fix(bench: Benchmark) -> str:
     return str(fix) if fix else "give the loader a train/test split"
 
 
+def skip_line(bench: Benchmark) -> str:
+    """The skip report of a loaded benchmark in one line (the run prints one for every benchmark it loads)."""
+    dropped = bench.skipped.total()
+    head = f"{dropped} pair(s) skipped" if dropped else "no pair skipped"
+    return f"{head} ({_dropped(bench)})"
+
+
+#: what a skip reason means, in words a reader can follow
+SKIP_REASONS = {
+    "no_candidate_meets_rubric": "no response in the prompt's candidate pool meets the user's rubric, so that (user, "
+    "prompt) has no chosen response",
+    "no_candidate_violates_rubric": "no response in the prompt's candidate pool violates the user's rubric, so that "
+    "(user, prompt) has no rejected response",
+}
+
+
 def _dropped(bench: Benchmark) -> str:
     rows = bench.meta.get("rows_read")
     counts = bench.skipped.counts
-    parts = [f"{r}: {n} {bench.skipped.unit(r)}(s)" for r, n in counts.most_common(5)]
-    head = f"{rows} row(s) read" if rows is not None else "no row count"
-    return head + ("; skipped " + ", ".join(parts) if parts else "; nothing skipped")
+    parts = []
+    for r, n in counts.most_common(5):
+        why = SKIP_REASONS.get(r)
+        parts.append(f"{n} {bench.skipped.unit(r)}(s): {why} [{r}]" if why else f"{r}: {n} {bench.skipped.unit(r)}(s)")
+    head = f"{rows} row(s) read; " if rows is not None else ""
+    return head + ("; ".join(parts) if parts else "nothing skipped")

@@ -61,7 +61,14 @@ from perbench.data.records import SPLITS, Benchmark
 from perbench.data.rows import SKIP_HINT, DataError, OnError
 from perbench.errors import PerbenchError
 
-__all__ = ["DataError", "assign_unseen", "format_validation", "load_benchmark_file", "validate_file"]
+__all__ = [
+    "DataError",
+    "NoTrainPairsWarning",
+    "assign_unseen",
+    "format_validation",
+    "load_benchmark_file",
+    "validate_file",
+]
 
 
 def load_benchmark_file(
@@ -108,7 +115,22 @@ def load_benchmark_file(
         max_prompts=max_prompts,
     )
     bench, _ = load_with_stats(source, opts)
+    if bench.pairs and not any(p.split == "train" for p in bench.pairs):
+        import warnings
+
+        from perbench.data.loading import SPLIT_FIX
+
+        warnings.warn(
+            f"{bench.meta.get('source', source)}: no train pairs (the file maps no split field, so every pair is "
+            f"test): reward models that fit on train pairs have nothing to fit. Fix: {SPLIT_FIX}",
+            NoTrainPairsWarning,
+            stacklevel=2,
+        )
     return bench
+
+
+class NoTrainPairsWarning(UserWarning):
+    """A loaded file whose pairs are all test pairs (no split field, no ``test_fraction``)."""
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -214,7 +236,7 @@ def validate_with(
             run_checks(bench)
     except (PerbenchError, OSError) as e:
         report["fatal"] = report["first_error"] = str(e)
-        if opts.on_error == "raise" and isinstance(e, DataError) and e.message.endswith(SKIP_HINT):
+        if opts.on_error == "raise" and isinstance(e, DataError) and (e.message.endswith(SKIP_HINT) or e.fix):
             try:
                 bench, stats = load_with_stats(source, replace(opts, on_error="skip"))
             except (PerbenchError, OSError):

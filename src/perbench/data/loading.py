@@ -32,6 +32,7 @@ from perbench.data.records import (
     User,
     content_hash,
     dedup_pairs,
+    is_blank,
     mirrored_ids,
     normalize_text,
     pair_identity,
@@ -156,6 +157,20 @@ def ids_are_answer_keys(fmap: FieldMap) -> bool:
     return not fmap.disabled("answer_key") and fmap.source("answer_key") == fmap.source("user_id")
 
 
+#: the fix for a file without a user field (every row of it would fail, so skipping rows is no fix)
+NO_USER_FIX = (
+    "a file without a user field: set default_user to put every pair under one user (`perbench validate "
+    "--default-user NAME`; in a run config `benchmark: {name: file, default_user: NAME}`; `default_user=` in "
+    "Python), or map the user column (`--map user_id=<column>`, `mapping: user_id=<column>`)"
+)
+#: the fix for a file without a split field (every pair is test: nothing to fit on)
+SPLIT_FIX = (
+    "map a split field (`--map split=<column>`, `mapping: split=<column>`, with train/test values), or set "
+    "test_fraction for a seeded per-user split (`perbench validate --test-fraction 0.2`; in a run config "
+    "`benchmark: {name: file, test_fraction: 0.2}`; `test_fraction=0.2` in Python)"
+)
+
+
 def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = None) -> _Parsed:
     def optional(canonical: str) -> Any:
         """Explicitly mapped -> required; otherwise used when present; empty string = absent."""
@@ -163,7 +178,7 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
             return None
         path = fmap.source(canonical)
         value = row.require(path) if fmap.explicit(canonical) else row.get(path)
-        if isinstance(value, str) and not value.strip():
+        if isinstance(value, str) and is_blank(value):
             if fmap.explicit(canonical) and canonical in ("split", "seen", "pair_id"):
                 raise row.error(path, "empty value")
             return None
@@ -180,6 +195,10 @@ def _parse_row(row: Row, fmap: FieldMap, stem: str, default_user: str | None = N
             )
         user, user_raw = default_user, default_user
     else:
+        if resolve(row.data, user_path) is MISSING and not fmap.explicit("user_id"):
+            err = row.error(user_path, "missing")
+            err.fix = NO_USER_FIX  # the fix for a whole file, not a row: skipping would drop every such row
+            raise err
         user_raw = row.require(user_path)
         user = check_ident(row, user_path, user_raw)
         if id_is_key:  # the id is the answer key (e.g. a persona sentence): methods get an opaque id
@@ -452,8 +471,7 @@ def load_with_stats(
         "format": fmt,
         "mapping": fmap.to_dict(),
         "split_policy": _split_policy(fmap, parsed, opts),
-        "split_fix": "map a split field (mapping 'split=<column>' with train/test values), or set test_fraction "
-        "(e.g. 0.2) for a seeded per-user split",
+        "split_fix": SPLIT_FIX,
         "seen_policy": seen_policy,
         "user_policy": (
             f"every pair belongs to default_user {opts.default_user!r} (the file has no user field)"

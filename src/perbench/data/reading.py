@@ -18,8 +18,10 @@ import codecs
 import csv
 import io
 import json
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +93,14 @@ def detect_format(source: Source) -> str:
         return fmt
     if isinstance(source, str) and _HUB_ID.match(source) and path.suffix.lower() not in _SUFFIXES:
         return "hub"
-    raise MissingFileError(source, None, None, "no such file or folder (and not a hub id 'org/name')")
+    raise MissingFileError(source, None, None, f"no such file or folder (and not a hub id 'org/name').{_near(source)}")
+
+
+def _near(source: str | Path) -> str:
+    """`` Did you mean FILE?`` for a path typed without its suffix (``data/pairs`` for ``data/pairs.jsonl``)."""
+    path = Path(source)
+    near = sorted(p.name for p in path.parent.glob(f"{glob_escape(path.name)}.*")) if path.parent.is_dir() else []
+    return f" Did you mean {path.parent / near[0]}?" if near else ""
 
 
 def _lfs_size(head: bytes) -> str:
@@ -347,7 +356,7 @@ def _read_hf(
     if fmt == "hf_disk":
         ds: Any = datasets.load_from_disk(source)
     else:
-        ds = datasets.load_dataset(source, config, split=None if every else split)
+        ds = _load_hub(datasets, source, config, None if every else split)
     if isinstance(ds, datasets.DatasetDict):
         names = sorted(ds)
         if every:
@@ -365,6 +374,21 @@ def _read_hf(
         label = f"{label}[{split}]"
     for i, row in enumerate(ds, 1):
         yield label, i, dict(row)
+
+
+def _load_hub(datasets: Any, source: str, config: str | None, split: str | None) -> Any:
+    """A hub dataset; a source that is neither a file nor a dataset the hub can give is one located error."""
+    try:
+        return datasets.load_dataset(source, config, split=split)
+    except Exception as e:  # offline, no such dataset, no network: the library's own words vary by cause
+        hint = _near(source)
+        offline = " (offline)" if os.environ.get("HF_HUB_OFFLINE") == "1" else ""
+        raise MissingFileError(
+            source,
+            None,
+            None,
+            f"no such file or folder, and not a dataset the hub can give{offline}: {type(e).__name__}.{hint}",
+        ) from None
 
 
 def iter_records(

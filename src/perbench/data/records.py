@@ -363,6 +363,12 @@ def normalize_text(text: str) -> str:
     return " ".join(canonical_text(text).split())
 
 
+def is_blank(text: str) -> bool:
+    """The one emptiness rule: nothing visible is left once the text is in :func:`normalize_text` form (the form
+    ids and dedup compare in), so a response that is only whitespace or zero-width characters is empty."""
+    return not normalize_text(text)
+
+
 def prompt_identity(prompt: Prompt) -> str:
     """A prompt as deduplication compares it: every text in :func:`normalize_text` form."""
     if isinstance(prompt, str):
@@ -413,9 +419,9 @@ def mirrored_ids(pairs: Sequence[PreferencePair]) -> frozenset[str]:
 
 
 def degenerate_reason(pair: PreferencePair) -> str | None:
-    """``empty_response`` (a side is empty or whitespace), ``chosen_equals_rejected`` (the sides are equal up to
-    whitespace) or None for a usable pair."""
-    if not pair.chosen.strip() or not pair.rejected.strip():
+    """``empty_response`` (a side is blank: :func:`is_blank`), ``chosen_equals_rejected`` (the sides are equal up
+    to whitespace and invisible characters) or None for a usable pair."""
+    if is_blank(pair.chosen) or is_blank(pair.rejected):
         return "empty_response"
     if normalize_text(pair.chosen) == normalize_text(pair.rejected):
         return "chosen_equals_rejected"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from perbench.data.records import Message, ProfileItem, Prompt, SkipReport, Split, canonical_text
+from perbench.data.records import Message, ProfileItem, Prompt, SkipReport, Split, canonical_text, is_blank
 from perbench.errors import ConfigError, PerbenchError
 
 OnError = Literal["raise", "skip"]
@@ -46,6 +46,8 @@ class DataError(PerbenchError, ValueError):
 
     rows: int = 1
     held: tuple[Mapping[str, Any], ...] = ()
+    #: the fix to name when bad rows abort the load, when it is not "skip such rows" (a problem of the whole file)
+    fix: str | None = None
 
     def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
         self.path = str(path)
@@ -73,9 +75,11 @@ class MissingFileError(DataError, FileNotFoundError):
 
 def with_skip_hint(err: DataError) -> DataError:
     """``err`` with :data:`SKIP_HINT` appended: the fix for a bad row when bad rows abort the load."""
-    if err.message.endswith(SKIP_HINT):
+    if err.message.endswith(SKIP_HINT) or (err.fix is not None and err.message.endswith(err.fix)):
         return err
-    return type(err)(err.path, err.line, err.field, f"{err.message}; {SKIP_HINT}")
+    out = type(err)(err.path, err.line, err.field, f"{err.message}; {err.fix or SKIP_HINT}")
+    out.fix = err.fix
+    return out
 
 
 class ErrorSink:
@@ -184,7 +188,7 @@ class Row:
         if not isinstance(value, str):
             raise self.error(path, f"expected a string, got {type_name(value)}")
         check_unicode(self, path, value)
-        return value if value.strip() else None
+        return None if is_blank(value) else value
 
     def ident(self, path: str) -> str:
         return check_ident(self, path, self.require(path))
@@ -217,7 +221,7 @@ def check_text(row: Row, path: str, value: Any, *, allow_empty: bool = False) ->
     if not isinstance(value, str):
         raise row.error(path, f"expected a string, got {type_name(value)}")
     check_unicode(row, path, value)
-    if not allow_empty and not value.strip():
+    if not allow_empty and is_blank(value):
         raise row.error(path, "empty text")
     return value
 
@@ -312,13 +316,13 @@ def parse_profile(row: Row, path: str, value: Any) -> list[ProfileItem]:
             except (ValueError, RecursionError):
                 value = [value]
         else:
-            return [ProfileItem("0", value)] if stripped else []
+            return [] if is_blank(stripped) else [ProfileItem("0", value)]
     if not isinstance(value, list | tuple):
         raise row.error(path, f"expected a string or a list, got {type_name(value)}")
     items = []
     for i, item in enumerate(value):
         if isinstance(item, str):
-            if check_unicode(row, f"{path}.{i}", item).strip():
+            if not is_blank(check_unicode(row, f"{path}.{i}", item)):
                 items.append(ProfileItem(str(i), item))
             continue
         if not isinstance(item, Mapping):

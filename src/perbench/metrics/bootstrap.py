@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perbench.config import MAX_BOOTSTRAP
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
@@ -175,6 +177,8 @@ class TwoWayBootstrap:
         if user_classes is not None and len(user_classes) != n:
             raise ValueError("user_classes must have one entry per row")
         self.n_rows = n
+        if int(n_boot) > MAX_BOOTSTRAP:  # the replicate matrices are allocated at once: refuse before, not after
+            raise ValueError(f"n_boot={n_boot}: at most {MAX_BOOTSTRAP} bootstrap resamples")
         self.n_boot = max(0, int(n_boot))
         self.seed = seed
         self._resample = (resample_users, resample_prompts)

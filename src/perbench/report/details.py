@@ -7,7 +7,7 @@ from typing import Any
 
 from perbench.report import extract
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc, na_span, num, table, value_ci
+from perbench.report.fmt import esc, metric_label, na_span, num, table, value_ci
 
 _GROUPS = ("seen", "unseen", "pers_only", "consensus", "all")
 
@@ -16,11 +16,11 @@ def header(results: Mapping[str, Any]) -> str:
     bench = _d(results.get("benchmark"))
     prov = _d(results.get("provenance"))
     models = _d(prov.get("models"))
-    bits = [
-        esc(results.get("created", "")),
-        f"config <code>{esc(results.get('config_hash', '?'))}</code>",
-        f"git <code>{esc(prov.get('git'))}</code>",
-    ]
+    bits = [esc(results["created"])] if results.get("created") else []
+    if results.get("config_hash"):
+        bits.append(f"config <code>{esc(results['config_hash'])}</code>")
+    if prov.get("git"):
+        bits.append(f"git <code>{esc(prov['git'])}</code>")
     for key, name in (("policy", "policy"), ("rm_backbone", "RM backbone")):
         if _d(models.get(key)).get("name"):
             bits.append(f"{name} <code>{esc(models[key]['name'])}</code>")
@@ -37,6 +37,14 @@ def header(results: Mapping[str, Any]) -> str:
     if bench.get("weighting"):
         facts.append(f"{esc(bench['weighting'])}-weighted")
     notes = [str(n) for n in _l(_d(bench.get("meta")).get("notes"))]
+    for name, extra in _d(results.get("upstream_benchmarks")).items():  # each extra's skip report too
+        extra = _d(extra)
+        skipped_extra = _d(extra.get("skipped")).get("total")
+        facts.append(
+            f"upstream benchmark {esc(name)}: {num(extra.get('pairs'), pct=False)} pairs, "
+            f"{num(skipped_extra, pct=False) if skipped_extra is not None else '?'} skipped"
+        )
+        notes += [f"{name}: {n}" for n in _l(extra.get("notes"))]
     return (
         f'<h1>perbench — {esc(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>'
         + (f"<p>{' · '.join(facts)}</p>" if facts else "")
@@ -143,7 +151,8 @@ def downstream_section(results: Mapping[str, Any]) -> str:
 
 
 def deltas(down: Mapping[str, Any]) -> str:
-    """Paired differences of each output's quality against zero-shot and ICL-RAG on the same targets."""
+    """Paired differences of each output's quality against its references (zero-shot, ICL-RAG where it ran) on the
+    same targets; the heading names the references the results hold."""
     refs = sorted({str(r) for d in down.values() for r in _d(_d(d).get("vs"))})
     names = {"rubric_satisfaction": "rubric sat.", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "judge_score": "judge"}
     metrics = [m for m in names if any(m in _d(_d(_d(d).get("vs")).get(r)) for d in down.values() for r in refs)]
@@ -158,7 +167,8 @@ def deltas(down: Mapping[str, Any]) -> str:
                 e = _d(_d(_d(_d(d).get("vs")).get(r)).get(m))
                 cells.append(value_ci(e.get("delta"), e.get("ci"), signed=True, na="no shared targets") if e else "–")
         rows.append(cells)
-    return "<h3>Downstream: difference to zero-shot and ICL-RAG (points, paired, 95% CI)</h3>" + table(head, rows)
+    against = " and ".join(metric_label(f"{r}:x").partition(" · ")[0] for r in refs)  # the references it has
+    return f"<h3>Downstream: difference to {esc(against)} (points, paired, 95% CI)</h3>" + table(head, rows)
 
 
 def bon_table(down: Mapping[str, Any]) -> str:
@@ -275,6 +285,14 @@ def _opt(x: Any, code: bool = False) -> str:
     return f"<code>{esc(x)}</code>" if code else esc(x)
 
 
+def _counts(d: Any, unit: str = "") -> str:
+    """``{"fit": 3, "generate": 12}`` as ``fit 3, generate 12`` (``nothing`` when empty), never a raw dict."""
+    items = [(str(k), v) for k, v in _d(d).items() if not isinstance(v, dict | list)]
+    if not items:
+        return "nothing"
+    return ", ".join(f"{esc(k)} {num(v, pct=False) if isinstance(v, int | float) else esc(v)}{unit}" for k, v in items)
+
+
 def provenance_section(results: Mapping[str, Any], notes: list[str] | None = None) -> str:
     prov = _d(results.get("provenance"))
     parts = ["<h2>Provenance</h2>"]
@@ -303,8 +321,8 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
     work = _d(results.get("work"))
     if work or results.get("timing_s"):
         parts.append(
-            f'<p class="muted">work computed: {esc(work.get("computed", {}))} · reused: '
-            f"{esc(work.get('reused', {}))} · timing (s): {esc(results.get('timing_s', {}))}</p>"
+            f'<p class="muted">work computed: {_counts(work.get("computed"))} · reused: '
+            f"{_counts(work.get('reused'))} · timing: {_counts(results.get('timing_s'), ' s')}</p>"
         )
     pol = _d(results.get("policies"))
     if pol:

@@ -121,6 +121,7 @@ def win_gain_rows(results: Mapping[str, Any], quality: str) -> list[dict[str, An
                 "label": str(label),
                 "win": win.get("mean"),
                 "win_ci": win.get("ci"),
+                "null": win.get("null"),
                 "gain": gain.get("delta"),
                 "gain_ci": gain.get("ci"),
                 "excludes_zero": gain.get("excludes_zero"),
@@ -155,6 +156,8 @@ def win_gain_from_analysis(analysis: Mapping[str, Any], quality: str) -> list[di
                     "label": f"{dec}[{method}]",
                     "win": win.get("value"),
                     "win_ci": win.get("ci"),
+                    # the random pick of a pooled decoder's win rate is its no-information null, n/(n+1)
+                    "null": _d(_d(_d(analysis.get("headroom")).get(metric)).get("random_pick")).get("value"),
                     "gain": gain.get("delta"),
                     "gain_ci": gain.get("ci"),
                     "excludes_zero": gain.get("excludes_zero"),

@@ -75,6 +75,11 @@ def metric_label(metric: str) -> str:
     return _UPSTREAM.get(base, base) + (f" @{n}" if at else "")
 
 
+def quality_label(quality: str) -> str:
+    """``rubric_satisfaction`` → ``rubric sat.`` (a downstream quality without its decoder)."""
+    return metric_label(f"_:{quality}").partition(" · ")[2] or quality
+
+
 def num(x: Any, pct: bool = True, signed: bool = False, digits: int = 1) -> str:
     """A number as text (``pct``: a fraction shown as a percentage); missing values show as ``n/a``."""
     if is_missing(x):

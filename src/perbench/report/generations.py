@@ -34,10 +34,13 @@ def _card(decoder: str, row: Mapping[str, Any]) -> str:
     )
 
 
-def generations_section(samples: Sequence[Mapping[str, Any]] | None, max_users: int = 6, max_prompts: int = 2) -> str:
-    """Up to ``max_users`` users × ``max_prompts`` prompts; every generation is in samples.jsonl."""
+def generations_section(
+    samples: Sequence[Mapping[str, Any]] | None, max_users: int = 6, max_prompts: int = 2, picks: bool = False
+) -> str:
+    """Up to ``max_users`` users × ``max_prompts`` prompts; every generation is in samples.jsonl. With only one
+    decoder (zero-shot) and the Best-of-N picks shown (``picks``), nothing is added: the picks already show it."""
     gens = [_d(r) for r in samples or [] if _d(r).get("kind") == "generation"]
-    if not gens:
+    if not gens or (picks and len({r.get("decoder") for r in gens}) < 2):
         return ""
     by_user: dict[str, dict[tuple[str, str], dict[str, dict[str, Any]]]] = {}
     decoders: list[str] = []

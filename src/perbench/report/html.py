@@ -12,14 +12,19 @@ import base64
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perbench.io import atomic_write_text, refuse_links, writing_inside
-from perbench.report import details, extract, plots, sections, signal, validity, verdict
+from perbench.report import board, details, extract, plots, sections, signal, validity, verdict
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
+
+if TYPE_CHECKING:
+    from perbench.runner.rundir import RunData
 from perbench.report.generations import generations_section
+from perbench.report.labels import short_labels
 from perbench.report.leaderboard import render_markdown
+from perbench.report.picks import picks_section
 from perbench.report.plots import Plot
 
 PLOTS_DIR = "plots"
@@ -70,7 +75,8 @@ def build_plots(
 
     pairs = [_d(p) for p in extract._l(_d(a.get("selection")).get("pairs"))]
     ups, downs = extract.main_upstream(a, 3), extract.main_downstream(a, 3)
-    add("scatter", lambda: plots.scatter_grid(pairs, ups, downs, "scatter_main"))
+    table = _d(a.get("table"))
+    add("scatter", lambda: plots.scatter_grid(pairs, ups, downs, "scatter_main", table=table))
     if all_pairs:
         all_ups, all_downs = extract.metrics_of(a)
         for d in all_downs:
@@ -90,9 +96,20 @@ def build_plots(
     add("per_user", lambda: plots.per_user_plot(dists or extract.per_user_from_fairness(a)))
     q = _quality(a)
     rows = extract.win_gain_rows(r, q) or extract.win_gain_from_analysis(a, q)
-    add("win_gain", lambda: plots.win_gain_plot([(x["label"], x["win"], x["gain"]) for x in rows], q))
+    add(
+        "win_gain",
+        lambda: plots.win_gain_plot(
+            [(x["label"], x["win"], x["gain"]) for x in rows], q, [x.get("null") for x in rows]
+        ),
+    )
     add("poles", lambda: signal.pole_heatmap(r))
     return out
+
+
+def system_names(analysis: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Compact labels of every system and decoder the report names (``report.labels``)."""
+    labels = [*_d(analysis.get("table")), *_d(_d(results).get("upstream")), *_d(_d(results).get("downstream"))]
+    return short_labels(str(x) for x in labels)
 
 
 def _has_tau(pair: Mapping[str, Any]) -> bool:
@@ -119,8 +136,9 @@ def _shared_sections(
     cells_present: bool,
     leaderboards: str,
 ) -> list[str]:
-    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a)}</section>']
-    parts.append(f'<section id="methods">{sections.method_table(a)}{sections.paired_section(a)}</section>')
+    names = system_names(a, results)
+    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a, names)}</section>']
+    parts.append(f'<section id="methods">{board.method_pages(a, names)}{sections.paired_section(a)}</section>')
     parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
     parts.append(validity.validity_section(a))
     parts.append(signal.signal_section(results, figure(figs.get("poles"))))
@@ -169,9 +187,12 @@ def render(
             ]
         )
     )
-    body.append(verdict.verdict_box(a))
-    body += _shared_sections(a, figs, results, bool(cells), sections.leaderboard(a, f"Leaderboard — {bench}"))
-    body.append(f'<section id="generations">{generations_section(samples)}</section>')
+    names = system_names(a, results)
+    body.append(verdict.verdict_box(a, names))
+    full = sections.leaderboard(a, f"Leaderboard — {bench}, all columns", names)
+    body += _shared_sections(a, figs, results, bool(cells), board.glance(a, names, f"Leaderboard — {bench}", full))
+    picks = picks_section(samples, a, names)
+    body.append(f'<section id="generations">{picks}{generations_section(samples, picks=bool(picks))}</section>')
     run_detail = "".join(
         [
             details.upstream_section(results),
@@ -202,14 +223,15 @@ def write_outputs(html: str, markdown: str, figs: Mapping[str, Plot], out_dir: P
     return path
 
 
-def write_report(results: Mapping[str, Any], path: str | Path) -> Path:
-    """report.html at ``path``, with leaderboard.md and plots/ beside it (cells / samples read from its folder)."""
-    from perbench.report.rundir import read_jsonl
+def write_report(results: Mapping[str, Any], path: str | Path, run: RunData | None = None) -> Path:
+    """report.html at ``path``, with leaderboard.md and plots/ beside it: cells, samples and notes of ``run`` (as
+    the run-directory reader checked them), else read from its folder (a run's own, just written)."""
+    from perbench.runner.rundir import read_jsonl
 
     path = Path(path)
-    notes: list[str] = []
-    cells = read_jsonl(path.parent / "cells.jsonl", notes)
-    samples = read_jsonl(path.parent / "samples.jsonl", notes)
+    notes: list[str] = [] if run is None else list(run.notes)
+    cells = read_jsonl(path.parent / "cells.jsonl", notes) if run is None else run.cells
+    samples = read_jsonl(path.parent / "samples.jsonl", notes) if run is None else run.samples
     a = _d(results.get("analysis"))
     figs = build_plots(a, results, cells)
     html = render(results, cells=cells, samples=samples, figures=figs, notes=notes)
@@ -220,7 +242,7 @@ def write_report(results: Mapping[str, Any], path: str | Path) -> Path:
 
 def render_run_dir(run_dir: str | Path) -> Path:
     """Re-render a run directory's report from its results.json (and cells / samples)."""
-    from perbench.report.rundir import load_run
+    from perbench.runner.rundir import load_run
 
     run = load_run(run_dir)
-    return write_report(run.results, run.path / "report.html")
+    return write_report(run.results, run.path / "report.html", run)

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perbench.report.fmt import is_missing, is_pct_metric, metric_label
+from perbench.report.fmt import is_missing, is_pct_metric, metric_label, quality_label
+from perbench.report.labels import family_styles, short_labels
 
+#: systems labelled on an in-page scatter (the top ones by the downstream metric)
+TOP_LABELS = 5
 PALETTE = ("#3b6fb6", "#e07b39", "#3f9e5a", "#c4453c", "#8064a8", "#8c6d3f", "#d16ba5", "#6f6f6f", "#b5b535", "#2eb3c4")
 _RC: dict[str, Any] = {
     "text.parse_math": False,
@@ -116,8 +119,24 @@ def _points(pair: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     ]
 
 
+def _ci_err(table: Mapping[str, Any] | None, systems: Sequence[str], metric: str, values: Sequence[float]) -> Any:
+    """(2, n) error-bar lengths from each system's 95% CI in the analysis table (0 where it has none)."""
+    lo, hi = [], []
+    for m, v in zip(systems, values, strict=True):
+        ci = ((table or {}).get(m) or {}).get(metric, {}).get("ci") if isinstance(table, Mapping) else None
+        ok = isinstance(ci, Sequence) and len(ci) == 2 and not any(is_missing(c) for c in ci)
+        lo.append(max(0.0, v - float(ci[0]) * _scale(metric)) if ok else 0.0)  # type: ignore[index]
+        hi.append(max(0.0, float(ci[1]) * _scale(metric) - v) if ok else 0.0)  # type: ignore[index]
+    return [lo, hi]
+
+
 def scatter_grid(
-    pairs: Sequence[Mapping[str, Any]], ups: Sequence[str], downs: Sequence[str], name: str, in_page: bool = True
+    pairs: Sequence[Mapping[str, Any]],
+    ups: Sequence[str],
+    downs: Sequence[str],
+    name: str,
+    in_page: bool = True,
+    table: Mapping[str, Any] | None = None,
 ) -> Plot | None:
     """Upstream (x) against downstream (y) values of every system, one panel per pair, fitted τ-b in the title.
 
@@ -126,7 +145,8 @@ def scatter_grid(
     if not any((u, d) in by for d in downs for u in ups):
         return None
     systems = sorted({m for p in by.values() for m, _, _ in _points(p)})
-    color = {m: PALETTE[k % len(PALETTE)] for k, m in enumerate(systems)}
+    color = {m: st[0] for m, st in family_styles(systems, PALETTE).items()}
+    names = short_labels(systems)
     nrow, ncol = len(downs), len(ups)
     from matplotlib.ticker import MaxNLocator
 
@@ -143,10 +163,21 @@ def scatter_grid(
                     continue
                 pts = _points(p)
                 xs, ys = [x * _scale(u) for _, x, _ in pts], [y * _scale(d) for _, _, y in pts]
-                ax.scatter(xs, ys, s=22, c=[color[m] for m, _, _ in pts], zorder=3)
-                if in_page:
-                    for (m, _, _), x, y in zip(pts, xs, ys, strict=True):
-                        ax.annotate(short(m, 16), (x, y), fontsize=6.5, xytext=(3, 3), textcoords="offset points")
+                ms = [m for m, _, _ in pts]
+                if table:  # each system's 95% CIs on both metrics (from the same two-way bootstrap)
+                    ax.errorbar(
+                        xs, ys, xerr=_ci_err(table, ms, u, xs), yerr=_ci_err(table, ms, d, ys), fmt="none",
+                        ecolor="#bbb", elinewidth=0.6, zorder=2,
+                    )  # fmt: skip
+                ax.scatter(xs, ys, s=22, c=[color[m] for m in ms], zorder=3)
+                if in_page:  # the top systems by the downstream metric only: 20 labels would overlap into a blob
+                    top = set(sorted(range(len(pts)), key=lambda k: -ys[k])[:TOP_LABELS])
+                    for k, ((m, _, _), x, y) in enumerate(zip(pts, xs, ys, strict=True)):
+                        if k in top:
+                            ax.annotate(
+                                short(names.get(m, m), 16), (x, y), fontsize=6.5, xytext=(3, 3),
+                                textcoords="offset points",
+                            )  # fmt: skip
                 ax.xaxis.set_major_locator(MaxNLocator(4))
                 ax.yaxis.set_major_locator(MaxNLocator(4))
                 ax.set_title(f"{_tau_title(p)}  (n={p.get('n_systems', len(pts))})")
@@ -155,7 +186,7 @@ def scatter_grid(
         if not in_page and systems:
             from matplotlib.lines import Line2D
 
-            handles = [Line2D([], [], ls="", marker="o", color=color[m], label=short(m, 28)) for m in systems]
+            handles = [Line2D([], [], ls="", marker="o", color=color[m], label=short(names[m], 28)) for m in systems]
             fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)))
         fig.suptitle("Upstream metric (x) vs downstream metric (y), one point per system", fontsize=10)
         return _render(fig, name, "Upstream vs downstream", in_page, dpi=110 if in_page else 80)
@@ -167,16 +198,18 @@ def fewshot_plot(curves: Mapping[str, Sequence[tuple[int, float, float | None, f
     curves = {m: sorted(cs) for m, cs in curves.items() if cs}
     if not curves:
         return None
+    styles = family_styles(curves, PALETTE)
+    names = short_labels(curves)
     with _style() as Figure:
-        fig = Figure(figsize=(5.2, 3.4))
+        fig = Figure(figsize=(6.6, 3.4))
         ax = fig.subplots()
-        _margins(fig)
-        for k, (m, cs) in enumerate(curves.items()):
-            color = PALETTE[k % len(PALETTE)]
+        _margins(fig, right=1.7)
+        for m, cs in curves.items():
+            color, ls, marker = styles[m]
             xs = [c[0] for c in cs]
-            ax.plot(xs, [100 * c[1] for c in cs], marker="o", ms=3.5, color=color, label=short(m))
+            ax.plot(xs, [100 * c[1] for c in cs], marker=marker, ms=3.5, ls=ls, color=color, label=short(names[m], 20))
             band = [c for c in cs if not is_missing(c[2]) and not is_missing(c[3])]
-            if len(band) > 1:
+            if len(band) > 1 and ls == "-":  # one band per family (its full-data variant): bands of all would overlap
                 ax.fill_between(
                     [c[0] for c in band],
                     [100 * float(c[2] or 0) for c in band],
@@ -188,8 +221,8 @@ def fewshot_plot(curves: Mapping[str, Sequence[tuple[int, float, float | None, f
         ax.set_xlabel("shots per unseen user")
         ax.set_ylabel("RM accuracy (%)")
         ax.axhline(50, color="#999", lw=0.8, ls=":")
-        ax.set_title("Few-shot adaptation of unseen users (95% CI bands)")
-        ax.legend(loc="best")
+        ax.set_title("Few-shot adaptation of unseen users (95% CI band per family)")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6.5)
         return _render(fig, "fewshot_curves", "Few-shot curves")
 
 
@@ -198,20 +231,28 @@ def bon_plot(curves: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Plot | No
     metrics = list(dict.fromkeys(q for c in curves.values() for q in c))[:4]
     if not metrics:
         return None
+    styles = family_styles(curves, PALETTE)
+    names = short_labels(curves)
+    ncol = min(2, len(metrics))  # two panels a row (stacked, not shrunk), the legend to the right
+    nrow = -(-len(metrics) // ncol)
     with _style() as Figure:
-        fig = Figure(figsize=(3.4 * len(metrics), 3.2))
-        axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-        _margins(fig, wspace=0.4)
+        fig = Figure(figsize=(3.6 * ncol + 1.9, 3.0 * nrow))
+        axes = list(fig.subplots(nrow, ncol, squeeze=False).ravel())
+        for extra in axes[len(metrics) :]:
+            extra.set_axis_off()
+        axes = axes[: len(metrics)]
+        _margins(fig, right=2.0, wspace=0.35, hspace=0.55, top=0.35)
         for ax, q in zip(axes, metrics, strict=True):
             ref: Mapping[str, Any] | None = None
-            for k, (label, c) in enumerate(curves.items()):
+            for label, c in curves.items():
                 m = c.get(q)
                 if not m or not m.get("n"):
                     continue
                 ref = ref or m
                 xs, ys = list(m["n"]), [_num(v) * _scale(q) for v in m.get("quality", [])]
                 if len(xs) == len(ys):
-                    ax.plot(xs, ys, marker="o", ms=3, color=PALETTE[k % len(PALETTE)], label=short(label, 30))
+                    color, ls, marker = styles[label]
+                    ax.plot(xs, ys, marker=marker, ms=3, ls=ls, color=color, label=short(names[label], 22))
             if ref is not None:
                 for key, style, text in (("oracle", "--", "oracle"), ("sample_mean", ":", "random pick")):
                     vals = ref.get(key)
@@ -223,10 +264,11 @@ def bon_plot(curves: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Plot | No
                 ax.set_xticks(ns, [str(n) for n in ns])
                 ax.minorticks_off()
             ax.set_xlabel("N (samples)")
-            ax.set_ylabel(metric_label(q) + _unit(q))
-            ax.set_title(metric_label(q))
-        if axes[0].get_legend_handles_labels()[0]:
-            axes[0].legend(loc="best")
+            ax.set_ylabel(quality_label(q) + _unit(q))
+            ax.set_title(quality_label(q))
+        handles, labels = axes[0].get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="upper right", fontsize=6.5, ncol=1 if len(labels) <= 24 else 2)
         return _render(fig, "best_of_n_curves", "Best-of-N curves")
 
 
@@ -289,35 +331,51 @@ def per_user_plot(dists: Mapping[str, Mapping[str, Sequence[float]]]) -> Plot | 
             )
             for i, vals in enumerate(data, start=1):
                 ax.scatter(vals, i + rng.uniform(-0.16, 0.16, len(vals)), s=7, alpha=0.55, color="#3b6fb6", zorder=3)
-            ax.set_yticks(range(1, len(names) + 1), [short(m, 18) for m in names])
+            compact = short_labels(names)
+            ax.set_yticks(range(1, len(names) + 1), [short(compact[m], 18) for m in names])
             ax.set_xlabel(metric_label(metric) + _unit(metric) + " per user")
             ax.set_title(metric_label(metric))
         return _render(fig, "per_user", "Per-user distributions")
 
 
-def win_gain_plot(rows: Sequence[tuple[str, float, float]], quality: str) -> Plot | None:
-    """RM win rate (its own guided output vs zero-shot) against the ground-truth gain over zero-shot."""
-    rows = [r for r in rows if not is_missing(r[1]) and not is_missing(r[2])]
-    if not rows:
+def win_gain_plot(
+    rows: Sequence[tuple[str, float, float]], quality: str, nulls: Sequence[Any] | None = None, top: int = 5
+) -> Plot | None:
+    """RM win rate (its own guided output vs zero-shot) against the ground-truth gain over zero-shot, beside the
+    win rate a scorer with no information gets under each decoder (``nulls``, one per row: n/(n+1) for Best-of-n,
+    50% for a single guided output); only the ``top`` systems by gain are labelled."""
+    keep = [i for i, r in enumerate(rows) if not is_missing(r[1]) and not is_missing(r[2])]
+    if not keep:
         return None
+    nulls = [nulls[i] if nulls is not None and i < len(nulls) else None for i in keep]
+    rows = [rows[i] for i in keep]
+    names = short_labels(r[0] for r in rows)
+    labelled = set(sorted(range(len(rows)), key=lambda k: -rows[k][2])[:top])
     with _style() as Figure:
         fig = Figure(figsize=(5.2, 3.6))
         ax = fig.subplots()
         _margins(fig, left=0.75)
         for k, (label, win, gain) in enumerate(rows):
             ax.scatter([100 * win], [100 * gain], s=26, color=PALETTE[k % len(PALETTE)], zorder=3)
-            ax.annotate(
-                short(re.sub(r"\(.*?\)", "", label), 24),
-                (100 * win, 100 * gain),
-                fontsize=6.5,
-                xytext=(3, 3),
-                textcoords="offset points",
-            )
+            if k in labelled:
+                ax.annotate(
+                    short(names[label], 24),
+                    (100 * win, 100 * gain),
+                    fontsize=6.5,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
         ax.margins(x=0.3, y=0.15)
         ax.axhline(0, color="#999", lw=0.8)
-        ax.axvline(50, color="#999", lw=0.8, ls=":")
+        lines = sorted({round(100 * float(n), 3) for n in nulls if not is_missing(n)}) or [50.0]
+        for x in lines:
+            ax.axvline(x, color="#b45309", lw=0.9, ls=":")
+            ax.annotate(
+                f"null {x:.1f}%", (x, 1), xycoords=("data", "axes fraction"), fontsize=6.5, color="#b45309",
+                xytext=(2, -8), textcoords="offset points",
+            )  # fmt: skip
         ax.set_xlabel("RM win rate vs zero-shot (%)")
-        ax.set_ylabel(f"ground-truth gain, {metric_label(quality)} (points)")
+        ax.set_ylabel(f"ground-truth gain, {quality_label(quality)} (points)")
         ax.set_title("Does the RM's own preference track real gains?")
         return _render(fig, "win_rate_vs_gain", "Win rate vs ground-truth gain")
 

@@ -18,6 +18,7 @@ from perbench.report.fmt import (
     metric_label,
     na_span,
     num,
+    quality_label,
     table,
     value_ci,
 )
@@ -66,8 +67,13 @@ def own_decoding(tab: Mapping[str, Any], method: str, metric: str) -> str | None
     return own if own != metric and not is_missing(_d(_d(tab.get(method)).get(own)).get("value")) else None
 
 
-def leaderboard(analysis: Mapping[str, Any] | None, title: str = "Leaderboard") -> str:
-    """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs."""
+def leaderboard(
+    analysis: Mapping[str, Any] | None, title: str = "Leaderboard", names: Mapping[str, str] | None = None
+) -> str:
+    """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs (``names``:
+    compact labels)."""
+    from perbench.report.labels import name_cell
+
     a = _d(analysis)
     tab = _d(a.get("table"))
     if not tab:
@@ -81,7 +87,7 @@ def leaderboard(analysis: Mapping[str, Any] | None, title: str = "Leaderboard") 
     methods = [m for m in order if m in tab] + [m for m in _l(a.get("methods")) or list(tab) if m not in order]
     rows = []
     for i, m in enumerate(methods, 1):
-        cells = [str(i) if m in order else "–", esc(m)]
+        cells = [str(i) if m in order else "–", name_cell(m, names or {})]
         for c in cols:
             r = _d(ranking.get(c))
             own = own_decoding(tab, m, c)
@@ -305,21 +311,22 @@ def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html:
             [
                 esc(r.get("label")),
                 value_ci(r.get("win"), r.get("win_ci"), na="no win rate"),
+                num(r.get("null")) if not is_missing(r.get("null")) else "50.0",
                 value_ci(r.get("gain"), r.get("gain_ci"), signed=True, na="no zero-shot reference on these targets")
                 + " "
                 + mark,
             ]
         )
-    head = ["decoder[RM]", "win rate %", "gain (points)"]
+    head = ["decoder[RM]", "win rate %", "null %", "gain (points)"]
     return (
         "<h2>Win rate next to ground-truth gain</h2>"
         + '<div class="row2"><div>'
         + table(head, body)
         + f'<p class="muted">Win rate: how often the RM prefers its own guided output to the zero-shot one. Gain: '
-        f"the paired ground-truth difference to zero-shot in {esc(metric_label(quality))}. A win rate far above 50% "
-        "with no real gain means the RM prefers its output for reasons the user does not share.</p></div>"
-        + plot_html
-        + "</div>"
+        f"the paired ground-truth difference to zero-shot in {esc(quality_label(quality))} (points). Null: the win "
+        "rate of a scorer with no information under that decoder (n/(n+1) for Best-of-n, whose pick is the best of n "
+        "draws; 50% for one guided output). A win rate far above its null with no real gain means the RM prefers its "
+        "output for reasons the user does not share.</p></div>" + plot_html + "</div>"
     )
 
 

@@ -47,7 +47,47 @@ def mark(rank: Mapping[str, Any], method: str) -> tuple[str, str] | None:
     return None
 
 
-def verdict_box(analysis: Mapping[str, Any] | None) -> str:
+#: how the verdict's parts are headed in the box (the analysis's ``verdict.parts`` kinds)
+PART_TITLES = {
+    "headroom": "Headroom",
+    "null": "Against a random pick",
+    "plan": "What would decide",
+    "decision": "Decision",
+    "tie_break": "Tie-break",
+    "trade_offs": "Trade-offs",
+    "zero_shot": "Against zero-shot",
+    "win_rate": "Reward hacking",
+    "adaptive": "Adaptive rounds",
+    "references": "Reference lines",
+    "ci_note": "About the CI",
+    "upstream": "Upstream",
+}
+
+
+def _parts(v: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, str]:
+    """(the lead sentence, the other parts as a list) from ``verdict.parts``; ("", "") when it has none."""
+    from perbench.report.labels import shorten_text
+
+    parts = [(str(_d(p).get("kind") or ""), str(_d(p).get("text") or "")) for p in _l(v.get("parts"))]
+    parts = [(k, t) for k, t in parts if t.strip()]
+    if not parts:
+        return "", ""
+    lead = esc(shorten_text(parts[0][1], names))
+
+    def item(kind: str, text: str) -> str:
+        title = PART_TITLES.get(kind, kind.replace("_", " ").capitalize())
+        text = shorten_text(text, names)
+        if text.lower().startswith(title.lower() + ":"):  # the part names itself: say it once
+            text = text[len(title) + 1 :].lstrip()
+        return f"<li><b>{esc(title)}</b> {esc(text)}</li>"
+
+    items = "".join(item(k, t) for k, t in parts[1:])
+    return lead, (f'<ul class="vparts">{items}</ul>' if items else "")
+
+
+def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
+    """The verdict, rendered from its parts (the lead sentence, then one line per part), with compact labels."""
+    names = names or {}
     v = _d(_d(analysis).get("verdict"))
     if not v:
         return (
@@ -62,31 +102,34 @@ def verdict_box(analysis: Mapping[str, Any] | None) -> str:
     if decision in DECISIONS:
         word, kind = DECISIONS[str(decision)]
         facts.append(badge(word, kind))
+
+    def nm(m: Any) -> str:
+        return esc(names.get(str(m), str(m)))
+
     if v.get("deploy"):
-        facts.append(f"deploy <b>{esc(v['deploy'])}</b>")
+        facts.append(f"deploy <b>{nm(v['deploy'])}</b>")
     if _l(v.get("equivalent")):
-        facts.append("equivalent to the leader: " + ", ".join(f"<b>{esc(m)}</b>" for m in v["equivalent"]))
+        facts.append("equivalent to the leader: " + ", ".join(f"<b>{nm(m)}</b>" for m in v["equivalent"]))
     if _l(v.get("contenders")):
-        facts.append("still in contention: " + ", ".join(f"<b>{esc(m)}</b>" for m in v["contenders"]))
+        facts.append("still in contention: " + ", ".join(f"<b>{nm(m)}</b>" for m in v["contenders"]))
     elif not v.get("deploy") and len(_l(v.get("tied"))) > 1:
-        facts.append("tied: " + ", ".join(f"<b>{esc(m)}</b>" for m in v["tied"]))
+        facts.append("tied: " + ", ".join(f"<b>{nm(m)}</b>" for m in v["tied"]))
     if metric:
         facts.append(f"{_mhead(metric)} {value_ci(v.get('value'), v.get('ci'), pct)}")
     if v.get("runner_up"):
-        facts.append(f"runner-up {esc(v['runner_up'])}")
+        facts.append(f"runner-up {nm(v['runner_up'])}")
     if isinstance(v.get("margin"), int | float):
         facts.append(f"equivalence margin ±{num(v['margin'], pct)}{' pts' if pct else ''}")
     if _l(v.get("reference_lines")):
-        facts.append("reference lines (never recommended): " + esc(", ".join(str(m) for m in v["reference_lines"])))
+        facts.append("reference lines (never recommended): " + ", ".join(nm(m) for m in v["reference_lines"]))
     if v.get("upstream_metric"):
         agrees = v.get("agrees")
         word = "puts several first" if agrees is None else ("agrees" if agrees else "disagrees")
         facts.append(f"upstream {_mhead(str(v['upstream_metric']))} {esc(word)} (τ-b {_tau(v)})")
     cls = "verdict" + ("" if decision in ("separable", "equivalent") or v.get("deploy") else " tie")
-    return (
-        f'<section class="{cls}"><h2>Verdict</h2><p class="vtext">{esc(text)}</p>'
-        f'<p class="facts">{" · ".join(facts)}</p></section>'
-    )
+    lead, rest = _parts(v, names)
+    body = f'<p class="vtext">{lead}</p>{rest}' if lead else f'<p class="vtext">{esc(text)}</p>'
+    return f'<section class="{cls}"><h2>Verdict</h2>{body}<p class="facts">{" · ".join(facts)}</p></section>'
 
 
 def _size(s: Any, crossed: bool) -> str:
@@ -97,8 +140,9 @@ def _size(s: Any, crossed: bool) -> str:
     return f"{num(s.get('prompts'), pct=False)} prompts{per} × {num(s.get('users'), pct=False)} users"
 
 
-def power_section(analysis: Mapping[str, Any] | None) -> str:
-    """The planner's table for the verdict metric: leader − each other deployable method."""
+def power_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
+    """The planner's table for the verdict metric: leader − each other deployable method (compact ``names``)."""
+    names = names or {}
     a = _d(analysis)
     metric = str(_d(a.get("verdict")).get("metric") or "")
     plans = [_d(p) for p in _l(_d(a.get("power")).get(metric))]
@@ -114,7 +158,7 @@ def power_section(analysis: Mapping[str, Any] | None) -> str:
         )
         rows.append(
             [
-                esc(f"{p.get('a')} − {p.get('b')}"),
+                esc(f"{names.get(str(p.get('a')), p.get('a'))} − {names.get(str(p.get('b')), p.get('b'))}"),
                 num(p.get("observed"), pct, signed=True),
                 esc(comps),
                 _size(p.get("separate"), crossed) + f" <span class='ci'>(at {num(p.get('effect'), pct, True)})</span>",
@@ -123,10 +167,10 @@ def power_section(analysis: Mapping[str, Any] | None) -> str:
         )
     head = ["comparison", "observed Δ", "variance components (σ²)", "to separate", "to establish equivalence"]
     return (
-        f"<h3>What would decide {_mhead(metric)}</h3>"
+        f"<details><summary>What would decide {_mhead(metric)} ({len(rows)} comparisons)</summary>"
         + table(head, rows)
         + '<p class="muted">Users × prompts that reach 80% power under the verdict\'s own rule (simultaneous '
         "intervals; equivalence: 90% CI inside the margin), from variance components estimated on this run's cells "
         "(method of moments on the crossed design). With few users or prompts the components, and so the sizes, "
-        "are rough. <code>perbench plan RUN_DIR --effect 5</code> answers it for another effect.</p>"
+        "are rough. <code>perbench plan RUN_DIR --effect 5</code> answers it for another effect.</p></details>"
     )

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perbench.cache import Store, pack_arrays, unpack_arrays
+from perbench.calls import note
 from perbench.data.records import Prompt
 from perbench.io import cache_dir
 from perbench.models.chat import encode_pair
@@ -122,15 +123,18 @@ class FeatureExtractor:
             feats = self._forward([[(encoded[i][0], encoded[i][1]) for i in row] for row in rows], kind)
             new = {keys[i]: pack_arrays(**f) for i, f in zip(batch, feats, strict=True)}
             if kind == "tokens":  # the same forward gives φ(x, y): never run it twice for one text
-                new.update(
-                    {
-                        self._key("last", encoded[i][0], encoded[i][1]): pack_arrays(last=f["last"])
-                        for i, f in zip(batch, feats, strict=True)
-                    }
-                )
+                last = {
+                    self._key("last", encoded[i][0], encoded[i][1]): pack_arrays(last=f["last"])
+                    for i, f in zip(batch, feats, strict=True)
+                }
+                # ... but a φ already stored stays: another forward (other batch-mates) can differ in the last float
+                # bits, and whoever read the stored φ (a fit, a score) must find it again, bit for bit
+                have = self.store.get_many_bytes(sorted(last))
+                new.update({k: v for k, v in last.items() if k not in have and k not in self._memo})
             self.store.put_many_bytes(new)
             results.update({keys[i]: f for i, f in zip(batch, feats, strict=True)})
             self.stats.computed += len(batch)
+            note(f"features.{kind}", len(batch))
             bar.update(len(batch))
         bar.close()
         self._remember(results)

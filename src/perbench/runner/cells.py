@@ -62,19 +62,10 @@ def cells_record(raw: bytes, count: int) -> dict[str, Any]:
     return {"file": "cells.jsonl", "count": count, "sha256": hashlib.sha256(raw).hexdigest()}
 
 
-def read_cells(path: Path) -> list[dict[str, Any]]:
-    """The cells of a run directory (``cells.jsonl``), with the line number named on a bad row."""
-    rows: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
-            missing = {"group", "method", "metric", "user", "prompt", "value"} - set(row)
-            if missing:
-                raise ValueError(f"{path}:{i}: missing field(s) {sorted(missing)}")
-            rows.append(row)
-    return rows
+def read_cells(path: str | Path) -> list[dict[str, Any]]:
+    """The cells of a run directory's ``cells.jsonl``, read and checked by the one run-directory reader
+    (:func:`perbench.runner.rundir.read_cells_file`): located errors, finite values, and, with the run's
+    results.json beside it, the count and digest it recorded."""
+    from perbench.runner.rundir import read_cells_file
+
+    return read_cells_file(Path(path))

@@ -34,7 +34,11 @@ def check_config(cfg: RunConfig) -> None:
 
 
 def check_setup(cfg: RunConfig) -> None:
-    """``out_dir`` can hold the run's folder, and ``device`` exists on this machine."""
+    """``out_dir`` can hold the run's folder, ``device`` exists on this machine, ``PERBENCH_CACHE`` (when set)
+    names a folder, and the RL recipe fits the policy (:func:`perbench.runner.rl_checks.check_rl`)."""
+    from perbench.io import cache_path
+
+    cache_path()
     run_dir = cfg.run_dir()
     for p in (run_dir, *run_dir.parents):
         if p.exists() or p.is_symlink():
@@ -51,6 +55,9 @@ def check_setup(cfg: RunConfig) -> None:
             resolve_device(cfg.device, cfg.dtype)
         except ConfigError as e:
             raise ConfigError(f"{cfg.where('device')}: {e}") from None
+    from perbench.runner.rl_checks import check_rl
+
+    check_rl(cfg)
 
 
 def model_specs(cfg: RunConfig) -> dict[str, str]:

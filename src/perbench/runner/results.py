@@ -10,11 +10,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perbench.runner.schema import SCHEMA_VERSION as SCHEMA_VERSION
+
 if TYPE_CHECKING:
     from perbench.config import RunConfig
     from perbench.runner.state import RunState
 
-SCHEMA_VERSION = 1
 PACKAGES = (
     "perbench",
     "torch",
@@ -152,6 +153,17 @@ def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[st
             "fingerprint": state.bench.fingerprint(),
             "meta": state.bench.meta,
         },
+        # every other benchmark the run loaded, with its own skip report (``skipped``) and notes
+        **(
+            {
+                "upstream_benchmarks": {
+                    name: {**b.summary(), "fingerprint": b.fingerprint(), "notes": list(b.meta.get("notes") or [])}
+                    for name, b in state.extras.items()
+                }
+            }
+            if state.extras
+            else {}
+        ),
         "policies": POLICIES,
         "upstream": upstream,
         "downstream": downstream,

@@ -29,9 +29,9 @@ def run_seeds(cfg: RunConfig, run_one: Callable[[RunConfig], RunResult]) -> RunR
 
     assert cfg.seeds
     runs = []
-    for s in cfg.seeds:
+    for i, s in enumerate(cfg.seeds, 1):
         name = None if cfg.run_name is None else f"{cfg.run_name}-seed{s}"
-        log(f"seed {s} of {list(cfg.seeds)}")
+        log(f"seed {s} ({i} of {len(cfg.seeds)} seeds)")
         runs.append(run_one(dataclasses.replace(cfg, seeds=None, seed=s, run_name=name)))
     parent = cfg.run_dir()
     parent.mkdir(parents=True, exist_ok=True)

@@ -246,14 +246,19 @@ def seed_for(base: int, key: str) -> int:
 
 
 def load_benchmark(cfg: RunConfig) -> Benchmark:
+    import warnings
+
     from perbench import registry
     from perbench.data.checks import check_benchmark
+    from perbench.data.loaders import NoTrainPairsWarning
     from perbench.data.rows import DataError
     from perbench.errors import ConfigError
 
     loader = registry.benchmarks.get(cfg.benchmark.name)
     try:
-        bench: Benchmark = loader(**cfg.benchmark.params)
+        with warnings.catch_warnings():  # the checks below say what a file without train pairs means for the run
+            warnings.simplefilter("ignore", NoTrainPairsWarning)
+            bench: Benchmark = loader(**cfg.benchmark.params)
     except DataError:
         raise  # located in the data
     except (ConfigError, ValueError, TypeError) as e:  # a parameter the loader refuses: located in the config

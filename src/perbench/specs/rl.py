@@ -24,6 +24,8 @@ from typing import Any, Literal
 from perbench.errors import ConfigError
 
 ALGORITHMS = ("grpo", "rloo", "ppo")
+#: the largest seed (torch and numpy take seeds in [0, 2³²))
+SEED_MAX = 2**32 - 1
 GROUPS = ("user", "all")
 SCALE_REWARDS = ("group", "batch", "none")
 PPO_UNAVAILABLE = (
@@ -109,8 +111,8 @@ class RLSpec:
                 raise bad(key, f"must be an integer ≥ 1 or null, got {value!r}")
         if isinstance(self.norm_samples, bool) or not isinstance(self.norm_samples, int) or self.norm_samples < 2:
             raise bad("norm_samples", f"must be an integer ≥ 2 (an sd needs two samples), got {self.norm_samples!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise bad("seed", f"must be an integer, got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= SEED_MAX:
+            raise bad("seed", f"must be an integer in [0, {SEED_MAX}], got {self.seed!r}")
         if self.num_generations < 2:
             raise bad("num_generations", f"GRPO needs ≥ 2 completions per prompt, got {self.num_generations}")
         if self.batch_size % self.num_generations:
@@ -266,6 +268,9 @@ class RLPhase:
             ok = isinstance(seeds, Sequence) and not isinstance(seeds, str) and len(seeds) > 0
             if not ok or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
                 raise ConfigError(f"{where}.seeds: must be a non-empty list of integers, got {seeds!r}")
+            out = [x for x in seeds if not 0 <= x <= SEED_MAX]
+            if out:
+                raise ConfigError(f"{where}.seeds: every seed must be an integer in [0, {SEED_MAX}], got {out[0]!r}")
             if len(set(seeds)) < len(seeds):
                 raise ConfigError(
                     f"{where}.seeds: every seed must differ (a repeated seed repeats a run), got {seeds!r}"

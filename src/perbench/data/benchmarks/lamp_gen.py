@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perbench.data.benchmarks.common import finish, row_ref, rows_of
-from perbench.data.benchmarks.pref_lamp import lamp5_file, read_golds
+from perbench.data.benchmarks.lamp5 import lamp5_file, read_golds
 from perbench.data.reading import parse_json, read_text
 from perbench.data.records import (
     Benchmark,

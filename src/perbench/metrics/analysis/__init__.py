@@ -16,7 +16,8 @@ question, each stating its readings:
 - :mod:`.validity`: which upstream benchmark (pair set) predicts each downstream ranking better, with paired
   bootstrap CIs of the difference between two predictors' correlations;
 - :mod:`.fairness`: worst-decile and minority users (selected on train pairs, evaluated on test pairs);
-- :mod:`.power`: variance components and the users × prompts that would decide;
+- :mod:`.power`: the users × prompts that would decide (variance components in :mod:`.components`, one
+  comparison's size in :mod:`.sizing`, the whole decision in :mod:`.decision_model`);
 - :mod:`.verdict`: the paragraph that says what to deploy.
 
 Higher is better for every metric (``rm_win`` is ranked the same way; read it as how strongly an RM prefers its
@@ -226,6 +227,7 @@ def plan_sizes(
     else:
         margin = DEFAULT_MARGIN if run_margin is None else float(run_margin)
     effect = None if effect is None else float(effect) * scale
+    _check_plan_request(chosen, est.is_proportion(chosen), scale, margin, effect)
     role = method_roles(est.methods, est.pure_decoders, roles)
     vals = {
         m: v
@@ -248,3 +250,21 @@ def plan_sizes(
         "critical_values": got["critical_values"],
     }
     return dict(json_safe(out))
+
+
+def _check_plan_request(metric: str, proportion: bool, scale: float, margin: float, effect: float | None) -> None:
+    """A margin in [0, the metric's range) and a non-zero effect inside it, else a ValueError that says the units
+    (``points``: the request was in points of a proportion)."""
+    units = "points" if scale != 1.0 else "the metric's units"
+    top = 1.0 / scale if proportion else math.inf
+    shown = f"{margin / scale:g} {units}"
+    if not (math.isfinite(margin) and margin >= 0 and (not proportion or margin < 1)):
+        raise ValueError(f"--margin {shown}: an equivalence margin lies in [0, {top:g}) {units} for {metric}")
+    if effect is None:
+        return
+    shown = f"{effect / scale:g} {units}"
+    if effect == 0 or not math.isfinite(effect) or (proportion and abs(effect) >= 1):
+        raise ValueError(
+            f"--effect {shown}: the difference to detect must be non-zero and smaller than {top:g} {units} in size "
+            f"for {metric}"
+        )

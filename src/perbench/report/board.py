@@ -1,0 +1,158 @@
+"""The report's leaderboard at a glance and its method table in pages, both with compact system labels.
+
+The leaderboard's first columns answer the question: the verdict metric with its CI (and the decision's badge),
+the share of the headroom (oracle − random pick) the system captures with its CI, and RM accuracy on seen and
+unseen users. The random pick and the oracle pick stand in it as reference lines (never ranked). Every other
+column is one click away (the full leaderboard, behind a toggle). The method table lists systems as rows and
+metrics as columns, a few metrics per page, so every system is visible at any page width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perbench.report.extract import _d, _l, main_downstream, metrics_of
+from perbench.report.fmt import badge, esc, is_missing, is_pct_metric, metric_label, na_span, value_ci
+from perbench.report.labels import legend, name_cell
+from perbench.report.sections import own_decoding
+from perbench.report.verdict import mark
+
+RANDOM_PICK, ORACLE_PICK = "random_pick", "oracle_pick"
+#: metrics per page of the method table
+PAGE = 4
+UPSTREAM_FIRST = ("rm_acc_seen", "rm_acc_unseen")
+
+
+def _mhead(metric: str) -> str:
+    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str) -> str:
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="{esc(cls)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _entry(tab: Mapping[str, Any], m: str, metric: str) -> str:
+    e = _d(_d(tab.get(m)).get(metric))
+    if not e:
+        return na_span("not measured for this system")
+    return value_ci(e.get("value"), e.get("ci"), is_pct_metric(metric), na=e.get("na"))
+
+
+def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: str, more: str = "") -> str:
+    """The at-a-glance leaderboard (module docstring); ``more``: the full leaderboard, shown behind a toggle."""
+    a = _d(analysis)
+    tab = _d(a.get("table"))
+    if not tab:
+        return ""
+    downs = main_downstream(a, 1)
+    metric = downs[0] if downs else ""
+    ranking = _d(_d(a.get("ranking")).get(metric))
+    room = _d(_d(a.get("headroom")).get(metric))
+    systems = _d(room.get("systems"))
+    ups = [u for u in UPSTREAM_FIRST if u in metrics_of(a)[0]]
+    order = [str(m) for m in _l(ranking.get("order")) if m in tab]
+    roles = _d(a.get("roles"))
+    refs = [m for m in tab if m not in order and m not in (RANDOM_PICK, ORACLE_PICK)]
+
+    def value(m: str) -> float:
+        v = _d(_d(tab.get(m)).get(metric)).get("value")
+        return -float(v) if isinstance(v, int | float) else float("inf")
+
+    # unranked deployable systems first (by the verdict metric), then the reference lines
+    refs.sort(key=lambda m: (roles.get(m, "deployable") != "deployable", value(m)))
+    pct = is_pct_metric(metric)
+    head = ["#", "system"]
+    if metric:
+        head.append(_mhead(metric))
+    if room:
+        head.append('<span title="(system − random pick) / (oracle − random pick), 95% CI">share of headroom</span>')
+    head += [_mhead(u) for u in ups]
+
+    def row(m: str, rank: str, note: str = "") -> list[str]:
+        cells = [rank, name_cell(m, names) + note]
+        own = own_decoding(tab, m, metric) if metric else None
+        if own is not None:  # a decoder without an RM (zero-shot): its own value, as the reference
+            cells.append(_entry(tab, m, own))
+        elif metric:
+            html = _entry(tab, m, metric)
+            got = mark(ranking, m)
+            if got is not None:
+                html += " " + badge(*got)
+            cells.append(html)
+        if room:
+            s = _d(_d(systems.get(m)).get("share"))
+            if s:
+                cells.append(value_ci(s.get("value"), s.get("ci"), True, na=s.get("na")))
+            else:
+                cells.append(na_span("a reference line, or no Best-of-N cells"))
+        cells += [_entry(tab, m, u) for u in ups]
+        return cells
+
+    rows = [row(m, str(i)) for i, m in enumerate(order, 1)]
+    ref = ' <span class="ci">(reference)</span>'
+    for m in refs:
+        unranked = roles.get(m, "deployable") == "deployable" and m in systems
+        note = '<span class="note">not ranked: no better than a random pick</span>' if unranked else ref
+        rows.append(row(m, "–", note))
+    for m, what in ((ORACLE_PICK, "oracle pick"), (RANDOM_PICK, "random pick")):
+        e = _d(room.get("oracle" if m == ORACLE_PICK else "random_pick"))
+        if not e:
+            continue
+        cells = ["–", f'<span title="{esc(m)}">{esc(what)}</span>{ref}']
+        cells.append(value_ci(e.get("value"), e.get("ci"), pct))
+        if room:
+            cells.append("100%" if m == ORACLE_PICK else "0%")
+        cells += ["" for _ in ups]
+        rows.append(cells)
+    h = _d(room.get("headroom"))
+    foot = ""
+    if h:
+        foot = (
+            f'<p class="muted">Headroom of the pool (oracle − random pick): '
+            f"{value_ci(h.get('value'), h.get('ci'), pct)}{' pts' if pct else ''}. Share of headroom: what a system's "
+            "pick gains over a random pick from the same pool, as a fraction of what the oracle pick gains. The random "
+            "and oracle picks are reference lines, never recommended.</p>"
+        )
+    toggle = f'<details class="more"><summary>All leaderboard columns</summary>{more}</details>' if more else ""
+    return (
+        f"<h3>{esc(title)}</h3>"
+        + _table(head, rows, "lb glance")
+        + foot
+        + legend({k: v for k, v in names.items() if k in tab})
+        + toggle
+    )
+
+
+def method_pages(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -> str:
+    """Systems (rows) × metrics (columns), :data:`PAGE` metrics per table, upstream pages then downstream ones."""
+    a = _d(analysis)
+    tab = _d(a.get("table"))
+    if not tab:
+        return ""
+    methods = [m for m in _l(a.get("methods")) if m in tab] or list(tab)
+    ups, downs = metrics_of(a)
+    pages: list[str] = []
+    for side, metrics in (("upstream", ups), ("downstream", downs)):
+        for start in range(0, len(metrics), PAGE):
+            chunk = metrics[start : start + PAGE]
+            have = [m for m in methods if any(not is_missing(_d(_d(tab.get(m)).get(c)).get("value")) for c in chunk)]
+            if not have:
+                continue
+            rows = [[name_cell(m, names), *(_entry(tab, m, c) for c in chunk)] for m in have]
+            n = len(pages) + 1
+            pages.append(
+                f'<div class="page"><p class="pg"><b class="side">{side}</b> · page {n}</p>'
+                + _table(["system", *(_mhead(c) for c in chunk)], rows, "mt")
+                + "</div>"
+            )
+    if not pages:
+        return ""
+    return (
+        "<h2>Methods: upstream and downstream side by side</h2>"
+        + f'<div class="pages">{"".join(pages)}</div>'
+        + '<p class="muted">% with 95% CI; ± sd across seeds where a config has several. n/a: not applicable or not '
+        "run (hover for the reason). Each page lists every system for a few metrics.</p>"
+    )
