@@ -118,23 +118,11 @@ def load_keywords(
 ) -> dict[str, Any]:
     """The loaders' keyword options, with the types a caller may give them and their defaults: the one list of
     them. -> the options as a mapping, for :meth:`LoadOptions.build` (which checks them)."""
-    return dict(
-        mapping=mapping,
-        name=name,
-        unseen_users=unseen_users,
-        unseen_fraction=unseen_fraction,
-        seed=seed,
-        fmt=fmt,
-        split=split,
-        config=config,
-        on_error=on_error,
-        dedup=dedup,
-        test_fraction=test_fraction,
-        default_user=default_user,
-        max_chars=max_chars,
-        max_pairs=max_pairs,
-        max_prompts=max_prompts,
-    )
+    return dict(locals())  # the parameters, every one (nothing else is bound yet)
+
+
+#: the loaders' keyword options, in order
+OPTION_NAMES: tuple[str, ...] = tuple(inspect.signature(load_keywords).parameters)
 
 
 def keyword_options(fn: Callable[[Source, Mapping[str, Any]], R]) -> Callable[..., R]:
@@ -144,6 +132,9 @@ def keyword_options(fn: Callable[[Source, Mapping[str, Any]], R]) -> Callable[..
 
     @functools.wraps(fn)
     def call(source: Source, **keywords: Any) -> R:
+        unknown = sorted(set(keywords) - set(OPTION_NAMES))
+        if unknown:
+            raise TypeError(f"{fn.__name__}() got an unexpected keyword argument {unknown[0]!r}")
         return fn(source, load_keywords(**keywords))
 
     own = inspect.signature(fn)
