@@ -11,7 +11,8 @@ pays for the conversion), alternating over rounds:
 
 A Ray cluster is started before its run and stopped after it; its start-up is reported on its own. The figures
 that matter besides the times: how many units the driver computed itself (0 on Ray: the workers compute every
-unit and the assembly only reads), and whether results.json is the same under every executor.
+unit and the assembly only reads), whether results.json is the same under every executor, and the model
+forwards of each unit under each executor beside local's (equal when no unit repeats another's work).
 """
 
 from __future__ import annotations
@@ -176,6 +177,22 @@ def run(settings: Settings) -> Section:
         "importing torch and loading the models (once per worker process): on a grid this small that start, not "
         "the units, is most of a Ray run's time.",
     ]
+    # model forwards per unit (the unit's own process: the driver's for local, the worker's on Ray), side by side
+    by_unit = {name: res["work"].get("calls_by_unit", {}) for name, res in last.items()}
+    labels = sorted(set().union(*by_unit.values()))
+    fwd_rows = []
+    for label in labels:
+        got = [by_unit[name].get(label, {}).get("forwards", 0) for name in starts]
+        fwd_rows.append([label, *got, "yes" if len(set(got)) == 1 else "**no**"])
+    totals = {name: sum(c.get("forwards", 0) for c in by_unit[name].values()) for name in starts}
+    fwd_rows.append(["**all units**", *totals.values(), "yes" if len(set(totals.values())) == 1 else "**no**"])
+    sec.body += [
+        "",
+        "Model forwards per unit (`results.json` `work.calls_by_unit`: counted by a hook on every loaded model, in "
+        "the process that computed the unit), each executor beside local's:",
+        "",
+        *table(["unit", *starts, "same"], fwd_rows, "l" + "r" * len(starts) + "l"),
+    ]
     ok = all(same.values()) and driver["ray, one node"] == 0 and driver["ray, two nodes"] == 0
     sec.goals.append(
         Goal(
@@ -187,5 +204,11 @@ def run(settings: Settings) -> Section:
             ok,
         )
     )
-    sec.figures = {"seconds": med, "startup_s": ups, "driver_computed": driver, "same_results": same}
+    sec.figures = {
+        "seconds": med,
+        "startup_s": ups,
+        "driver_computed": driver,
+        "same_results": same,
+        "forwards": totals,
+    }
     return sec

@@ -26,11 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = "PERBENCH_TEST_DRIVER_DIRS"
 #: names the cluster's processes (``<root>:<node>``), so that none is left behind
 TAG = "PERBENCH_TEST_RAY_NODE"
+#: set on a node whose workers must not find perbench (a node it was never installed on)
+NO_PERBENCH = "PERBENCH_TEST_NO_PERBENCH"
 _EVENTS = ("open", "os.listdir", "os.scandir", "os.mkdir", "os.remove", "os.rename", "sqlite3.connect")
 
 
+class _NoPerbench:
+    """A meta-path finder that refuses perbench, as on a node where it is not installed."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "perbench" or name.startswith("perbench."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 def forbid_driver_files() -> None:
-    """A Ray worker's setup hook: an audit hook that raises on any file access under the driver's folders."""
+    """A Ray worker's setup hook: an audit hook that raises on any file access under the driver's folders (and,
+    on a node marked ``NO_PERBENCH``, an import system without perbench)."""
+    if os.environ.get(NO_PERBENCH) == "1":
+        sys.meta_path.insert(0, _NoPerbench())  # type: ignore[arg-type]
     roots = [r for r in os.environ.get(FORBIDDEN, "").split(os.pathsep) if r]
 
     def hook(event: str, args: tuple[object, ...]) -> None:
@@ -50,11 +63,21 @@ def _ray() -> str:
 class LocalCluster:
     """``nodes`` Ray nodes of ``cpus`` CPUs each on this machine; ``driver_dirs`` are off limits to their workers."""
 
-    def __init__(self, driver_dirs: list[Path], nodes: int = 2, cpus: int = 1) -> None:
+    def __init__(
+        self,
+        driver_dirs: list[Path],
+        nodes: int = 2,
+        cpus: int = 1,
+        without_perbench: tuple[int, ...] = (),
+        connect: bool = True,
+    ) -> None:
+        """``without_perbench``: nodes whose workers cannot import perbench; ``connect``: this process joins the
+        cluster (False: another process, e.g. ``perbench run --ray-address``, is the only driver)."""
         # short paths: Ray's socket paths must stay under the OS limit (107 bytes)
         self.root = Path(tempfile.mkdtemp(prefix="pbray-", dir="/tmp"))
         self.driver_dirs = [str(Path(d).resolve()) for d in driver_dirs]
         self.n, self.cpus = nodes, cpus
+        self.without_perbench, self.connect = without_perbench, connect
         self.procs: list[subprocess.Popen[bytes]] = []
         self.address = ""
 
@@ -71,6 +94,7 @@ class LocalCluster:
             "RAY_USAGE_STATS_ENABLED": "0",
             FORBIDDEN: os.pathsep.join(self.driver_dirs),
             TAG: f"{self.root}:{i}",
+            NO_PERBENCH: "1" if i in self.without_perbench else "0",
         }
 
     def _start(self, i: int) -> None:
@@ -106,6 +130,8 @@ class LocalCluster:
         while len([n for n in ray.nodes() if n["Alive"]]) < self.n:
             self._check(deadline)
             time.sleep(0.2)
+        if not self.connect:
+            ray.shutdown()
         return self.address
 
     def _check(self, deadline: float) -> None:

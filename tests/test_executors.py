@@ -5,6 +5,7 @@ what depends on them, whichever executor runs it."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -170,6 +171,7 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
     tiny_pool: Path,  # noqa: F811
     first: dict[str, Any],
     other_k: dict[str, Any],
+    local: tuple[Path, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -196,12 +198,38 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
     # local run computed
     assert remote["work"]["computed_total"] == first["work"]["computed"] == remote["work"]["remote"]["computed"]
     assert remote["work"]["units"]["computed"] == sum(remote["plan"]["units"].values())
+    # the workers computed exactly the local run's feature values: no unit re-extracts what a features unit holds
+    assert_no_repeated_features(remote, first, local[0] / f"rubrics-{first['config_hash']}" / "samples.jsonl")
     assert_same(comparable(changed), comparable(other_k))
     assert changed["work"]["units"]["computed"] == 2
     assert changed["work"]["remote"]["computed"] == other_k["work"]["computed"]
     assert changed["work"]["computed"] == {} and changed["work"]["assembly"] == {}
     # the nodes' own caches hold converted models only: no store of a run, no feature, sample or unit cache
     assert node_files and not [f for f in node_files if f.endswith(".sqlite")]
+
+
+def _features(calls: dict[str, int]) -> int:
+    return calls.get("features.last", 0) + calls.get("features.tokens", 0)
+
+
+def assert_no_repeated_features(remote: dict[str, Any], local: dict[str, Any], local_samples: Path) -> None:
+    """The workers extracted the local run's feature values, unit by unit: no unit re-extracts what a unit it
+    depends on holds. The one allowed difference: two guided generation units (ARGS under two RMs) that run side by
+    side and generate the same text for a cell each extract its φ, where the local run's second one finds the
+    first one's; so the guided units may exceed the local run's counts by at most the texts they share."""
+    mine, theirs = remote["work"]["calls_by_unit"], local["work"]["calls_by_unit"]
+    assert set(mine) == set(theirs)
+    guided = {label for label in mine if label.startswith("generate:") and "[" in label.partition("@")[0]}
+    differ = {u: (_features(mine[u]), _features(theirs[u])) for u in mine if _features(mine[u]) != _features(theirs[u])}
+    assert set(differ) <= guided, differ
+    assert all(r >= loc for r, loc in differ.values()), differ
+    owners: dict[tuple[str, str], set[str]] = {}
+    for line in local_samples.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("kind") == "generation" and "[" in row["decoder"]:
+            owners.setdefault((row["prompt_id"], row["text"]), set()).add(row["decoder"])
+    shared = sum(len(o) - 1 for o in owners.values())
+    assert sum(r - loc for r, loc in differ.values()) <= shared, (differ, shared)
 
 
 def test_resources_per_kind_reach_the_plan(tiny_pool: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -232,5 +260,42 @@ def test_a_unit_no_node_can_take_is_a_config_error() -> None:
     nodes = [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 1.0}}]
     check_feasible([Unit("fit", "global_bt", "k", needs=needs_of("fit", {"fit": {"num_cpus": 2}}, cuda=False))], nodes)
     fit = Unit("fit", "global_bt", "k", needs=needs_of("fit", None, cuda=True))
-    with pytest.raises(ConfigError, match=r"resources\.fit: a fit unit \(fit:global_bt\) needs 1 CPU\(s\) and 1 GPU"):
+    with pytest.raises(ConfigError, match=r"resources\.fit: a fit unit \(fit:global_bt\) needs 1 CPU\(s\), 1 GPU"):
         check_feasible([fit], nodes)
+
+
+def test_two_configs_started_together_on_one_cache_compute_each_shared_unit_once(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Two configs that share every unit but ARGS's generations, started at once as two ``perbench run``
+    processes on one empty ``PERBENCH_CACHE``: each shared unit is computed by one of them (the other holds off on
+    its lease, waits and reuses it), so together they compute the union of their plans once."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    cache = empty_cache(tmp_path / "cache")
+    env = {**os.environ, "PERBENCH_CACHE": str(cache), "PERBENCH_QUIET": "1"}
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    procs = []
+    for name, grid in (("a", GRID), ("b", OTHER_K)):
+        cfg = tiny_config(tiny_pool, tmp_path / "runs").override(**grid, run_name=name)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        cmd = [sys.executable, "-m", "perbench.cli", "run", str(path)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    a, b = (json.loads((tmp_path / "runs" / n / "results.json").read_text()) for n in ("a", "b"))
+    units_a, units_b = sum(a["plan"]["units"].values()), sum(b["plan"]["units"].values())
+    assert units_a == units_b
+    shared = units_a - 2  # all but the two ARGS generation units
+    computed = a["work"]["units"]["computed"] + b["work"]["units"]["computed"]
+    assert computed == units_a + 2, (a["work"]["units"], b["work"]["units"])
+    waited = a["work"]["units"]["waited_for_another_run"] + b["work"]["units"]["waited_for_another_run"]
+    found = a["work"]["units"]["found_finished"] + b["work"]["units"]["found_finished"]
+    assert found == shared and 0 < waited <= shared
+    assert _without_k(a["upstream"]) == _without_k(b["upstream"])

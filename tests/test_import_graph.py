@@ -24,7 +24,7 @@ MAX_LINES = 450
 
 #: the pipeline, lowest first: a module may import its own room and the rooms before it in this list
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "io", "registry", "specs", "config", "device", "progress", "sealed", "cache")),
+    ("base", ("errors", "io", "registry", "specs", "config", "device", "progress", "sealed", "cache", "calls")),
     ("data", ("data",)),
     ("models", ("models",)),
     ("rewards", ("rewards", "systems")),

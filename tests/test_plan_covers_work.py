@@ -2,7 +2,8 @@
 (``results.json`` ``work.assembly`` is empty), for every embedded config, each shrunk to tiny random models, a
 handful of prompts and its first two methods so that it runs in seconds, and for what no embedded config has
 (several policies). Were any forward pass, decode, fit, score, quality check or win rate left to the
-assembly, it would run there and show in ``work.assembly``; a run whose executor skips the generation units
+assembly, it would run there and show in ``work.assembly`` (which counts model forwards and metric evaluations
+as well as store writes); a run whose executor skips the generation units
 shows that it does."""
 
 from __future__ import annotations
@@ -108,6 +109,13 @@ def test_assembly_computes_nothing(name: str, tiny_pool: Path, tmp_path: Path, o
         assert res["downstream"] and res["work"]["computed"]["generate"] > 0
     if cfg.rl is not None:
         assert res["rl"] and res["work"]["computed"]["rl"] > 0
+        # the units made the forwards and the metric evaluations (the assembly none: _check); a rerun of the
+        # finished config makes none at all, in its units phase or its assembly
+        assert res["work"]["calls"]["forwards"] > 0 and res["work"]["calls"]["rubric"] > 0
+        again = run(cfg).results
+        assert again["work"]["units"]["computed"] == 0 and again["work"]["computed"] == {}
+        assert again["work"]["assembly"] == {} and again["work"]["calls"] == {}, again["work"]
+        assert again["rl"] == res["rl"]
 
 
 def test_assembly_computes_nothing_with_policies(tiny_pool: Path, tmp_path: Path, own_cache: Path) -> None:  # noqa: F811

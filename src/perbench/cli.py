@@ -111,10 +111,22 @@ def _run_config(args: argparse.Namespace) -> int:
         import os
 
         os.environ["RAY_ADDRESS"] = args.ray_address  # where ray.init connects (Ray's own convention)
+    if cfg.executor == "ray" and not _ray_connected():
+        from perbench.runner import cluster
+
+        if not cluster.supervised():  # the run in a child that this process watches (``cluster.supervise``)
+            cluster.precheck(args.ray_address)  # a wrong address is reported here, before any child starts
+            return cluster.supervise(args.argv)
     _announce_remote_code(cfg.methods)
     result = run(cfg)
     _print_summary(result.results)
     return 0
+
+
+def _ray_connected() -> bool:
+    """Whether this process already holds a Ray connection (a Python caller's own ``ray.init``)."""
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
 
 
 def _announce_remote_code(methods: list[Any]) -> None:
@@ -670,7 +682,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    args.argv = argv
     handlers = {
         "run": _run,
         "list": _list,

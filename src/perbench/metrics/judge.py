@@ -75,6 +75,9 @@ def lm_judge(lm: LoadedLM, *, max_new_tokens: int = 16, batch_size: int = 8) -> 
     from perbench.models.generate import GenRequest, generate_plain
 
     def judge(prompts: Sequence[str]) -> list[str]:
+        from perbench.calls import note
+
+        note("judge", len(prompts))
         out: list[str] = []
         for s in range(0, len(prompts), batch_size):
             reqs = [GenRequest(p, "judge", 0) for p in prompts[s : s + batch_size]]

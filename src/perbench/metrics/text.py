@@ -34,6 +34,9 @@ def rouge(predictions: Sequence[str], references: Sequence[str]) -> dict[str, np
     """Per-item ROUGE-1 / ROUGE-L F1 (stemmed), as ``rouge-score`` computes them."""
     if len(predictions) != len(references):
         raise ValueError(f"rouge: {len(predictions)} predictions vs {len(references)} references")
+    from perbench.calls import note
+
+    note("rouge", len(predictions))
     scorer = _rouge_scorer()
     scorer._tokenizer.memo.clear()  # the memo lives for one call
     r1, rl = [], []
@@ -67,6 +70,9 @@ def bertscore(
         raise ValueError(f"bertscore: {len(predictions)} predictions vs {len(references)} references")
     if not predictions:
         return np.zeros(0)
+    from perbench.calls import note
+
+    note("bertscore", len(predictions))
     # bert-score cannot encode an empty text under transformers 5; an empty side shares no token: F1 = 0
     out = np.zeros(len(predictions), np.float64)
     keep = [i for i, (p, r) in enumerate(zip(predictions, references, strict=True)) if p.strip() and r.strip()]

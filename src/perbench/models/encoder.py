@@ -69,5 +69,8 @@ def load_encoder(spec: str = "minilm", device: str | None = None) -> SentenceEnc
     if key not in _ENCODERS:
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModel.from_pretrained(path, use_safetensors=True).to(policy.device).eval()
+        from perbench.calls import count_forwards
+
+        count_forwards(model)
         _ENCODERS[key] = SentenceEncoder(model, tok, spec, policy.device)
     return _ENCODERS[key]

@@ -376,5 +376,8 @@ def load_lm(
     if lm.tokenizer.pad_token_id is None:
         lm.tokenizer.pad_token = lm.tokenizer.eos_token
     lm.tokenizer.padding_side = "left"
+    from perbench.calls import count_forwards
+
+    count_forwards(lm.model)
     _LOADED[key] = lm
     return lm

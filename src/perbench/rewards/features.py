@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perbench.cache import Store, pack_arrays, unpack_arrays
+from perbench.calls import note
 from perbench.data.records import Prompt
 from perbench.io import cache_dir
 from perbench.models.chat import encode_pair
@@ -133,6 +134,7 @@ class FeatureExtractor:
             self.store.put_many_bytes(new)
             results.update({keys[i]: f for i, f in zip(batch, feats, strict=True)})
             self.stats.computed += len(batch)
+            note(f"features.{kind}", len(batch))
             bar.update(len(batch))
         bar.close()
         self._remember(results)

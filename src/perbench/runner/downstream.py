@@ -261,6 +261,12 @@ class Downstream:
         texts = self.generate(system, asked)
         zero = self.zero_outputs(systems) if system.method is not None else None
         self.scoring.prepare(system.label, texts, asked, system.method, zero)
+        zero_shot = self.zero_shot(systems)
+        guided = any(sys.method is not None and sys.method.is_feature_rm for sys in systems)
+        if zero_shot is not None and system.label == zero_shot.label and guided and self.s.extractor is not None:
+            # φ of the zero-shot outputs, which every feature RM's win rate reads: computed once, here, and handed
+            # with this unit to the units that depend on it (rather than extracted again in each of them)
+            self.s.extractor.last([(p, texts[(prompt_key(p), u)]) for p, u in asked if (prompt_key(p), u) in texts])
 
     def adaptive_unit(self, spec: Component, systems: list[System]) -> None:
         """The adaptive unit of per-cell decoder ``spec``: its rounds, then each system's quality and win rate
@@ -273,11 +279,18 @@ class Downstream:
             self.scoring.prepare(sys.label, self.generate(sys, asked), asked, sys.method, zero)
 
     def training_unit(self, handles: list[MethodHandle], kind: str, name: str) -> None:
-        """The unit of one RL run (``rl``, the job's name: trained and stored), or the RL evaluation (``rl_eval``:
-        every run's greedy and sampled generations, KL and KL-matched updates, stored for the assembly to read)."""
+        """The unit of one RL run (``rl``, the job's name: trained and stored), of its evaluation (``rl_eval`` with
+        the job's name: its generations, KL and KL-matched update), of the base policy's generations (``rl_eval:
+        base``), or the RL summary (``rl_eval:rl``: the quality and RM scores of every evaluated text), each stored
+        for the assembly to read."""
         targets = self.eval_targets()
+        jobs = self.training.jobs(handles, targets)
         if kind == "rl":
-            self.training.train(next(j for j in self.training.jobs(handles, targets) if j.name == name), targets)
+            self.training.train(next(j for j in jobs if j.name == name), targets)
+        elif name == "base":
+            self.training.evaluate_base(jobs, targets)
+        elif name != "rl":
+            self.training.evaluate(next(j for j in jobs if j.name == name), targets)
         else:
             self.training.run(handles, targets)
 

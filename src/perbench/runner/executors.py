@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
 
 class LocalExecutor:
     name = "local"
+
+    def open(self) -> None:
+        """Nothing to join: the units run in this process."""
+
+    def close(self) -> None:
+        pass
 
     def execute(self, plan: Plan, work: Work) -> None:
         for unit in plan.units:
@@ -38,78 +45,166 @@ class RayExecutor:
     name = "ray"
     #: retries of a unit whose worker process died (a unit raising an error is not retried)
     max_retries = 3
+    #: seconds between checks that the head still answers while units run
+    watch_s = 2.0
+    #: consecutive unanswered checks that mean the head is lost
+    watch_misses = 3
 
-    def execute(self, plan: Plan, work: Work) -> None:
+    def __init__(self) -> None:
+        self.started = False
+
+    def open(self) -> None:
+        """Join (or start) the cluster and probe every node, before the run writes anything."""
+        # Ray's C++ warnings and state dumps (a killed raylet prints dozens of lines) stay in its log files
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         try:
             import ray
         except ImportError as e:  # pragma: no cover - depends on the install
             from perbench.errors import ConfigError
 
             raise ConfigError("executor 'ray' needs Ray: pip install 'perbench[ray]'") from e
-        started = False
-        if not ray.is_initialized():
-            ray.init(  # RAY_ADDRESS (set by --ray-address) joins a cluster; unset starts a local instance
-                address=os.environ.get("RAY_ADDRESS"),
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-            started = True
+        from perbench.runner import cluster
+
+        self.started = cluster.connect()
+        cluster.mark(f"connected {cluster.where()}")
         try:
-            self._run(ray, plan, work)
-        finally:
-            if started:
-                ray.shutdown()
+            cluster.check_nodes(cluster.local_report(), cluster.probe_nodes(ray))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        from perbench.runner import cluster
+
+        if self.started:
+            import ray
+
+            ray.shutdown()
+            self.started = False
+        cluster.mark("closed")
+
+    def execute(self, plan: Plan, work: Work) -> None:
+        import ray
+
+        if not ray.is_initialized():  # used without open(): join and probe now
+            self.open()
+        self._run(ray, plan, work)
 
     def _run(self, ray: Any, plan: Plan, work: Work) -> None:
-        import torch
+        from perbench.runner import cluster
+        from perbench.runner.unit_progress import UnitProgress
 
         stores = work.s.stores
         index = plan.by_key()
-        done = {}
+        done: dict[str, dict[str, Any]] = {}
         for unit in plan.units:
             marker = stores.finished(unit)
             if marker is not None:
                 done[unit.key] = marker
                 work.skipped.append(unit.label)
-        if len(done) == len(plan.units):
+        todo = [u for u in plan.units if u.key not in done]
+        if not todo:
             return
-        check_feasible([u for u in plan.units if u.key not in done], ray.nodes())
+        check_feasible(todo, ray.nodes())
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
         task = ray.remote(run_unit)
         config = work.s.cfg.to_dict()
         bench = ray.put(work.s.bench)
-        threads = torch.get_num_threads()  # the driver's count, so results match a local run's to the bit
         refs: dict[str, Any] = {}
+        closures = {u.key: plan.closure(u) for u in todo}
+        # how many unfinished units still read each result: a ref is released once none does
+        readers: dict[str, int] = {}
+        for u in todo:
+            for d in closures[u.key]:
+                readers[d.key] = readers.get(d.key, 0) + 1
 
         def result(key: str) -> Any:
             if key not in refs:  # finished by an earlier run: handed over from the driver's stores
                 refs[key] = ray.put(stores.result_of(index[key], done[key]))
             return refs[key]
 
+        def submit(unit: Unit) -> None:
+            n = unit.needs
+            ref = task.options(
+                name=f"perbench:{unit.label}",
+                num_cpus=n.cpus,
+                num_gpus=n.gpus,
+                memory=int(n.memory_gb * 2**30),
+                max_retries=self.max_retries,
+                runtime_env={"env_vars": env},
+            ).remote(config, bench, unit, threads_of(unit), *[result(d.key) for d in closures[unit.key]])
+            refs[unit.key] = ref
+            pending[ref] = unit
+
+        def release(unit: Unit) -> None:
+            for d in closures.pop(unit.key):
+                readers[d.key] -= 1
+                if readers[d.key] == 0:
+                    refs.pop(d.key, None)  # no unit reads it any more: Ray may free it
+            if readers.get(unit.key, 0) == 0:
+                refs.pop(unit.key, None)
+
         pending: dict[Any, Unit] = {}
+        queue = list(todo)  # not submitted yet: a dependency is another run's, or this one's lease is taken
+        elsewhere: set[str] = set()  # units another run (sharing the cache) is computing
+        bar = UnitProgress(todo)
+        watch = cluster.HeadWatch(ray, self.watch_s, self.watch_misses)
         try:
-            for unit in plan.units:
-                if unit.key in done:
+            while queue or pending:
+                for unit in list(queue):
+                    if unit.key in elsewhere:
+                        marker = stores.finished(unit)
+                        if marker is not None:  # the other run finished it: reused, as a unit found finished
+                            done[unit.key] = marker
+                            queue.remove(unit)
+                            elsewhere.discard(unit.key)
+                            work.skipped.append(unit.label)
+                            work.waited.append(unit.label)
+                            bar.finished(unit, pending.values())
+                            release(unit)
+                            continue
+                    if not all(d in done or d in refs for d in unit.deps):
+                        continue
+                    if work.leases.claim(unit.key):
+                        queue.remove(unit)
+                        elsewhere.discard(unit.key)
+                        submit(unit)
+                    elif unit.key not in elsewhere:
+                        elsewhere.add(unit.key)
+                        work.note_elsewhere(unit)
+                if not pending:
+                    time.sleep(1.0)
+                    bar.show(queue)
                     continue
-                n = unit.needs
-                ref = task.options(
-                    name=f"perbench:{unit.label}",
-                    num_cpus=n.cpus,
-                    num_gpus=n.gpus,
-                    memory=int(n.memory_gb * 2**30),
-                    max_retries=self.max_retries,
-                    runtime_env={"env_vars": env},
-                ).remote(config, bench, unit, threads, *[result(d.key) for d in plan.closure(unit)])
-                refs[unit.key] = ref
-                pending[ref] = unit
-            while pending:  # store each unit as it finishes: a driver that dies keeps what came back
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                if not ready:
+                    watch.check()
+                    bar.show([*pending.values(), *queue])
+                    continue
                 for ref in ready:
-                    work.absorb(pending.pop(ref), ray.get(ref))
+                    unit = pending.pop(ref)
+                    try:
+                        got = ray.get(ref)
+                    except Exception as e:
+                        mapped = cluster.explain(e, unit.label)
+                        if mapped is None:
+                            raise
+                        raise mapped from e
+                    work.absorb(unit, got)
+                    done[unit.key] = stores.finished(unit) or {"entries": {}}
+                    work.leases.release(unit.key)
+                    bar.finished(unit, [*pending.values(), *queue])
+                    release(unit)
         finally:
-            for ref in pending:  # a unit failed: the others are not wanted any more
-                ray.cancel(ref, force=True)
+            bar.close()
+            if not watch.lost:
+                for ref in pending:  # a unit failed: the others are not wanted any more
+                    ray.cancel(ref, force=True)
+
+
+def threads_of(unit: Unit) -> int:
+    """The torch threads a unit's task uses: the CPUs it asked for (at least one)."""
+    return max(1, int(unit.needs.cpus))
 
 
 def check_feasible(units: list[Unit], nodes: list[dict[str, Any]]) -> None:
@@ -118,15 +213,26 @@ def check_feasible(units: list[Unit], nodes: list[dict[str, Any]]) -> None:
     from perbench.runner.plan import RESOURCE_KIND
 
     alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    if not alive:
+        from perbench.runner.cluster import ClusterError, where
+
+        raise ClusterError(
+            f"{where()}: no node of the Ray cluster is alive (the head was lost?); start the cluster again and rerun "
+            "the same command to resume"
+        )
     for unit in units:
         n = unit.needs
-        if not any(r.get("CPU", 0) >= n.cpus and r.get("GPU", 0) >= n.gpus for r in alive):
+        memory = n.memory_gb * 2**30
+        if not any(
+            r.get("CPU", 0) >= n.cpus and r.get("GPU", 0) >= n.gpus and r.get("memory", memory) >= memory for r in alive
+        ):
             kind = RESOURCE_KIND[unit.kind]
-            most = max(((r.get("CPU", 0), r.get("GPU", 0)) for r in alive), default=(0, 0))
+            cpus, gpus, mem = (max((r.get(k, 0) for r in alive), default=0) for k in ("CPU", "GPU", "memory"))
             raise ConfigError(
-                f"resources.{kind}: a {kind} unit ({unit.label}) needs {n.cpus:g} CPU(s) and {n.gpus:g} GPU(s), but "
-                f"no node of the Ray cluster has as many (the largest: {most[0]:g} CPU(s), {most[1]:g} GPU(s)); "
-                f"lower resources.{kind} in the config or add such a node"
+                f"resources.{kind}: a {kind} unit ({unit.label}) needs {n.cpus:g} CPU(s), {n.gpus:g} GPU(s) and "
+                f"{n.memory_gb:g} GB of memory, but no node of the Ray cluster has all of them (the most any node has: "
+                f"{cpus:g} CPU(s), {gpus:g} GPU(s), {mem / 2**30:.1f} GB); lower resources.{kind} in the config or "
+                "add such a node"
             )
 
 
@@ -142,7 +248,7 @@ def run_unit(config: dict[str, Any], bench: Benchmark, unit: Unit, threads: int,
     from perbench.runner.work import Work
 
     t = time.perf_counter()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads)  # the unit's num_cpus (resources:), not the driver's count
     stores = Stores.in_memory()
     for dep in deps:
         stores.load(dep)

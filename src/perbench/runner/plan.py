@@ -28,7 +28,10 @@ Units, in dependency order:
 * ``adaptive:D@P``: the adaptive rounds of a per-cell decoder D over all of its systems (``adaptive:``), then
   each system's quality and win rate on the cells it reached;
 * ``rl:LABEL:GROUP@P``: the policy fine-tuned against an RM for one group of users, and its generations;
-* ``rl_eval:LABEL@P``: the quality and win rate of an RM's fine-tuned policies' generations.
+* ``rl_eval:LABEL:GROUP@P``: one fine-tuned policy's evaluation (greedy and sampled generations, KL, and for
+  an RM's run the KL-matched random update and its generations), one unit per run, in parallel;
+* ``rl_eval:base@P``: the base policy's generations on the cells the runs train for;
+* ``rl_eval:rl@P``: the quality and RM scores of every evaluated text (the RL summary the assembly reads).
 """
 
 from __future__ import annotations

@@ -62,13 +62,22 @@ class Runner:
             for b in (bench, *extras.values()):  # every system scores the upstream benchmarks' pairs too
                 check_models(self.cfg, b)
         check_paths(self.run_dir)
-        load_s = time.perf_counter() - t0
-        self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config and the data are good
-        # nothing is written through a link inside the run directory; a second run of this config waits
-        with writing_inside(self.run_dir), run_lock(self.run_dir):
-            return self._run(bench, extras, t0, load_s)
+        from perbench import registry
 
-    def _run(self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float) -> RunResult:
+        executor = registry.executors.get(self.cfg.executor)()
+        executor.open()  # a Ray cluster joined and its nodes probed: its failures come before the run directory
+        try:
+            load_s = time.perf_counter() - t0
+            self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config, the data and the cluster are good
+            # nothing is written through a link inside the run directory; a second run of this config waits
+            with writing_inside(self.run_dir), run_lock(self.run_dir):
+                return self._run(bench, extras, t0, load_s, executor)
+        finally:
+            executor.close()
+
+    def _run(
+        self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float, executor: Any
+    ) -> RunResult:
         import yaml
 
         cfg = self.cfg
@@ -87,23 +96,28 @@ class Runner:
                 state.load_models()
         handles = state.method_handles()
         work = Work(state, handles)
+        from perbench import calls
 
-        from perbench import registry
-
+        before_units = calls.snapshot()
         with state.timed("units"):
             plan = work.plan()
-            registry.executors.get(cfg.executor)().execute(plan, work)
+            try:
+                executor.execute(plan, work)
+            finally:
+                work.leases.close()
         log(
             f"plan: {len(plan.units)} units, {len(work.executed)} computed ({cfg.executor}), "
             f"{len(work.skipped)} found finished"
         )
-        before = state.stores.work()
+        units_calls = calls.since(before_units)
+        before, before_calls = state.stores.work(), calls.snapshot()
         with state.timed("upstream"):
             upstream = {h.label: work.up.run(h) for h in handles}
         with state.timed("downstream"):
             downstream = _downstream_all_policies(work, handles) if state.policy is not None else {}
         assembly = state.stores.work()
         assembly.subtract(before)
+        assembly.update(calls.since(before_calls))  # model forwards and metric evaluations, as well as writes
         for label, by_policy in state.pa_by_policy.items():
             upstream[label]["policy_accuracy_by_policy"] = by_policy
         state.timing["total"] = time.perf_counter() - t0
@@ -114,14 +128,24 @@ class Runner:
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         # which units this run computed (here or on workers) and which it found finished by an earlier run
-        results["work"]["units"] = {"computed": len(work.executed), "found_finished": len(work.skipped)}
+        results["work"]["units"] = {
+            "computed": len(work.executed),
+            "found_finished": len(work.skipped),
+            # of those found finished: computed meanwhile by another run sharing the cache, while this one waited
+            "waited_for_another_run": len(work.waited),
+        }
         # what the assembly pass computed itself: nothing, when every computation is in the plan
         results["work"]["assembly"] = {k: v for k, v in sorted(assembly.items()) if v}
+        # the model forwards and metric evaluations of this process's units (the plan and the units it ran)
+        results["work"]["calls"] = units_calls
+        results["work"]["calls_by_unit"] = work.unit_calls  # here or on the worker that computed it
         if cfg.executor != "local":
             results["work"]["remote"] = {
                 **{k: dict(v) for k, v in work.remote.items()},
                 "nodes": len(work.nodes),
                 "seconds": work.remote_seconds,
+                # the object store held each result until its dependants finished: size it from the largest
+                "result_mb": {k: round(v / 2**20, 3) for k, v in work.remote_bytes.items()},
             }
         attach_analysis(results, analysis)  # one CI per number: the analysis's
         results["cells"] = state.cells.record()
@@ -152,6 +176,13 @@ def log_work(work: dict[str, Any]) -> None:
         log(
             f"work on Ray workers: computed {text(work['remote']['computed'])}; reused {text(work['remote']['reused'])}"
         )
+        sizes = work["remote"].get("result_mb") or {}
+        if sizes:
+            big = max(sizes, key=sizes.__getitem__)
+            log(
+                f"object store: the largest unit result was {sizes[big]:g} MB ({big}), {sum(sizes.values()):g} MB in "
+                "all; give each node's object store at least twice the largest (docs/cluster.md)"
+            )
 
 
 def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[str, Any]:

@@ -38,6 +38,8 @@ class UnitResult:
     reused: dict[str, int] = field(default_factory=dict)
     recovered: dict[str, int] = field(default_factory=dict)
     features: dict[str, int] = field(default_factory=dict)
+    #: model forwards and metric evaluations the unit's worker made (``perbench.calls``), by name
+    calls: dict[str, int] = field(default_factory=dict)
     node: str = ""  # the node that computed it ("" when read back from the driver's stores)
     seconds: float = 0.0  # how long the worker took, its setup (models, dependencies) included
 

@@ -371,8 +371,6 @@ class Training:
         """Train every job, evaluate every arm, and return (downstream entries of the RM and placebo arms,
         results.json's ``rl`` record). ``reference`` = (label, quality rows by (prompt key, user)) of the
         zero-shot decoder, for the ``vs`` entry of the greedy rows."""
-        from perbench.training import trained_lm
-
         phase = self.phase
         jobs = self.jobs(handles, targets)
         if phase is None or not jobs:
@@ -382,35 +380,59 @@ class Training:
         by_label = {j.label: j.arm for j in jobs}
         bar = progress(total=len(jobs), desc="rl evaluate (greedy, sampled, KL, KL-matched)", unit="run")
         for job in jobs:
-            run = self.train(job, targets)
-            mine = [(p, u) for p, u in targets if u in job.users]
-            lm = _Lazy(partial(trained_lm, run, self.s.policy))
-            decoded = self._decode(run.fingerprint, lm, mine)
-            info = _run_info(run, job)
-            info["kl_eval"] = self._kl(run, lm, mine)
-            for mode, got in decoded.items():
-                texts.setdefault(job.label, {}).setdefault(mode, {}).setdefault(job.seed, {}).update(got)
-            if job.arm.kind == "rm" and phase.kl_matched:
-                rand, match = self._matched(run, info["kl_eval"], mine)
-                info["kl_match"] = match
-                rlabel = f"{RANDOM}[{job.method.label if job.method else ''}]"
-                by_label[rlabel] = Arm(rlabel, "kl_matched", job.method)
-                got_r = self._decode(rand.fingerprint, _Lazy(partial(trained_lm, rand, self.s.policy)), mine)
-                for mode, got in got_r.items():
-                    texts.setdefault(rlabel, {}).setdefault(mode, {}).setdefault(job.seed, {}).update(got)
-                arms.setdefault(rlabel, {"kind": "kl_matched", "method": job.method.label if job.method else None})
-                arms[rlabel].setdefault("runs", {})[f"{job.group}|seed{job.seed}"] = {"of": job.label, **match}
-            arms.setdefault(job.label, {"kind": job.arm.kind, "method": job.method.label if job.method else None})
-            arms[job.label].setdefault("runs", {})[f"{job.group}|seed{job.seed}"] = info
+            self.evaluate(job, targets, texts, arms, by_label)
             bar.update(1)
         bar.close()
         order = {"rm": 0, "placebo": 1, "kl_matched": 2}
         arms = dict(sorted(arms.items(), key=lambda kv: order.get(str(kv[1]["kind"]), 3)))
-        cells = [(p, u) for p, u in targets if any(u in j.users for j in jobs)]
-        base = self._decode(self.s.policy.fingerprint, lambda: self.s.policy, cells)
-        texts[BASE] = {mode: {0: got} for mode, got in base.items()}
+        texts[BASE] = {mode: {0: got} for mode, got in self.evaluate_base(jobs, targets).items()}
         by_label[BASE] = Arm(BASE, "base", None)
         return _Assemble(self, phase, targets, texts, by_label, reference).build(arms, self.notes())
+
+    def evaluate(
+        self,
+        job: RLJob,
+        targets: list[tuple[Prompt, str]],
+        texts: dict[str, Texts] | None = None,
+        arms: dict[str, dict[str, Any]] | None = None,
+        by_label: dict[str, Arm] | None = None,
+    ) -> None:
+        """One trained run's evaluation (its greedy and sampled generations, its KL, and for an RM arm the
+        KL-matched random update and its generations), every part content-keyed in the unit store: the
+        ``rl_eval:JOB`` unit computes it (one per run, in parallel with the others), :meth:`run` reads it. What it
+        found goes into ``texts``, ``arms`` and ``by_label`` when given."""
+        from perbench.training import trained_lm
+
+        phase = self.phase
+        assert phase is not None
+        texts = {} if texts is None else texts
+        arms = {} if arms is None else arms
+        by_label = {} if by_label is None else by_label
+        run = self.train(job, targets)
+        mine = [(p, u) for p, u in targets if u in job.users]
+        lm = _Lazy(partial(trained_lm, run, self.s.policy))
+        decoded = self._decode(run.fingerprint, lm, mine)
+        info = _run_info(run, job)
+        info["kl_eval"] = self._kl(run, lm, mine)
+        for mode, got in decoded.items():
+            texts.setdefault(job.label, {}).setdefault(mode, {}).setdefault(job.seed, {}).update(got)
+        if job.arm.kind == "rm" and phase.kl_matched:
+            rand, match = self._matched(run, info["kl_eval"], mine)
+            info["kl_match"] = match
+            rlabel = f"{RANDOM}[{job.method.label if job.method else ''}]"
+            by_label[rlabel] = Arm(rlabel, "kl_matched", job.method)
+            got_r = self._decode(rand.fingerprint, _Lazy(partial(trained_lm, rand, self.s.policy)), mine)
+            for mode, got in got_r.items():
+                texts.setdefault(rlabel, {}).setdefault(mode, {}).setdefault(job.seed, {}).update(got)
+            arms.setdefault(rlabel, {"kind": "kl_matched", "method": job.method.label if job.method else None})
+            arms[rlabel].setdefault("runs", {})[f"{job.group}|seed{job.seed}"] = {"of": job.label, **match}
+        arms.setdefault(job.label, {"kind": job.arm.kind, "method": job.method.label if job.method else None})
+        arms[job.label].setdefault("runs", {})[f"{job.group}|seed{job.seed}"] = info
+
+    def evaluate_base(self, jobs: list[RLJob], targets: list[tuple[Prompt, str]]) -> dict[str, Any]:
+        """The base policy's greedy and sampled generations on every cell a run trains for (``rl_eval:base``)."""
+        cells = [(p, u) for p, u in targets if any(u in j.users for j in jobs)]
+        return self._decode(self.s.policy.fingerprint, lambda: self.s.policy, cells)
 
     def notes(self) -> list[str]:
         """What the design leaves out, stated next to its numbers."""
@@ -494,7 +516,10 @@ class _Assemble:
                 for t in ts
             }
         )
-        rows = Scoring(self.s).quality([t for _, _, t in items], [(self.prompts[pk], u) for pk, u, _ in items])
+        # content-keyed in the unit store: the rl_eval unit computes it, the assembly (and a rerun) reads it
+        rows = Scoring(self.s).generation_quality(
+            "rl", [t for _, _, t in items], [(self.prompts[pk], u) for pk, u, _ in items]
+        )
         out = {}
         for (pk, u, t), q in zip(items, rows, strict=True):
             out[(pk, u, t)] = {**q, "words": float(len(t.split()))}

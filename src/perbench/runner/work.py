@@ -8,19 +8,31 @@ what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.a
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from perbench.config import RunConfig
 from perbench.data.records import Benchmark, prompt_key
 from perbench.runner.cells import Cells
 from perbench.runner.downstream import Downstream
+from perbench.runner.lease import Leases
 from perbench.runner.methods import MethodHandle
 from perbench.runner.plan import Plan, Unit, make_unit
 from perbench.runner.state import RunState
 from perbench.runner.stores import Stores, UnitResult
 from perbench.runner.upstream import Upstream
+
+#: seconds between two looks at a unit another run is computing
+LEASE_POLL_S = 1.0
+
+
+def shared_path(stores: Stores) -> Path | None:
+    """The shared unit cache's file (None: stores in memory, or no shared cache)."""
+    shared = stores.units.shared
+    return None if shared is None or shared.in_memory else shared.path
 
 
 class Work:
@@ -34,10 +46,20 @@ class Work:
         self.skipped: list[str] = []
         self.executed: list[str] = []
         #: what other processes (Ray workers) computed, reused and recovered for this run, per phase
-        self.remote: dict[str, Counter[str]] = {k: Counter() for k in ("computed", "reused", "recovered", "features")}
+        self.remote: dict[str, Counter[str]] = {
+            k: Counter() for k in ("computed", "reused", "recovered", "features", "calls")
+        }
         self.nodes: Counter[str] = Counter()
         #: seconds each unit took on the worker that computed it
         self.remote_seconds: dict[str, float] = {}
+        #: the bytes of store entries each unit's result carried back (what the object store held for it)
+        self.remote_bytes: dict[str, int] = {}
+        #: model forwards and metric evaluations per unit computed for this run (here or on a worker), by label
+        self.unit_calls: dict[str, dict[str, int]] = {}
+        #: leases on units in the shared unit cache (another run sharing it computes each shared unit once)
+        self.leases = Leases(shared_path(state.stores))
+        #: units found finished because another run sharing the cache computed them while this one waited
+        self.waited: list[str] = []
 
     @classmethod
     def for_worker(cls, cfg: RunConfig, bench: Benchmark, stores: Stores) -> Work:
@@ -79,7 +101,9 @@ class Work:
             pw = s.pa_weights(h)[0]  # as policy accuracy's own keys: the headline's weight (and k, for RGD)
             pa = [pw.w, pw.k if cfg.pa_rgd else None, pol_fp, cfg.max_length]
             content: list[Any] = [h.key(h.shots), cfg.shot_curve, pa, bench]
-            ups[h.label] = unit("upstream", h.label, content, [fit, *(test if feats else [])])
+            # every upstream unit reads the test features' unit: the feature RMs their φ, and every method (the
+            # baselines too) the policy's log-probs of the test responses for its policy accuracy
+            ups[h.label] = unit("upstream", h.label, content, [fit, *test])
             units += [fit, ups[h.label]]
         if s.policy is None:
             return Plan(units)
@@ -153,28 +177,63 @@ class Work:
                     content = [training.key(job, targets), cfg.max_new_tokens]
                     runs.append(unit("rl", job.name, content, [fits[job.method.label]] if job.method else [], policy))
                 units += runs
-                content = [[r.key for r in runs], cfg.rl, eval_cells, *common]
-                units.append(unit("rl_eval", "rl", content, [*runs, zero_unit], policy))
+                # one evaluation unit per trained run (and its KL-matched update) and one for the base policy, so
+                # the cluster evaluates as it trains; then the summary (quality and RM scores of every text)
+                content = [cfg.rl, eval_cells, *common]
+                evals = [unit("rl_eval", r.name, [r.key, *content], [r], policy) for r in runs]
+                evals.append(unit("rl_eval", "base", [[r.key for r in runs], *content], [], policy))
+                units += evals
+                units.append(unit("rl_eval", "rl", [[r.key for r in runs], *content], [*evals, zero_unit], policy))
         return Plan(units)
 
     # ------------------------------------------------------------------ one unit
     def execute(self, unit: Unit) -> None:
-        """Compute ``unit`` here into the run's stores, unless a previous run with the same inputs finished it."""
+        """Compute ``unit`` here into the run's stores, unless a previous run with the same inputs finished it, or
+        another run sharing the cache holds its lease (then wait for that run to finish it, and reuse it)."""
         stores = self.s.stores
         if stores.finished(unit) is not None:
             self.skipped.append(unit.label)
             return
-        with stores.journal() as touched:
-            self.compute(unit)
-        stores.mark_done(unit, touched)
-        self.executed.append(unit.label)
+        while not self.leases.claim(unit.key):
+            if unit.label not in self.waited:
+                self.note_elsewhere(unit)
+                self.waited.append(unit.label)
+            time.sleep(LEASE_POLL_S)
+            if stores.finished(unit) is not None:
+                self.skipped.append(unit.label)
+                return
+        try:
+            if stores.finished(unit) is not None:  # finished between the check and the claim
+                self.skipped.append(unit.label)
+                return
+            if unit.label in self.waited:  # its owner left without finishing it: computed here after all
+                self.waited.remove(unit.label)
+            from perbench import calls
+
+            before = calls.snapshot()
+            with stores.journal() as touched:
+                self.compute(unit)
+            self.unit_calls[unit.label] = calls.since(before)
+            stores.mark_done(unit, touched)
+            self.executed.append(unit.label)
+        finally:
+            self.leases.release(unit.key)
+
+    def note_elsewhere(self, unit: Unit) -> None:
+        from perbench.runner.state import log
+
+        log(f"{unit.label}: another run sharing the cache computes it ({self.leases.holder(unit.key)}); waiting for it")
 
     def compute_remote(self, unit: Unit) -> UnitResult:
         """Compute ``unit`` into this worker's in-memory stores; its results are what it added to them."""
         stores = self.s.stores
+        from perbench import calls
+
         loaded = {name: set(store.keys()) for name, store in stores.by_name().items()}
+        before = calls.snapshot()
         with stores.journal() as touched:
             self.compute(unit)
+        made = calls.since(before)
         entries = stores.read({name: keys - loaded[name] for name, keys in touched.items()})
         ext = self.s.extractor.stats if self.s.extractor is not None else None
         units = self.s.units
@@ -185,15 +244,18 @@ class Work:
             reused=dict(units.reused),
             recovered=dict(units.recovered),
             features={} if ext is None else {"computed": ext.computed, "reused": ext.reused},
+            calls=made,
         )
 
     def absorb(self, unit: Unit, result: UnitResult) -> None:
         """Store a unit another process computed, and count its work as theirs."""
         self.s.stores.absorb(unit, result)
-        for name in ("computed", "reused", "recovered", "features"):
+        for name in ("computed", "reused", "recovered", "features", "calls"):
             self.remote[name].update(getattr(result, name))
         self.nodes[result.node] += 1
         self.remote_seconds[unit.label] = round(result.seconds, 2)
+        self.unit_calls[unit.label] = dict(result.calls)
+        self.remote_bytes[unit.label] = sum(len(v) for entries in result.entries.values() for v in entries.values())
         self.executed.append(unit.label)
 
     def compute(self, unit: Unit) -> None:

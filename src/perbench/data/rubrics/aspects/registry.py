@@ -44,6 +44,9 @@ def opposite(aspect: str, pole: str) -> str:
 
 def annotate(text: str) -> dict[str, str | None]:
     """Every aspect's verdict on ``text`` (a pole name, or None in the dead zone)."""
+    from perbench.calls import note
+
+    note("rubric")  # a metric evaluation, as the run's work counters count them
     return {name: a.check(text) for name, a in ASPECTS.items()}
 
 
