@@ -53,6 +53,7 @@ def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:
 
 @pytest.mark.parametrize("label", SYSTEMS)
 def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, tmp_path: Path, label: str) -> None:
+    from perbench.runner.run import seal_all
     from perbench.runner.state import load_benchmark
 
     out = tmp_path / "rm"
@@ -63,7 +64,8 @@ def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, 
     assert "rubric" not in json.loads((out / "users.json").read_text())[0]  # the answer key never leaves
     assert "answer_key" not in text
     rm = perbench.load_rm(out)
-    bench = load_benchmark(RunConfig.from_yaml(run_dir / "config.yaml"))
+    source = load_benchmark(RunConfig.from_yaml(run_dir / "config.yaml"))
+    bench = seal_all(source, {})[0]  # the run's methods saw the sealed benchmark (opaque user and pair ids)
     expected = _pair_scores(run_dir)[label]
     n = 0
     for seen in (True, False):  # the run scored each group of test pairs in one call: so does this
@@ -78,6 +80,12 @@ def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, 
     p = pairs[0]
     got = rm.score([p.prompt if isinstance(p.prompt, str) else [vars(m) for m in p.prompt]], [p.chosen], p.user_id)
     assert got[0] == pytest.approx(want[0, 0], rel=1e-5, abs=1e-6)
+    # a deployment names its users as its own data does: the source id scores as the run's opaque one
+    by_source = bench.meta["source_user_ids"]  # opaque -> source
+    assert set(rm.seen_users) == set(source.seen_users)
+    got_source = rm.score([p.prompt if isinstance(p.prompt, str) else [vars(m) for m in p.prompt]], [p.chosen],
+                          by_source[p.user_id])  # fmt: skip
+    assert got_source[0] == got[0]
 
 
 def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,6 +42,13 @@ class ExportedRM:
         self.label = str(manifest["label"])
         self.method = str(manifest["method"])
         self.adapted_users: set[str] = set()
+        #: the source's user ids -> the opaque ids the system was fit under (the run's sealed benchmark)
+        self.user_ids: dict[str, str] = {str(k): str(v) for k, v in dict(manifest.get("user_ids") or {}).items()}
+
+    def internal(self, user: str) -> str:
+        """The id ``user`` has inside the fitted state: a seen or unseen user of the run by its source id (or its
+        opaque one) maps to the opaque id; any other id is its own."""
+        return self.user_ids.get(user, user)
 
     def __repr__(self) -> str:
         return f"ExportedRM({self.label!r}, method={self.method!r}, path={str(self.path)!r})"
@@ -55,14 +62,16 @@ class ExportedRM:
         method's documented fallback (e.g. the average seen user); a user-agnostic system knows everyone."""
         if self.manifest.get("user_agnostic"):
             return True
-        return user in self.adapted_users or user in set(self.seen_users)
+        return self.internal(user) in self.adapted_users or user in set(self.seen_users)
 
     def score(self, prompts: Sequence[Any], responses: Sequence[str], users: str | Sequence[str]) -> np.ndarray:
         """r_u(x, y) for each (prompt, response, user); ``users`` one id for every row, or one per row. A prompt is
         a string or a list of ``{role, content}`` messages."""
         if len(prompts) != len(responses):
             raise ValueError(f"score: {len(prompts)} prompts but {len(responses)} responses")
-        ids = [users] * len(prompts) if isinstance(users, str) else [str(u) for u in users]
+        ids = (
+            [self.internal(users)] * len(prompts) if isinstance(users, str) else [self.internal(str(u)) for u in users]
+        )
         if len(ids) != len(prompts):
             raise ValueError(f"score: {len(prompts)} prompts but {len(ids)} users")
         items = [
@@ -73,7 +82,12 @@ class ExportedRM:
 
     def score_pairs(self, pairs: Sequence[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
         """(chosen scores, rejected scores) of preference pairs, each scored for its own user."""
-        return self.rm.score_pairs(pairs)
+        return self.rm.score_pairs(
+            [
+                p if self.internal(p.user_id) == p.user_id else _with_user(p, self.internal(p.user_id), p.split)
+                for p in pairs
+            ]
+        )
 
     def adapt(self, user: str, shots: Sequence[PreferencePair | Mapping[str, Any]]) -> None:
         """Fit ``user``'s parameters from their few-shot pairs only (``PreferencePair``s or ``{prompt, chosen,
@@ -85,10 +99,11 @@ class ExportedRM:
             s if isinstance(s, PreferencePair) else pair_from_json(s, f"adapt({user!r}): shot {i}", user)
             for i, s in enumerate(shots)
         ]
-        pairs = [p if p.user_id == user else _with_user(p, user) for p in pairs]
-        self.rm.adapt(user, pairs)
+        uid = self.internal(user)
+        pairs = [p if p.user_id == uid else _with_user(p, uid) for p in pairs]
+        self.rm.adapt(uid, pairs)
         if pairs:
-            self.adapted_users.add(user)
+            self.adapted_users.add(uid)
 
     def reward_func(self, user_column: str = "user_id") -> Callable[..., list[float]]:
         """A TRL reward function: ``f(prompts, completions, **columns) -> list[float]``, each completion scored for
@@ -110,8 +125,8 @@ class ExportedRM:
         return reward
 
 
-def _with_user(p: PreferencePair, user: str) -> PreferencePair:
-    return PreferencePair(p.pair_id, user, p.prompt, p.chosen, p.rejected, "train", p.meta)
+def _with_user(p: PreferencePair, user: str, split: str = "train") -> PreferencePair:
+    return PreferencePair(p.pair_id, user, p.prompt, p.chosen, p.rejected, split, p.meta)
 
 
 def _completion_text(c: Any) -> str:

@@ -37,6 +37,7 @@ def export_system(run_dir: str | Path, label: str, out: str | Path) -> Path:
     from perbench.data.user_context import user_views
     from perbench.rewards.base import FeatureRM, RMContext
     from perbench.runner.methods import MethodHandle
+    from perbench.runner.run import seal_all
     from perbench.runner.state import load_benchmark, needs_models
     from perbench.runner.stores import Stores
     from perbench.systems import SystemsSpec, expand
@@ -69,7 +70,10 @@ def export_system(run_dir: str | Path, label: str, out: str | Path) -> Path:
         )
     out_dir = Path(out)
     _check_target(out_dir)
-    bench = load_benchmark(cfg)
+    # the benchmark as the run's methods saw it: sealed, with opaque user and pair ids (the fit keys name it)
+    bench = seal_all(load_benchmark(cfg), {})[0]
+    source_of = {str(k): str(v) for k, v in dict(bench.meta.get("source_user_ids") or {}).items()}  # opaque -> source
+    user_ids = {v: k for k, v in source_of.items()}  # the source's ids -> the opaque ids the fit knows
     stores = Stores.of_run(run)
     extractor = None
     backbone: dict[str, Any] | None = None
@@ -118,8 +122,9 @@ def export_system(run_dir: str | Path, label: str, out: str | Path) -> Path:
         "benchmark": {"name": bench.name, "fingerprint": bench.fingerprint()},
         "fit_key": handle.fit_key,
         "run": {"dir": str(run.resolve()), "name": run.resolve().name},
-        "seen_users": bench.seen_users,
-        "unseen_users": bench.unseen_users if adapts else [],
+        "seen_users": [source_of.get(u, u) for u in bench.seen_users],
+        "unseen_users": [source_of.get(u, u) for u in bench.unseen_users] if adapts else [],
+        "user_ids": user_ids,
         "strings": strings,
         "files": {"state": STATE, "users": USERS, "shots": SHOTS},
     }
