@@ -1,10 +1,11 @@
-"""Policy accuracy (every variant, as the runner computes it) vs one plain forward per response.
+"""Policy accuracy (the headline, and every variant, as the runner computes them) vs one plain forward per response.
 
-Policy accuracy of a frozen-feature RM on the policy's own backbone needs, per response: the policy's
-top-k at every position, the reward of every top-k candidate at every position (T·k candidate states
-from a tree batch on the response's KV cache), the per-token rewards of the response itself and its
-log π. The floor is one forward per response. Each call gets a fresh feature store, as in a run where
-the test responses' token features are not cached yet.
+The headline (the sequence tilt log π(y|x) + w·r(x, y)) needs log π of the response and the RM's reward of it:
+on the policy's own backbone both come from one forward per response (the run's test-feature pass stores φ and
+log π(y_t) together). Every variant together adds the policy's top-k at every position and the reward of every
+top-k candidate (T·k candidate states from a tree batch on the response's KV cache); the response's own log π and
+per-token rewards come from the same forward. The floor is one forward per response. Each call gets a fresh
+feature store, as in a run where the test responses' features are not cached yet.
 """
 
 from __future__ import annotations
@@ -54,20 +55,24 @@ def run(settings: Settings) -> Section:
     def token_rewards() -> None:
         fresh().token_rewards(items)
 
-    def response_logprobs() -> None:
-        pa._response_logprobs(policy, items, 1024)
+    def headline() -> None:  # as the run: the test-feature pass, then the RM's scores and log π sums from it
+        r = fresh()
+        toks = r.extractor.tokens([(it.prompt, it.response) for it in items])
+        lp = [float(t.logprobs.sum()) for t in toks]
+        pa.sequence_tilt(lp, r.score(items), w)
 
     variants: dict[str, Callable[[], None]] = {
         "one forward per response (the floor)": one_forward,
+        "headline: sequence tilt (log π and r from one forward)": headline,
         "policy_accuracy_scores, every variant": full,
         "of which: top-k + candidate rewards (rgd_policy_inputs)": rgd_inputs,
-        "of which: per-token rewards (token_rewards, fresh store)": token_rewards,
-        "of which: log π of the response (one more forward)": response_logprobs,
+        "for comparison: per-token rewards alone (token_rewards, fresh store)": token_rewards,
     }
     med, _ = interleaved(variants, settings.rounds, settings.device, warmup=False)
     base = med["one forward per response (the floor)"]
     rows = [[name, f"{s:.2f}", f"{s / base:.1f}"] for name, s in med.items()]
     ratio = med["policy_accuracy_scores, every variant"] / base
+    head = med["headline: sequence tilt (log π and r from one forward)"] / base
     sec.body += [
         f"{len(items)} responses of the rubric benchmark's test pairs ({n_tok} tokens with their prompts, {n_resp} "
         f"response tokens), RM: LoRe on the policy's backbone, k = {k}, w = {w:g}; median of {settings.rounds} "
@@ -75,21 +80,30 @@ def run(settings: Settings) -> Section:
         "",
         *table(["what", "seconds", "× one forward per response"], rows),
         "",
-        f"All variants of policy accuracy cost **{ratio:.1f}×** one forward per response. The candidate rewards "
-        f"are most of it: {n_resp} × {k} candidate states, i.e. {k}× the response tokens, go through the backbone "
-        "in tree batches (each candidate attends to its prefix in the cache and to itself). The rest is three "
-        "forwards per response where one would do: `rgd_policy_inputs` runs the policy over x ⊕ y, the "
-        "per-token rewards run the RM backbone over it again (the feature extractor stores log π(y_t) from that "
-        "same forward), and the response's log π runs it a third time.",
+        f"The headline costs **{head:.2f}×** one forward per response: the forward that gives φ(x, y) also gives "
+        "log π(y_t) (the head's projection over the response tokens is the extra), and the RM's score reads φ from "
+        f"it. Every variant together costs **{ratio:.1f}×** (k = {k}): the candidate rewards are nearly all of it, "
+        f"{n_resp} × {k} candidate states, i.e. {k}× the response tokens, in tree batches (each candidate attends to "
+        "its prefix in the cache and to itself); the response's own log π and per-token rewards come from the same "
+        "policy forward that gives the top-k, so no second or third pass over x ⊕ y.",
     ]
     sec.goals.append(
         Goal(
-            "policy accuracy (every variant) vs one forward per response",
-            "reported (no target set)",
+            "policy accuracy headline vs one forward per response",
+            "≤ 1.2×",
+            f"{head:.2f}×",
+            head <= 1.2,
+            "the RM shares the policy's backbone",
+        )
+    )
+    sec.goals.append(
+        Goal(
+            "policy accuracy, every variant, vs one forward per response",
+            f"≤ {k}× (k = {k})",
             f"{ratio:.1f}×",
-            None,
+            ratio <= k,
             "the candidate tree is k× the response tokens",
         )
     )
-    sec.figures = {"seconds": med, "ratio": ratio}
+    sec.figures = {"seconds": med, "ratio": ratio, "headline_ratio": head}
     return sec

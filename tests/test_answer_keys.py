@@ -574,3 +574,22 @@ def test_the_judges_effective_shot_count_is_what_it_saw(
     assert any(len(bench.fewshot(u, SHOTS)) > 1 for u in users)
     assert eff["by_user"] == {u: min(len(bench.fewshot(u, SHOTS)), 1) for u in users}
     assert eff["max"] == 1 and ICLJudge(max_examples=1).shots_seen(7) == 1
+
+
+def test_which_methods_saw_the_profile_is_on_record(benches: dict[str, tuple[Benchmark, list[str]]]) -> None:
+    """Personalized RewardBench gives profiles and no shots: GenARM and the ICL judge read the first profile items,
+    a frozen-feature RM sees them only when the loader puts them into every prompt (``include_profile``); what
+    each saw is recorded (and the report marks the methods that saw none)."""
+    from perbench.rewards.global_bt import GlobalBT
+    from perbench.runner.information import profile_access
+
+    bench, _ = benches["prb"]  # loaded with include_profile=2
+    assert profile_access(GenARM(), bench)["saw_profile"] and profile_access(ICLJudge(), bench)["saw_profile"]
+    got = profile_access(GlobalBT(), bench)
+    assert got["saw_profile"] and "top 2 profile items in every prompt" in got["how"]
+    without = Benchmark(bench.name, bench.pairs, bench.users, meta={**bench.meta, "include_profile": 0})
+    blind = profile_access(GlobalBT(), without)
+    assert blind["saw_profile"] is False and "include_profile" in blind["note"]
+    assert profile_access(GenARM(user_context="none"), without)["saw_profile"] is False
+    assert profile_access(GenARM(), without)["saw_profile"]
+    assert profile_access(GlobalBT(), benches["tldr_lore"][0]) is None  # no profiles: nothing to record

@@ -99,7 +99,8 @@ def test_genarm_cached_matches_uncached_and_changes_output(tiny_lm):  # type: ig
     r_lm = tiny_random_lm(seed=8)
     g = torch.Generator().manual_seed(0)
     head = r_lm.model.get_output_embeddings()
-    head.weight = torch.nn.Parameter(torch.randn(head.weight.shape, generator=g))  # untied: a real preference
+    # untied and small: log π_r's gaps are a fraction of the policy's, so α decides how much π_r moves the tokens
+    head.weight = torch.nn.Parameter(0.05 * torch.randn(head.weight.shape, generator=g))
     rm = FakeGenARM(r_lm, beta=0.05)
     users = ["a", "b", "a", "c"]
     guided = GenARMDecoder(alpha=20.0).generate(tiny_lm, reqs(users), rm, max_new_tokens=8)
@@ -108,6 +109,13 @@ def test_genarm_cached_matches_uncached_and_changes_output(tiny_lm):  # type: ig
     default = GenARMDecoder().generate(tiny_lm, reqs(users), rm, max_new_tokens=8)  # α = 1, not 1/β = 20
     for r, g in zip(reqs(users), default, strict=True):
         assert g.token_ids == _uncached_genarm(tiny_lm, rm, r, 1.0, 8)
+    # α changes the tokens on this fixture: a decoder that ignored α would decode both alike
+    assert ids_of(guided) != ids_of(default)
+    mid = GenARMDecoder(alpha=5.0).generate(tiny_lm, reqs(users), rm, max_new_tokens=8)
+    assert [g.token_ids for g in mid] == [_uncached_genarm(tiny_lm, rm, r, 5.0, 8) for r in reqs(users)]
+    # and policy accuracy's weight on r = β·log π_r is α/β, the decoder's own α
+    assert GenARMDecoder(alpha=20.0).reward_weight(rm) == pytest.approx(20.0 / 0.05)
+    assert GenARMDecoder(alpha=5.0).reward_weight(rm) == pytest.approx(5.0 / 0.05)
     assert GenARMDecoder().params == {"alpha": 1.0} and "alpha=1.0" in GenARMDecoder().label()
     assert GenARMDecoder(alpha=2.0).config_key() != GenARMDecoder().config_key()
     with pytest.raises(TypeError, match="alpha"):

@@ -78,9 +78,17 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path, own_cache: Path)
     assert set(up["global_bt"]["policy_accuracy"]) == {"seen", "unseen"}
     assert {"tilt", "prefix_sum", "prefix_mean"} <= set(up["global_bt"]["policy_accuracy"]["seen"])
     assert up["global_bt"]["policy_accuracy"]["seen"]["headline"] == "tilt"
-    # the sequence tilt needs only the whole response's reward: baselines have it, not the per-prefix variants
+    # a baseline guides no weighted decoder here: its headline is not applicable, its curve over w is reported
     length_pa = up["length"]["policy_accuracy"]["seen"]
+    assert "tilt" not in length_pa and "no decoder of this run applies a weight" in length_pa["not_applicable"]
+    assert length_pa["curve"]["points"][0]["w"] == 0.0
+    cell_rows = [json.loads(x) for x in (first.run_dir / "cells.jsonl").read_text().splitlines()]
+    assert {c["method"] for c in cell_rows if c["metric"] == "pa"} == {"global_bt"}
+    # the sequence tilt needs only the whole response's reward: at pa_weight, baselines have it, not the variants
+    weighted = run(cfg.override(pa_weight=1.0, out_dir=str(tmp_path / "weighted"))).results["upstream"]
+    length_pa = weighted["length"]["policy_accuracy"]["seen"]
     assert "tilt" in length_pa and "prefix_sum" not in length_pa and length_pa["variants_not_applicable"]
+    assert length_pa["w"] == 1.0 and length_pa["decoder"] is None and "pa_weight" in length_pa["w_source"]
     down = res["downstream"]
     assert set(down) == {"zero_shot", "args(k=10,w=1.0)[global_bt]"}
     for d in down.values():
@@ -362,7 +370,8 @@ def test_cli_run_scores_every_system_on_every_predictor(
     systems = grid | {"length", "random"}
     for metric in ("rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "rm_acc_on_general"):
         assert by_metric[metric] == systems, metric
-    assert {c["user"] for c in cells if c["metric"] == "rm_acc_on_general"} == {"general/anyone"}
+    strangers = {c["user"] for c in cells if c["metric"] == "rm_acc_on_general"}  # one user, its id sealed
+    assert len(strangers) == 1 and next(iter(strangers)).startswith("general/user-")
     consensus = {c["user"] for c in cells if c["metric"] == "rm_acc_consensus"}
     assert len(consensus) == res["benchmark"]["users_seen"] + res["benchmark"]["users_unseen"]  # every user
     on = res["upstream"]["mpu"]["rm_accuracy"]["on_general"]
@@ -370,11 +379,16 @@ def test_cli_run_scores_every_system_on_every_predictor(
     assert res["benchmark"]["pair_sets"]["consensus"]["users"] == len(consensus)
     v = res["analysis"]["validity"]
     assert v["predictors"] == [
-        "rm_acc_consensus", "rm_acc_pers_only", "rm_acc_all", "rm_acc_unseen", "pa", "onpolicy_acc",
-        "onpolicy_bok_acc@4", "rm_acc_on_general",
-    ]  # fmt: skip
+        "rm_acc_consensus",
+        "rm_acc_pers_only",
+        "rm_acc_all",
+        "rm_acc_unseen",
+        "onpolicy_acc",
+        "onpolicy_bok_acc@4",
+        "rm_acc_on_general",
+    ]  # fmt: skip  (no weighted decoder: policy accuracy is not applicable, so not a predictor)
     entry = v["by_downstream"]["best_of_n:rubric_satisfaction"]
-    assert len(entry["differences"]) == 28 and {r["upstream"] for r in entry["predictors"]} == set(v["predictors"])
+    assert len(entry["differences"]) == 21 and {r["upstream"] for r in entry["predictors"]} == set(v["predictors"])
     # on-policy accuracy beside curated accuracy: its Δτ against rm_acc_all, both on the same replicates
     assert {(d["a"], d["b"]) for d in entry["onpolicy_vs_curated"]} <= {
         (x, y) for p in ("onpolicy_acc", "onpolicy_bok_acc@4") for x, y in ((p, "rm_acc_all"), ("rm_acc_all", p))

@@ -58,7 +58,7 @@ def _without_k(upstream: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for label, up in upstream.items():
         pa = {
-            g: {k: v for k, v in r.items() if k not in ("k", "w_source")} if isinstance(r, dict) else r
+            g: {k: v for k, v in r.items() if k not in ("k", "w_source", "decoder")} if isinstance(r, dict) else r
             for g, r in up.get("policy_accuracy", {}).items()
         }
         out[label] = {**up, "policy_accuracy": pa}

@@ -222,8 +222,9 @@ def test_lore_reg_anchors_on_a_reference_rm_with_the_reference_alpha(tmp_path) -
     ref = reward_models.get("global_bt")()
     ref.fit(ref_pairs, RMContext(features=prob.ext))  # type: ignore[arg-type]
     path = save_anchor(ref, tmp_path / "ref.npz")
-    rm = reward_models.get("lore_reg")(anchor_state=str(path))
-    assert rm.alpha == 1e4
+    assert reward_models.get("lore_reg")(anchor_state=str(path)).alpha is None  # by default α is validated
+    rm = reward_models.get("lore_reg")(anchor_state=str(path), alpha=1e4)
+    assert rm.alpha_used == 1e4
     rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
     assert not np.allclose(ref.std.sd, rm.std.sd)  # the two standardisations differ: the conversion matters
     np.testing.assert_allclose(rm.v_global, ref.w * rm.std.sd / ref.std.sd, rtol=1e-5, atol=1e-6)

@@ -474,15 +474,57 @@ def test_fake_extractor_is_deterministic() -> None:
     np.testing.assert_array_equal(a.last([("p", "r")]), b.last([("p", "r")]))
 
 
-def test_lore_reg_reference_alpha_collapses_to_its_anchor() -> None:
+def test_lore_reg_reference_alpha_collapses_to_its_anchor_and_is_labelled_so() -> None:
     """Documented behaviour of the reference setting (α = 1e4): the basis columns all align with the reference
-    RM's direction (here a random head fit on none of these pairs)."""
-    rm = fitted("lore_reg", "conflict")
+    RM's direction, every user points along it, and the fit says so: "anchor + per-user scale" (kept in its
+    state, so a reloaded fit says it too)."""
+    from perbench.rewards.lore import DEGENERATE_LABEL
+
+    prob = problem("conflict")
+    rm = new("lore_reg", prob, alpha=1e4)
+    rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
     V = torch.as_tensor(rm.state()["m.V"])
     assert V.shape[1] >= 1
     cols = torch.nn.functional.normalize(V.T.double(), dim=1)
     anchor = torch.nn.functional.normalize(torch.as_tensor(rm.v_global).double(), dim=0)
     assert float((cols @ anchor).abs().min()) > 0.99
+    notes = rm.fit_notes()
+    assert rm.degenerate and notes["label"] == DEGENERATE_LABEL and notes["alpha_source"] == "alpha"
+    again = new("lore_reg", prob, alpha=1e4)
+    again.load_state(rm.state())
+    assert again.fit_notes()["label"] == DEGENERATE_LABEL
+
+
+def test_lore_reg_at_its_default_keeps_users_own_directions_on_an_informative_anchor() -> None:
+    """The anchor is informative (global_bt fit on held-out pairs of the same users, so it agrees with most of
+    them): at the reference α every user's direction is the anchor's; at the default (α chosen by validation
+    on held-out train pairs) lore_reg ranks at least 10 % of the test pairs differently from its anchor, is not
+    labelled degenerate, and stays accurate."""
+    from perbench.cache import unpack_arrays
+    from perbench.rewards.global_bt import GlobalBT
+
+    prob = make_problem("lowrank", seed=1)  # its users disagree with their population's head on ≥ 15 % of pairs
+    ref = GlobalBT()
+    ref.load_state(unpack_arrays(Path(anchor(prob)).read_bytes()))
+    ref.bind(prob.ext)  # type: ignore[arg-type]
+    pairs = prob.test_seen + prob.test_unseen
+    aw, al = ref.score_pairs(pairs)
+    assert 0.7 < pair_accuracy(ref, prob.test_seen) < 0.85  # informative, and not the users' own answer
+
+    def agreement(rm: Any) -> float:
+        lw, ll = rm.score_pairs(pairs)
+        return float(np.mean((aw > al) == (lw > ll)))
+
+    strong = new("lore_reg", prob, alpha=1e4)
+    strong.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    rm = new("lore_reg", prob)
+    rm.fit(prob.train, RMContext(features=prob.ext))  # type: ignore[arg-type]
+    notes = rm.fit_notes()
+    assert notes["alpha_source"].startswith("validation")
+    assert set(notes["validation_loss"]) == {"10000", "100", "1", "0.1"}
+    assert notes["alpha"] < 1e4 and not rm.degenerate and "label" not in notes
+    assert agreement(rm) <= 0.9 < agreement(strong), (agreement(rm), agreement(strong))
+    assert accuracy(rm, prob.test_seen) > 0.9
 
 
 def test_lore_reg_is_not_a_copy_of_global_bt() -> None:

@@ -210,3 +210,96 @@ def test_each_guided_decoder_pairs_with_the_policy_accuracy_at_its_own_weight(tm
     assert state.pa_weights(h["length"]) == [PAWeight(3.0, 5, None)]  # Best-of-N applies no weight
     only = RunState(cfg.override(guide_with=["length"]), tmp_path, bench, Stores.in_memory())
     assert only.pa_weights(h["global_bt"]) == [PAWeight(3.0, 5, None)]  # guides nothing in that run
+
+
+def _upstream_state(tmp_path, decoders: list[Any]):  # type: ignore[no-untyped-def]
+    from perbench.config import RunConfig
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Stores
+    from perbench.runner.upstream import Upstream
+
+    cfg = RunConfig.from_dict(
+        {
+            "benchmark": {"name": "rubrics", "max_train_prompts": 3, "max_test_prompts": 3},
+            "policy": "tiny-random",
+            "rm_backbone": "tiny-random",
+            "methods": ["global_bt"],
+            "baselines": [],
+            "decoders": decoders,
+            "bootstrap": 0,
+            "device": "cpu",
+            "out_dir": str(tmp_path),
+        }
+    )
+    state = RunState(cfg, tmp_path, load_benchmark(cfg), Stores.in_memory())
+    state.load_models()
+    return state, state.method_handles()[0], Upstream(state)
+
+
+def test_the_headline_is_policy_sum_plus_the_decoders_weight_times_the_score(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """At the weight of the decoder the RM guides, taken where the reward has flipped pairs that w = 1 leaves alone,
+    the headline is exactly mean 1[log π(y_w) + w·r(y_w) > log π(y_l) + w·r(y_l)]: a headline computed at w = 1 while
+    reporting the decoder's w fails here. Its curve runs from the policy alone to past the last flip."""
+    from perbench.metrics.rm_accuracy import pair_outcomes
+    from perbench.runner.state import PAWeight
+    from tests.conftest import random_linear_rm
+
+    state, h, up = _upstream_state(tmp_path, [{"name": "args", "k": 4, "w": 2.5}])
+    assert state.pa_headline(h) == PAWeight(2.5, 4, "args(k=4,w=2.5)")  # the deployed decoder's weight
+    h._rm = random_linear_rm(state.extractor, seed=3)  # a head whose rewards differ on every pair (no fit needed)
+    # a user-agnostic head flips a pair and its mirror (another user's reverse pair) at one w, leaving the
+    # accuracy where it was: three users' pairs, whose mirrors are other users'
+    few = state.bench.seen_users[:3]
+    pairs = [p for p in state.bench.test_pairs(seen=True) if p.user_id in few]
+    sc, sr = h.adapted(h.shots).score_pairs(pairs)
+    toks = state.policy_extractor.tokens([(p.prompt, y) for p in pairs for y in (p.chosen, p.rejected)])
+    lp = np.array([float(np.sum(t.logprobs)) for t in toks])
+    lc, lr = lp[0::2], lp[1::2]
+
+    def acc(w: float) -> float:
+        return float(np.mean(pair_outcomes(lc + w * sc, lr + w * sr, "strict")))
+
+    curve = up._policy_accuracy(h, pairs, "seen", variants=False)["curve"]
+    by_w = {p["w"]: p["accuracy"] for p in curve["points"]}
+    assert all(by_w[w] == pytest.approx(acc(w)) for w in by_w) and 2.5 in by_w and by_w[0.0] == acc(0.0)
+    assert curve["pairs_that_flip"] > 0 and max(by_w) > curve["flip_w"]["max"]
+    assert curve["points"][-1]["accuracy"] == pytest.approx(float(np.mean(pair_outcomes(sc, sr, "strict"))))
+    # a weight at which the reward has changed the answer (past some pairs' flip weights): the headline there is
+    # pinned to the formula
+    from perbench.metrics.pa_curve import flip_weights
+
+    w = next(float(f) * 1.001 for f in flip_weights(lc, lr, sc, sr) if acc(float(f) * 1.001) != acc(1.0))
+    got = up._policy_accuracy(h, pairs, "seen", PAWeight(w, 4, "args(k=4,w=big)"), variants=False)
+    assert got["w"] == w and got["decoder"] == "args(k=4,w=big)"
+    assert got["tilt"]["accuracy"] == pytest.approx(acc(w)) != pytest.approx(acc(1.0))
+    assert got["w0"]["accuracy"] == pytest.approx(acc(0.0))
+
+
+def test_without_a_weighted_decoder_the_headline_is_not_applicable_and_the_curve_is_shown(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    state, h, up = _upstream_state(tmp_path, ["zero_shot", {"name": "best_of_n", "n": 2}])
+    assert state.pa_headline(h) is None
+    got = up._policy_accuracy(h, state.bench.test_pairs(seen=True), "seen")
+    assert (
+        set(got) == {"not_applicable", "curve"} and "no decoder of this run applies a weight" in got["not_applicable"]
+    )
+    assert got["curve"]["points"][0]["w"] == 0.0
+    assert not [c for c in state.cells.rows if c["metric"].startswith("pa")]  # out of the analysis and the report
+
+
+def test_every_variant_from_one_policy_forward_equals_the_separate_passes(tiny_lm, store) -> None:  # type: ignore[no-untyped-def]
+    """On the policy's own backbone, log π(y_t) and the response's per-token rewards come from the forward that
+    gives the top-k (no second and third pass): the same numbers as the extractor's forward and the RM's own
+    ``token_rewards`` / ``score``."""
+    from perbench.metrics.policy_accuracy import rgd_policy_inputs
+    from tests.conftest import random_linear_rm
+
+    rm = random_linear_rm(FeatureExtractor(tiny_lm, store), scale=0.5)
+    items = [ScoreItem(p.user_id, p.prompt, getattr(p, sd)) for p in PAIRS for sd in PAIRS_SIDES]
+    inputs = rgd_policy_inputs(tiny_lm, rm, items, k=4)
+    assert all(i.token_rewards is not None and i.lp_y is not None for i in inputs)
+    got = policy_accuracy_scores(tiny_lm, rm, items, w=2.0, k=4)
+    toks = rm.extractor.tokens([(i.prompt, i.response) for i in items])
+    ref = teacher_forced_scores([t.logprobs for t in toks], rm.token_rewards(items), 2.0)
+    for v in ("prefix_sum", "prefix_mean", "policy_sum", "policy_mean"):
+        np.testing.assert_allclose(got[v], ref[v], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got["tilt"], ref["policy_sum"] + 2.0 * rm.score(items), rtol=1e-4, atol=1e-3)

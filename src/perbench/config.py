@@ -301,9 +301,10 @@ class RunConfig:
     #: few-shot adaptation of unseen users: main number of shots and the curve
     shots: Annotated[int, NON_NEGATIVE] = 10
     shot_curve: list[Annotated[int, POSITIVE]] = field(default_factory=lambda: [1, 2, 5, 10, 20])
-    #: the weight w on the reward in policy accuracy (log π(y|x) + w·r(x, y)) for a method that no weighted decoder
-    #: guides; a method that steers ARGS or GenARM is measured at that decoder's weight
-    pa_weight: float = 1.0
+    #: the weight w on the reward in policy accuracy's headline (log π(y|x) + w·r(x, y)) for a method that no weighted
+    #: decoder guides (None: its headline is not applicable; the curve over w is reported either way); a method
+    #: that steers ARGS or GenARM is measured at that decoder's weight
+    pa_weight: float | None = None
     #: policy accuracy also under the top-k RGD-induced policy (top-k softmax of log π + w·r, the deployed ARGS's
     #: k), a labelled variant; costs one tree forward of k candidates per response token and method
     pa_rgd: bool = False

@@ -320,6 +320,11 @@ reward_models.register(
     "perbench.rewards.pref:PReF",
     help="PReF reward factorisation (SVD init, logistic user vectors, active selection)",
 )
+reward_models.register(
+    "isolated",
+    "perbench.rewards.isolated:Isolated",
+    help="runs another method (method: 'module:Class' or a name, params: {...}) in a child process",
+)
 reward_models.register("pdpo", "perbench.rewards.pdpo:PDPO", help="personalized DPO with user soft tokens (LoRA)")
 reward_models.register(
     "genarm",

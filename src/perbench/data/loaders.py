@@ -48,17 +48,17 @@ Policies (recorded in ``Benchmark.meta``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from perbench.data.checks import check_benchmark, data_warnings
-from perbench.data.fields import FieldMap
+from perbench.data.load_options import keyword_options
 from perbench.data.loading import LoadOptions, LoadStats, load_with_stats
-from perbench.data.policies import DEFAULT_MAX_CHARS, assign_unseen
+from perbench.data.policies import assign_unseen
 from perbench.data.reading import Source, source_label
 from perbench.data.records import SPLITS, Benchmark
-from perbench.data.rows import SKIP_HINT, DataError, OnError
+from perbench.data.rows import SKIP_HINT, DataError
 from perbench.errors import PerbenchError
 
 __all__ = [
@@ -71,50 +71,18 @@ __all__ = [
 ]
 
 
-def load_benchmark_file(
-    source: Source,
-    *,
-    mapping: str | Mapping[str, str] | FieldMap | None = None,
-    name: str | None = None,
-    unseen_users: Sequence[str] | None = None,
-    unseen_fraction: float = 0.0,
-    seed: int = 0,
-    fmt: str | None = None,
-    split: str | None = None,
-    config: str | None = None,
-    on_error: OnError = "raise",
-    dedup: bool = True,
-    test_fraction: float | None = None,
-    default_user: str | None = None,
-    max_chars: int | None = DEFAULT_MAX_CHARS,
-    max_pairs: int | None = None,
-    max_prompts: int | None = None,
-) -> Benchmark:
+@keyword_options
+def load_benchmark_file(source: Source, options: Mapping[str, Any]) -> Benchmark:
     """Load any supported file/dataset with a field mapping into a :class:`Benchmark`.
 
-    Without a mapped ``split`` field every pair is ``test`` (the file is treated as evaluation data) unless
-    ``test_fraction`` asks for a seeded per-user split. ``default_user`` names the one user of a file without a
-    user field. ``on_error="skip"`` counts bad rows in ``Benchmark.skipped`` instead of raising
-    :class:`DataError`. Texts over ``max_chars`` are cut and counted (see the module docstring).
+    The keyword options are :func:`~perbench.data.load_options.load_keywords`'s (``mapping=``, ``on_error=``,
+    ...), checked into one :class:`~perbench.data.load_options.LoadOptions`. Without a mapped ``split`` field
+    every pair is ``test`` (the file is treated as evaluation data) unless ``test_fraction`` asks for a seeded
+    per-user split. ``default_user`` names the one user of a file without a user field. ``on_error="skip"``
+    counts bad rows in ``Benchmark.skipped`` instead of raising :class:`DataError`. Texts over ``max_chars`` are
+    cut and counted (see the module docstring).
     """
-    opts = LoadOptions.build(
-        mapping=mapping,
-        name=name,
-        unseen_users=unseen_users,
-        unseen_fraction=unseen_fraction,
-        seed=seed,
-        fmt=fmt,
-        split=split,
-        config=config,
-        on_error=on_error,
-        dedup=dedup,
-        test_fraction=test_fraction,
-        default_user=default_user,
-        max_chars=max_chars,
-        max_pairs=max_pairs,
-        max_prompts=max_prompts,
-    )
-    bench, _ = load_with_stats(source, opts)
+    bench, _ = load_with_stats(source, LoadOptions.build(**options))
     if bench.pairs and not any(p.split == "train" for p in bench.pairs):
         import warnings
 
@@ -124,7 +92,7 @@ def load_benchmark_file(
             f"{bench.meta.get('source', source)}: no train pairs (the file maps no split field, so every pair is "
             f"test): reward models that fit on train pairs have nothing to fit. Fix: {SPLIT_FIX}",
             NoTrainPairsWarning,
-            stacklevel=2,
+            stacklevel=3,  # the caller of the keyword wrapper
         )
     return bench
 
@@ -134,49 +102,16 @@ class NoTrainPairsWarning(UserWarning):
 
 
 # ------------------------------------------------------------------------------------------ validation
-def validate_file(
-    source: Source,
-    *,
-    mapping: str | Mapping[str, str] | FieldMap | None = None,
-    name: str | None = None,
-    unseen_users: Sequence[str] | None = None,
-    unseen_fraction: float = 0.0,
-    seed: int = 0,
-    fmt: str | None = None,
-    split: str | None = None,
-    config: str | None = None,
-    on_error: OnError = "raise",
-    dedup: bool = True,
-    test_fraction: float | None = None,
-    default_user: str | None = None,
-    max_chars: int | None = DEFAULT_MAX_CHARS,
-    max_pairs: int | None = None,
-    max_prompts: int | None = None,
-) -> dict[str, Any]:
-    """Load ``source`` exactly as :func:`load_benchmark_file` would with the same options, run the benchmark
-    checks every run makes (:func:`perbench.data.checks.check_benchmark`), and report (``perbench validate``).
+@keyword_options
+def validate_file(source: Source, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Load ``source`` exactly as :func:`load_benchmark_file` would with the same keyword options, run the
+    benchmark checks every run makes (:func:`perbench.data.checks.check_benchmark`), and report (``perbench
+    validate``).
 
     ``ok`` is True exactly when a run with these options would load the file. When it would not, ``fatal`` holds
     the error a run would print, and -- when that error is a bad row under ``on_error="raise"`` -- the counts
     come from a second pass with ``on_error="skip"`` (``diagnosis``) so the report still shows every problem.
     """
-    options = dict(
-        mapping=mapping,
-        name=name,
-        unseen_users=unseen_users,
-        unseen_fraction=unseen_fraction,
-        seed=seed,
-        fmt=fmt,
-        split=split,
-        config=config,
-        on_error=on_error,
-        dedup=dedup,
-        test_fraction=test_fraction,
-        default_user=default_user,
-        max_chars=max_chars,
-        max_pairs=max_pairs,
-        max_prompts=max_prompts,
-    )
     return validate_with(source, options)
 
 

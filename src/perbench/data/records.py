@@ -1,77 +1,46 @@
-"""Typed records: preference pairs, users, gold references, and the Benchmark that holds them."""
+"""Typed records: preference pairs, users, gold references, and the Benchmark that holds them.
+
+The pair records and their identity live in :mod:`perbench.data.pairs`, skip counts in :mod:`perbench.data.skips`,
+deduplication and mirrors in :mod:`perbench.data.dedup`; all are importable from here too.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import unicodedata
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Literal
 
+from perbench.data.dedup import MIRROR_REASON as MIRROR_REASON
+from perbench.data.dedup import dedup_pairs as dedup_pairs
+from perbench.data.dedup import dedup_units as dedup_units
+from perbench.data.dedup import degenerate_reason as degenerate_reason
+from perbench.data.dedup import mirror_units as mirror_units
+from perbench.data.dedup import mirrored_ids as mirrored_ids
+from perbench.data.dedup import untrained_seen_users as untrained_seen_users
+from perbench.data.pairs import SPLITS as SPLITS
+from perbench.data.pairs import Message as Message
+from perbench.data.pairs import PreferencePair as PreferencePair
+from perbench.data.pairs import Prompt as Prompt
+from perbench.data.pairs import Split as Split
+from perbench.data.pairs import canonical_text as canonical_text
+from perbench.data.pairs import content_hash as content_hash
+from perbench.data.pairs import is_blank as is_blank
+from perbench.data.pairs import normalize_text as normalize_text
+from perbench.data.pairs import pair_identity as pair_identity
+from perbench.data.pairs import prompt_identity as prompt_identity
+from perbench.data.pairs import prompt_key as prompt_key
+from perbench.data.pairs import prompt_messages as prompt_messages
+from perbench.data.pairs import prompt_text as prompt_text
+from perbench.data.skips import REASON_UNITS as REASON_UNITS
+from perbench.data.skips import SkipReport as SkipReport
 from perbench.data.user_context import ProfileItem as ProfileItem  # defined there, a record of this module
 from perbench.data.user_context import UserView, derived_user_context, user_views
 
-Split = Literal["train", "test"]
 #: the pair set (``Benchmark.pair_sets``) of consensus pairs: every user of the benchmark prefers chosen to rejected
 CONSENSUS = "consensus"
 #: the pair set of test pairs asked again under paraphrased prompts (``meta["paraphrase_of"]`` = the original pair id)
 PARAPHRASED = "paraphrased"
-SPLITS: tuple[str, ...] = ("train", "test")
-
-
-@dataclass(frozen=True)
-class Message:
-    role: str
-    content: str
-
-
-Prompt = str | tuple[Message, ...]
-
-
-def prompt_text(prompt: Prompt) -> str:
-    """A plain-text view of a prompt (the last user turn for chat prompts), used by retrieval and reports."""
-    if isinstance(prompt, str):
-        return prompt
-    users = [m.content for m in prompt if m.role == "user"]
-    return users[-1] if users else (prompt[-1].content if prompt else "")
-
-
-def prompt_messages(prompt: Prompt) -> list[dict[str, str]]:
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    return [{"role": m.role, "content": m.content} for m in prompt]
-
-
-@lru_cache(maxsize=8192)
-def prompt_key(prompt: Prompt) -> str:
-    """The canonical JSON of a prompt's messages: one key for equal prompts, whatever their Python form."""
-    return json.dumps(prompt_messages(prompt), ensure_ascii=False, sort_keys=True)
-
-
-def content_hash(*parts: str) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode("utf-8"))
-        h.update(b"\x00")
-    return h.hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class PreferencePair:
-    pair_id: str
-    user_id: str
-    prompt: Prompt
-    chosen: str
-    rejected: str
-    split: Split = "test"
-    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
-
-    def content_key(self) -> str:
-        """Identity by content: (user, prompt, chosen, rejected)."""
-        return content_hash(self.user_id, prompt_key(self.prompt), self.chosen, self.rejected)
 
 
 @dataclass(frozen=True)
@@ -124,75 +93,6 @@ class Reference:
     prompt: Prompt
     text: str
     split: Split = "test"
-
-
-#: the unit a skip reason counts when it is not a preference pair (every other reason counts pairs)
-REASON_UNITS: dict[str, str] = {
-    "user_without_pairs": "user",
-    "user_below_min_dialogues": "user",
-    "profile_item_contains_answer_key": "profile_item",
-    "gold_without_question": "row",
-    "fewer_than_two_styles": "row",
-    "turn_without_chosen": "turn",
-    "turn_with_several_chosen": "turn",
-    "turn_with_single_response": "turn",
-}
-
-
-@dataclass
-class SkipReport:
-    """Counted, never silent: what a loader dropped and why.
-
-    Every reason has one unit. Pairs are the unit of results, so a reason counts the preference pairs it
-    removed unless :data:`REASON_UNITS` (or ``unit=`` at the first ``add``) names another unit (users left
-    without pairs, withheld profile items, rows that could hold no pair). :meth:`total` counts pairs only.
-    """
-
-    counts: Counter[str] = field(default_factory=Counter)
-    examples: dict[str, list[str]] = field(default_factory=dict)
-    units: dict[str, str] = field(default_factory=dict)
-
-    def add(self, reason: str, where: str = "", n: int = 1, unit: str | None = None) -> None:
-        """Count ``n`` dropped things (pairs unless the reason's unit says otherwise), with ``where`` as example."""
-        unit = unit or self.units.get(reason) or REASON_UNITS.get(reason, "pair")
-        known = self.units.setdefault(reason, unit)
-        if known != unit:
-            raise ValueError(f"skip reason {reason!r} counts {known}s, not {unit}s")
-        self.counts[reason] += n
-        ex = self.examples.setdefault(reason, [])
-        if where and len(ex) < 5:
-            ex.append(where)
-
-    def merge(self, other: SkipReport) -> None:
-        for reason, n in other.counts.items():
-            self.add(reason, n=n, unit=other.unit(reason))
-            ex = self.examples.setdefault(reason, [])
-            ex.extend(other.examples.get(reason, [])[: max(0, 5 - len(ex))])
-
-    def unit(self, reason: str) -> str:
-        return self.units.get(reason) or REASON_UNITS.get(reason, "pair")
-
-    def total(self) -> int:
-        """Pairs dropped, over every reason that counts pairs."""
-        return sum(n for r, n in self.counts.items() if self.unit(r) == "pair")
-
-    def other(self) -> dict[str, int]:
-        """Dropped things that are not pairs, by unit (e.g. ``{"user": 2}``)."""
-        out: Counter[str] = Counter()
-        for r, n in self.counts.items():
-            if self.unit(r) != "pair":
-                out[self.unit(r)] += n
-        return dict(out)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "total": self.total(),
-            "unit": "pair",
-            "other": self.other(),
-            "counts": dict(self.counts),
-            "units": {r: self.unit(r) for r in self.counts},
-            "examples": self.examples,
-        }
 
 
 @dataclass
@@ -347,135 +247,3 @@ class Benchmark:
             "test_pairs_seen": sum(p.split == "test" and self.users[p.user_id].seen for p in sel),
             "test_pairs_unseen": sum(p.split == "test" and not self.users[p.user_id].seen for p in sel),
         }
-
-
-#: characters that change no visible text: zero-width space, (non-)joiners, word joiner, byte-order mark
-_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
-
-
-def canonical_text(text: str) -> str:
-    """``text`` in Unicode NFC without zero-width characters: two spellings that look identical agree."""
-    return unicodedata.normalize("NFC", text).translate(_ZERO_WIDTH)
-
-
-def normalize_text(text: str) -> str:
-    """The form texts are compared in: :func:`canonical_text`, runs of whitespace as one space, ends stripped."""
-    return " ".join(canonical_text(text).split())
-
-
-def is_blank(text: str) -> bool:
-    """The one emptiness rule: nothing visible is left once the text is in :func:`normalize_text` form (the form
-    ids and dedup compare in), so a response that is only whitespace or zero-width characters is empty."""
-    return not normalize_text(text)
-
-
-def prompt_identity(prompt: Prompt) -> str:
-    """A prompt as deduplication compares it: every text in :func:`normalize_text` form."""
-    if isinstance(prompt, str):
-        return prompt_key(normalize_text(prompt))
-    return prompt_key(tuple(Message(m.role.strip(), normalize_text(m.content)) for m in prompt))
-
-
-def pair_identity(pair: PreferencePair) -> str:
-    """What deduplication compares: (user, prompt, chosen, rejected), whitespace and Unicode-form differences
-    ignored (:func:`normalize_text`)."""
-    return content_hash(
-        pair.user_id, prompt_identity(pair.prompt), normalize_text(pair.chosen), normalize_text(pair.rejected)
-    )
-
-
-def mirror_units(pairs: Sequence[PreferencePair]) -> list[list[int]]:
-    """The pairs (by index) grouped as deduplication, splits and caps must keep them together.
-
-    A pair (u, x, a ≻ b) is matched, one to one and in order, with the earliest unmatched pair (v, x, b ≻ a) of
-    another user in the same split: its *mirror*. On a benchmark whose pairs come in such mirrors any
-    user-agnostic scorer gets exactly ½ (ties ½), and only while both halves stay together. A unit is a matched
-    pair of indices or one unmatched index, in the order of its first index. Texts compare as
-    :func:`normalize_text`.
-    """
-    waiting: dict[tuple[str, bool], list[int]] = {}
-    partner: dict[int, int] = {}
-    for i, p in enumerate(pairs):
-        a, b = normalize_text(p.chosen), normalize_text(p.rejected)
-        if a == b:
-            continue
-        lo, hi = sorted((a, b))
-        key = content_hash(p.split, prompt_identity(p.prompt), lo, hi)
-        forward = a < b
-        queue = waiting.get((key, not forward), [])
-        j = next((k for k, q in enumerate(queue) if pairs[q].user_id != p.user_id), None)
-        if j is None:
-            waiting.setdefault((key, forward), []).append(i)
-        else:
-            q = queue.pop(j)
-            partner[q], partner[i] = i, q
-    return [[i, partner[i]] if i in partner else [i] for i in range(len(pairs)) if partner.get(i, len(pairs)) > i]
-
-
-def mirrored_ids(pairs: Sequence[PreferencePair]) -> frozenset[str]:
-    """Ids of the pairs whose mirror another user holds in the same split: the personalization-only subset, on
-    which any user-agnostic scorer gets exactly ½ (ties ½)."""
-    return frozenset(pairs[i].pair_id for unit in mirror_units(pairs) if len(unit) == 2 for i in unit)
-
-
-def degenerate_reason(pair: PreferencePair) -> str | None:
-    """``empty_response`` (a side is blank: :func:`is_blank`), ``chosen_equals_rejected`` (the sides are equal up
-    to whitespace and invisible characters) or None for a usable pair."""
-    if is_blank(pair.chosen) or is_blank(pair.rejected):
-        return "empty_response"
-    if normalize_text(pair.chosen) == normalize_text(pair.rejected):
-        return "chosen_equals_rejected"
-    return None
-
-
-MIRROR_REASON = "mirror_of_skipped_pair"
-
-
-def dedup_units(
-    units: Iterable[Sequence[PreferencePair]], skipped: SkipReport, *, dedup: bool = True
-) -> list[PreferencePair]:
-    """Drop degenerate pairs and (``dedup``) repeats of an earlier kept pair, keeping or dropping each unit whole.
-
-    A unit is a group of pairs that must stay together: a pair alone, or a mirrored pair (user A prefers x to y,
-    user B prefers y to x) whose two directions keep a benchmark balanced. When one pair of a unit is dropped,
-    the others go too, counted as ``mirror_of_skipped_pair``; every dropped pair is counted once, in pairs.
-    Duplicates compare (user, prompt, chosen, rejected) with whitespace differences ignored (:func:`pair_identity`).
-    """
-    seen: set[str] = set()
-    out: list[PreferencePair] = []
-    for unit in units:
-        reasons: list[str | None] = [degenerate_reason(p) for p in unit]
-        keys = [pair_identity(p) for p in unit]
-        if dedup and not any(reasons):
-            local: set[str] = set()
-            for i, key in enumerate(keys):
-                if key in seen or key in local:
-                    reasons[i] = "duplicate_pair"
-                local.add(key)
-        if any(reasons):
-            for p, reason in zip(unit, reasons, strict=True):
-                skipped.add(reason or MIRROR_REASON, p.pair_id)
-            continue
-        seen.update(keys)
-        out.extend(unit)
-    return out
-
-
-def dedup_pairs(pairs: Iterable[PreferencePair], skipped: SkipReport, *, dedup: bool = True) -> list[PreferencePair]:
-    """Drop degenerate pairs and (``dedup``) duplicates, keeping mirrored pairs together (:func:`mirror_units`): a
-    duplicate's mirror goes with it, counted as ``mirror_of_skipped_pair``. Order kept; counts go to ``skipped``."""
-    pairs = list(pairs)
-    units = [[pairs[i] for i in unit] for unit in mirror_units(pairs)]
-    position = {id(p): i for i, p in enumerate(pairs)}
-    return sorted(dedup_units(units, skipped, dedup=dedup), key=lambda p: position[id(p)])
-
-
-def untrained_seen_users(pairs: Iterable[PreferencePair], seen: Mapping[str, bool]) -> list[str]:
-    """Seen users (``seen[user]``) without a train pair, when some seen user has train pairs; else none.
-
-    Such a user was never seen in training; evaluating them as seen would score them with a model that knows
-    nothing of them (e.g. an average head) under the wrong label."""
-    trained = {p.user_id for p in pairs if p.split == "train" and seen.get(p.user_id, False)}
-    if not trained:
-        return []
-    return sorted(u for u, is_seen in seen.items() if is_seen and u not in trained)

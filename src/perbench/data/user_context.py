@@ -6,7 +6,7 @@ the labels -- a rubric, a labelling rule ("prefers shorter summaries"), the styl
 response, Personalized-RewardBench's rubric aspects and narrative. The answer key lives only in
 ``User.answer_key`` (and the checkable poles in ``User.rubric``, read only by the downstream checker).
 
-**Isolation by construction.** Methods, judges and decoders are never handed a :class:`~perbench.data.records.User`
+**Isolation.** Methods, judges and decoders are never handed a :class:`~perbench.data.records.User`
 (which holds the answer key): the runner hands them a :class:`UserView` per user (``RMContext.extra["users"]``,
 :meth:`~perbench.data.records.Benchmark.user_views`) and decoders that read users' own data a
 :class:`~perbench.data.records.ContextView`. A view holds the user id, whether the user is seen and the
@@ -17,7 +17,9 @@ the ICL / ICL-RAG decoders -- refuse a full record (:func:`require_views`) and r
 context; only a separately named oracle method (``icl_judge_oracle``) calls it, with the answer keys the
 runner gives oracle methods alone (``RMContext.extra["answer_keys"]``, :func:`method_inputs`). Where a
 loader's user id *is* the answer key (a persona sentence, a style name), the loader replaces it by an opaque
-id (:func:`opaque_user_id`), so not even the id carries it.
+id (:func:`opaque_user_id`), so not even the id carries it; a run then seals every benchmark
+(:func:`perbench.data.isolation.seal`: keyed opaque ids for every user and pair, pair metadata dropped), so no id
+a method sees can be looked up or guessed. What in-process isolation does not promise is said there.
 
 Each loader records its policy with :func:`describe_user_context` in ``Benchmark.meta["user_context"]``.
 """

@@ -398,19 +398,24 @@ def seeded_bootstrap(
     n_boot: int = 1000,
     seed: int = 0,
     min_levels: int = MIN_LEVELS,
+    seed_ids: Sequence[Sequence[Any]] | None = None,
 ) -> SeededBootstrap:
     """Bootstrap of arms observed on the same n (user, prompt) cells, arm k once per training seed: an (S_k, n)
     array (S_k = 1 for an untrained reference such as the base policy).
 
     A replicate draws the cells as :func:`bootstrap_ci` does (two-way, or its fallback; one set of draws for
-    every arm) and, independently per arm, its S_k seeds with replacement; the arm's replicate value is the
-    mean over its drawn seeds of each seed's weighted cell mean. So the interval carries the variance between
-    training runs, not only between cells, and a difference of two arms' replicates is a paired comparison on
-    the cells with both arms' seed variance."""
+    every arm) and the S_k seeds with replacement. Arms trained with the same seeds (``seed_ids[k]``, the
+    training seeds of arm k; e.g. a reward's run, its KL-matched random update and the placebo share each seed)
+    share one draw of them, so a difference keeps the design's pairing; arms without ``seed_ids`` or with
+    their own seeds draw apart. The seed part of a replicate is scaled by √(S/(S−1)): drawing S values with
+    replacement gives the seed mean a variance (S−1)/S of the unbiased one, which this restores. So the
+    interval carries the variance between training runs, not only between cells."""
     mats = [np.atleast_2d(np.asarray(a, dtype=np.float64)) for a in arms]
     n = len(users)
     if any(m.shape[1] != n for m in mats):
         raise ValueError(f"every arm needs one column per cell ({n}), got {[m.shape for m in mats]}")
+    if seed_ids is not None and [len(s) for s in seed_ids] != [m.shape[0] for m in mats]:
+        raise ValueError(f"seed_ids: one id per row of each arm, got {[len(s) for s in seed_ids]}")
     boot = TwoWayBootstrap(users, prompts, n_boot=max(n_boot, 0), seed=seed, min_levels=min_levels)
     plan = boot.resampling(np.arange(n))
     point = np.array([m.mean() if m.size else np.nan for m in mats])
@@ -418,13 +423,18 @@ def seeded_bootstrap(
     if plan.unit is None or boot.n_boot == 0:
         return SeededBootstrap(point, reps, plan, tuple(m.shape[0] for m in mats))
     cols = [np.arange(n)]
+    draws: dict[Any, np.ndarray] = {}
     for k, m in enumerate(mats):
         per_seed = np.stack([boot.means(row, cols)[1][:, 0] for row in m], axis=1)  # (n_boot, S_k), same draws
         S = m.shape[0]
         if S == 1:
             reps[:, k] = per_seed[:, 0]
             continue
-        rng = np.random.default_rng((seed, 3, k))
-        counts = rng.multinomial(S, np.full(S, 1.0 / S), size=boot.n_boot)  # (n_boot, S)
-        reps[:, k] = (counts * per_seed).sum(1) / S
+        group = ("ids", tuple(seed_ids[k])) if seed_ids is not None else ("arm", k)
+        if group not in draws:
+            rng = np.random.default_rng((seed, 3, len(draws)))
+            draws[group] = rng.multinomial(S, np.full(S, 1.0 / S), size=boot.n_boot)  # (n_boot, S)
+        counts = draws[group]
+        centre = per_seed.mean(1)
+        reps[:, k] = centre + np.sqrt(S / (S - 1)) * ((counts * per_seed).sum(1) / S - centre)
     return SeededBootstrap(point, reps, plan, tuple(m.shape[0] for m in mats))

@@ -93,6 +93,10 @@ class RGDInputs:
     top_lp: np.ndarray  # (T, k) log π of the policy's top-k candidates at each position
     rewards: np.ndarray  # (T, k) r_u(x, y_<t ⊕ v) of each candidate v
     hit: np.ndarray  # (T,) index of y_t among the candidates, −1 when y_t is outside the top-k (a miss)
+    #: (T,) log π(y_t | x, y_<t), read off the same policy forward
+    lp_y: np.ndarray | None = None
+    #: (T,) r_u(x, y_≤t) of the response itself, when the RM reads the policy's own states (same forward)
+    token_rewards: np.ndarray | None = None
 
 
 def rgd_policy_logprob(inp: RGDInputs, w: float) -> tuple[float, int]:
@@ -213,7 +217,7 @@ def rgd_policy_inputs(
         for it in items:
             ids, T, _ = encode_pair(policy.tokenizer, it.prompt, it.response, max_length)
             if T == 0:
-                out.append(RGDInputs(np.zeros((0, k)), np.zeros((0, k)), np.zeros(0, np.int64)))
+                out.append(RGDInputs(np.zeros((0, k)), np.zeros((0, k)), np.zeros(0, np.int64), np.zeros(0)))
                 continue
             L, P = len(ids), len(ids) - T
             x = torch.tensor([ids], dtype=torch.long, device=dev)
@@ -226,6 +230,11 @@ def rgd_policy_inputs(
             y = x[0, P:]
             eq = cands == y[:, None]
             hit = torch.where(eq.any(1), eq.int().argmax(1), torch.full_like(y, -1))
+            lp_y = lp.gather(-1, y[:, None])[:, 0].double().cpu().numpy()
+            own: np.ndarray | None = None
+            if shared:  # the response's own per-token rewards: the states at y_t of this same forward
+                assert isinstance(rm, FeatureRM)
+                own = rm.rewards([it.user_id] * T, [it.prompt] * T, hid[P:L].float()).double().cpu().numpy()
             if token_level:
                 r = rm.candidate_rewards([it.user_id] * T, hp, cands)  # type: ignore[attr-defined]
             elif shared:  # the policy's forward over x ⊕ y already filled the RM backbone's cache
@@ -242,6 +251,8 @@ def rgd_policy_inputs(
                     top_lp.double().cpu().numpy(),
                     r.double().cpu().numpy().reshape(T, kk),
                     hit.cpu().numpy().astype(np.int64),
+                    lp_y,
+                    own,
                 )
             )
     return out
@@ -338,10 +349,15 @@ def policy_accuracy_scores(
     if k < 1:
         raise ValueError(f"policy accuracy: k must be ≥ 1, got {k}")
     inputs = rgd_policy_inputs(policy, rm, items, k=k, max_length=max_length, chunk_tokens=chunk_tokens)
-    tok_r = rm.token_rewards(items)
-    lp_y = _response_logprobs(policy, items, max_length)
+    # one policy forward per response gave log π(y_t) and, on a shared backbone, the per-token rewards too
+    lp_y = [i.lp_y if i.lp_y is not None else np.zeros(0) for i in inputs]
+    if all(i.token_rewards is not None and len(i.hit) for i in inputs):
+        tok_r = [np.asarray(i.token_rewards) for i in inputs]
+        wholes = np.array([float(r[-1]) for r in tok_r])  # r on the whole response: its last token's state
+    else:
+        tok_r, wholes = rm.token_rewards(items), rm.score(items)
     out: dict[str, list[float]] = {v: [] for v in (*VARIANTS, "misses", "T")}
-    for inp, r, lp, whole in zip(inputs, tok_r, lp_y, rm.score(items), strict=True):
+    for inp, r, lp, whole in zip(inputs, tok_r, lp_y, wholes, strict=True):
         T = len(inp.hit)
         if len(r) != T or len(lp) != T:
             raise ValueError(f"policy accuracy: {T} policy tokens but {len(r)} reward / {len(lp)} log-prob values")
@@ -365,27 +381,6 @@ def policy_accuracy_scores(
         for key, v in vals.items():
             out[key].append(v)
     return {key: np.asarray(v, np.float64) for key, v in out.items()}
-
-
-def _response_logprobs(policy: LoadedLM, items: Sequence[ScoreItem], max_length: int) -> list[np.ndarray]:
-    """(T,) log π(y_t | x, y_<t) of each response under the policy (one forward per response)."""
-    import torch
-
-    from perbench.models.chat import encode_pair
-
-    dec, head = policy.model.get_decoder(), policy.model.get_output_embeddings()
-    out = []
-    with torch.inference_mode():
-        for it in items:
-            ids, T, _ = encode_pair(policy.tokenizer, it.prompt, it.response, max_length)
-            if T == 0:
-                out.append(np.zeros(0))
-                continue
-            x = torch.tensor([ids], dtype=torch.long, device=policy.policy.device)
-            h = dec(input_ids=x).last_hidden_state[0, len(ids) - T - 1 : len(ids) - 1]
-            lp = torch.log_softmax(head(h).float(), -1).gather(-1, x[0, len(ids) - T :, None])[:, 0]
-            out.append(lp.double().cpu().numpy())
-    return out
 
 
 def policy_accuracy_from_scores(

@@ -63,6 +63,12 @@ def upstream_section(results: Mapping[str, Any]) -> str:
         r = _d(r)
         acc = _d(r.get("rm_accuracy"))
         cells = [esc(label) + (' <span class="muted">baseline</span>' if r.get("baseline") else "")]
+        if _d(r.get("profile")).get("saw_profile") is False:  # others read the users' profiles, this one did not
+            cells[0] += ' <span class="muted">(saw no profile)</span>'
+        note = _d(r.get("fit_notes")).get("label")
+        if note:  # e.g. lore_reg whose users all point along its anchor
+            cells[0] += f' <span class="muted">({esc(note)})</span>'
+
         for g in groups:
             e = _d(acc.get(g))
             cells.append(value_ci(e.get("accuracy"), e.get("ci"), na=e.get("not_applicable") or f"no {g} users"))
@@ -191,14 +197,21 @@ def bon_table(down: Mapping[str, Any]) -> str:
 GROUPS = ("seen", "unseen")
 
 
+def compact(curve: dict[str, Any]) -> str:
+    from perbench.metrics.pa_curve import compact as line
+
+    return line(curve) if curve else ""
+
+
 def policy_accuracy_section(results: Mapping[str, Any]) -> str:
     """The headline (the sequence tilt) beside the policy alone and the labelled variants, with each method's w."""
     rows = []
     for label, r in _d(results.get("upstream")).items():
         for g, e in _d(_d(r).get("policy_accuracy")).items():
             e = _d(e)
+            curve = compact(_d(e.get("curve")))
             if e.get("not_applicable"):
-                rows.append([esc(label), esc(g), na_span(str(e["not_applicable"]))] + [""] * 5)
+                rows.append([esc(label), esc(g), na_span(str(e["not_applicable"]))] + [""] * 4 + [esc(curve)])
                 continue
             head = _d(e.get(str(e.get("headline") or "")))
             if not head:
@@ -220,6 +233,7 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
                     variant("prefix_sum"),
                     variant("rgd_mean"),
                     esc(e.get("w", "")) + " (" + esc(e.get("w_source", "")) + ")",
+                    esc(curve),
                 ]
             )
     by_decoder = []
@@ -246,6 +260,7 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
         "variant: prefix-sum",
         "variant: top-k RGD policy",
         "w (source)",
+        "accuracy over w (%)",
     ]
     return (
         "<h3>Policy accuracy under the tilted policy π·exp(w·r) (%)</h3>"

@@ -23,7 +23,9 @@ from N(0, I)). New user: W_u only, on the same hinge + bound loss (the reference
 **PAL-B** (``pal_b``): the prototypes are functions of the prompt, g_1..g_K small MLPs of the standardised
 prompt features z_x (:meth:`~perbench.rewards.features.FeatureExtractor.prompt_features`):
 r_u(x, y) = s · cos(f(z_y), Σ_k w_uk g_k(z_x)), s = exp(logit_scale) clamped at 100; cross-entropy over
-[r_w, r_l] (= −log σ(r_w − r_l)) plus a bound penalty mean relu(‖g_k(z_x)‖ − 4)². PAL-B is
+[r_w, r_l] (= −log σ(r_w − r_l)), a plain mean over the pairs, as the reference's PAL-B loss (which also
+computes a prototype-norm penalty but never adds it to the loss it back-propagates, so there is none here;
+an earlier version added it, squared, and weighted pairs per user). PAL-B is
 ``prompt_conditioned``: every consumer (``score``, ``token_rewards``, ARGS, the RGD-induced policy) passes
 each row's prompt through :meth:`~perbench.rewards.base.FeatureRM.rewards`, and ``reward_from_features``
 without the prompt raises.
@@ -262,14 +264,15 @@ class PALB(_PALBase):
         zx = self.std_x(torch.from_numpy(px))
         self.net = net = PalBNet(data.zw.shape[1], self.K, self.hidden, self.m)
         theta = torch.zeros(len(data.users), self.K, requires_grad=True)
-        wt = data.pair_weights()
 
         def loss_fn(t: int) -> torch.Tensor:
+            # as the reference's PAL-B loss: a plain mean over the batch's pairs (no per-user weighting, like our
+            # PAL-A); its prototype-norm penalty is computed there but never added to the loss it back-propagates,
+            # so it is left out here too (``bound_weight`` is PAL-A's)
             protos = net.protos(zx)
             point = (torch.softmax(theta, -1)[data.uidx, :, None] * protos).sum(1)
             margin = self._r(net.f(data.zw), point) - self._r(net.f(data.zl), point)
-            bound = torch.relu(protos.norm(dim=-1) - PROTO_NORM_BOUND).pow(2).mean()
-            return (torch.nn.functional.softplus(-margin) * wt).sum() + self.bound_weight * bound
+            return torch.nn.functional.softplus(-margin).mean()
 
         adam_steps(list(net.parameters()), loss_fn, self.steps, self.lr, self.weight_decay, no_decay=[theta])
         net.eval()

@@ -14,16 +14,17 @@ New user: logistic regression of u on their shots with A frozen. The paper's MLE
 shots (always the case with 1–2 shots), so we take the MAP with a Gaussian prior centred at the mean seen
 user (``adapt_l2`` = 0.1). Unknown user: the mean seen user vector.
 
-Active elicitation (the rule reported for the reference code; we could not consult that code, so the
-details below are *our reading* of it): the next pair maximises σ'(uᵀv)²·vᵀΣ⁻¹v — the delta-method variance
-of the predicted preference σ(uᵀv) under the Laplace posterior of u — with Σ = λI + Σ_{pairs chosen so far}
-σ'(uᵀv) v vᵀ (the logistic Fisher information), λ = 1e-3, v = A(z(y1) − z(y2)) ∈ R^J and u the user's
-current estimate.
+Active elicitation, as the reference code does it (``discover_user.py``'s "max_dist" loop with
+``utils/inference.py::max_norm_vector``, the derivative used in the norm and in Σ): the first pick at random,
+then the next pair maximises σ'(uᵀv)²·vᵀΣ⁻¹v — the delta-method variance of the predicted preference σ(uᵀv)
+under the Laplace posterior of u — with Σ = λI + Σ_{pairs chosen so far} σ'(uᵀv) v vᵀ (the logistic Fisher
+information), λ = 1e-3, v = A(z(y1) − z(y2)) ∈ R^J and u the user's current estimate.
 
 - :meth:`select_shots` (what the few-shot curves use): the elicitation loop on a pool of the user's
   labelled pairs. The first pick is drawn at random from the pool (seeded by the fit's seed and the user,
   so it is reproducible); after each pick the user's answer is revealed and u is re-estimated from the
-  picks so far (the same MAP as ``adapt``), then Σ and the criterion are recomputed under the new u. Ties
+  picks so far (the same MAP as ``adapt``; the reference re-fits u by unregularised maximum likelihood,
+  ``MLE_user_weight``), then Σ and the criterion are recomputed under the new u. Ties
   go to the earliest pool position. Any earlier ``adapt`` of the user is ignored (elicitation starts from
   scratch).
 - :meth:`select_pairs`: the same criterion with u fixed at the user's current estimate (no answers

@@ -89,7 +89,9 @@ POLICIES = {
     "truncation": "inputs over max_length keep their last max_length tokens (the prompt head is cut)",
     "policy_accuracy": "headline 'tilt' (the sequence tilt): S(y) = log π(y|x) + w·r(x, y), r on the whole "
     "response, w = the weight of the decoder the method guides (ARGS's w; GenARM's α on log π_r = α/β on r; "
-    "else pa_weight); labelled variants 'prefix_sum' = Σ_t [log π(y_t|x,y<t) + w·r(x,y≤t)] and 'prefix_mean' "
+    "else pa_weight; with neither the headline is not applicable and the method's PA leaves the analysis); 'curve': "
+    "the tilt's accuracy over w, from w = 0 past the last pair's flip weight; labelled variants 'prefix_sum' = "
+    "Σ_t [log π(y_t|x,y<t) + w·r(x,y≤t)] and 'prefix_mean' "
     "= prefix_sum / T",
     "win_rate": "each guiding RM scores its own guided output vs the zero-shot output for the same "
     "(user, prompt); ties count ½",

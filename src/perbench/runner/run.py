@@ -62,6 +62,7 @@ class Runner:
             for b in (bench, *extras.values()):  # every system scores the upstream benchmarks' pairs too
                 check_models(self.cfg, b)
         check_paths(self.run_dir)
+        bench, extras = seal_all(bench, extras)  # methods see opaque ids and stripped pairs from here on
         from perbench import registry
 
         executor = registry.executors.get(self.cfg.executor)()
@@ -161,6 +162,19 @@ class Runner:
         log(f"results: {self.run_dir / 'results.json'}")
         log(f"report:  {self.run_dir / 'report.html'}")
         return RunResult(self.run_dir, results, state.samples)
+
+
+def seal_all(bench: Benchmark, extras: dict[str, Benchmark]) -> tuple[Benchmark, dict[str, Benchmark]]:
+    """The run's benchmark and its upstream benchmarks as methods may see them (:func:`perbench.data.isolation.seal`);
+    the map back to the source's user ids goes to ``meta["source_user_ids"]``."""
+    from perbench.data.isolation import seal
+
+    out = []
+    for b in (bench, *extras.values()):
+        sealed = seal(b)
+        sealed.bench.meta["source_user_ids"] = dict(sorted(sealed.users.items(), key=lambda kv: kv[1]))
+        out.append(sealed.bench)
+    return out[0], dict(zip(extras, out[1:], strict=True))
 
 
 def log_work(work: dict[str, Any]) -> None:

@@ -168,7 +168,8 @@ class RunState:
     def pa_weights(self, h: MethodHandle) -> list[PAWeight]:
         """The weights policy accuracy puts on ``h``'s reward: one per decoder that ``h`` guides and that applies
         a weight (ARGS's w; GenARM's α on log π_r, α/β on r), in config order — the first is the headline's.
-        Without such a decoder: the config's ``pa_weight``. k (the top-k RGD-induced policy's) is the decoder's
+        Without such a decoder: the config's ``pa_weight``, or none when it is None (the headline is then not
+        applicable, see :meth:`pa_headline`). k (the top-k RGD-induced policy's) is the decoder's
         own ``k`` (ARGS), else ``pa_rgd_k``, else the first ARGS decoder's, else 10 (the ARGS default)."""
         from perbench import registry
 
@@ -184,7 +185,15 @@ class RunState:
                 continue
             k = getattr(decoder, "k", None)
             out.append(PAWeight(float(w), int(k) if isinstance(k, int) else default_k, d.label()))
-        return out or [PAWeight(float(self.cfg.pa_weight), default_k, None)]
+        if out or self.cfg.pa_weight is None:
+            return out
+        return [PAWeight(float(self.cfg.pa_weight), default_k, None)]
+
+    def pa_headline(self, h: MethodHandle) -> PAWeight | None:
+        """The weight of ``h``'s headline policy accuracy: the first weighted decoder it guides, else ``pa_weight``;
+        None when neither exists (a run with no weighted decoder: the headline is not applicable)."""
+        got = self.pa_weights(h)
+        return got[0] if got else None
 
 
 @dataclass(frozen=True)
@@ -197,7 +206,7 @@ class PAWeight:
     decoder: str | None
 
     def source(self) -> str:
-        return f"the weight of decoder {self.decoder}" if self.decoder else "pa_weight (no weighted decoder uses it)"
+        return f"the weight of decoder {self.decoder}" if self.decoder else "pa_weight (set in the config)"
 
 
 def guide_problem(decoder_cls: type, rm_cls: type) -> str | None:

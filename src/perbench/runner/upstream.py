@@ -203,6 +203,9 @@ class Upstream:
         ).items():
             acc.setdefault(group, {}).update(got)
         out["rm_accuracy"] = acc
+        from perbench.runner.information import method_notes
+
+        out.update(method_notes(h, bench))  # what it saw of the profiles, what it records of its fit
         if h.label == cfg.reference_method:
             self._train_accuracy(h, groups)
         unseen = groups["unseen"]
@@ -322,20 +325,6 @@ class Upstream:
         lp = np.array([self._lp_sums[k] for k in keys], np.float64)
         return {"chosen": lp[0::2], "rejected": lp[1::2]}
 
-    def _tilt(
-        self, h: MethodHandle, pairs: Sequence[PreferencePair], group: str, w: float
-    ) -> dict[str, dict[str, np.ndarray]]:
-        """The headline per side: the sequence tilt log π(y | x) + w·r_u(x, y) (the RM's scores of the whole
-        responses, those RM accuracy reads) and the policy alone."""
-        from perbench.metrics.policy_accuracy import sequence_tilt
-
-        scores = self._scores(h, pairs, h.shots, group)
-        lp = self._logprob_sums(pairs)
-        return {
-            side: {"tilt": sequence_tilt(lp[side], scores[side], w), "policy_sum": lp[side]}
-            for side in ("chosen", "rejected")
-        }
-
     def _policy_accuracy(
         self,
         h: MethodHandle,
@@ -350,18 +339,30 @@ class Upstream:
         sequence tilt (every RM that scores single responses has it); with ``variants`` the labelled per-prefix
         variants (prefix-sum, prefix-sum / length, and with ``pa_rgd`` the top-k RGD-induced policy) are added
         where the method defines a reward for every prefix, and the cells are recorded."""
+        from perbench.metrics.pa_curve import NO_WEIGHT, tilt_curve
         from perbench.metrics.policy_accuracy import (
             policy_accuracy_from_scores,
             policy_accuracy_problem,
             policy_accuracy_scores,
+            sequence_tilt,
             teacher_forced_scores,
         )
         from perbench.metrics.rm_accuracy import pair_outcomes
         from perbench.rewards.base import ScoreItem
 
-        pw = pw or self.s.pa_weights(h)[0]
+        pw = pw or self.s.pa_headline(h)
+        scores = self._scores(h, pairs, h.shots, group)
+        lp = self._logprob_sums(pairs)
+        curve = tilt_curve(
+            lp["chosen"], lp["rejected"], scores["chosen"], scores["rejected"], tie=self.s.cfg.tie_policy,
+            weights=[p.w for p in self.s.pa_weights(h)],
+        )  # fmt: skip
+        if pw is None:  # no weighted decoder: no weight to take the headline at, the curve only
+            return {"not_applicable": NO_WEIGHT, "curve": curve}
         w, k = pw.w, pw.k
-        side = self._tilt(h, pairs, group, w)
+        side = {
+            sd: {"tilt": sequence_tilt(lp[sd], scores[sd], w), "policy_sum": lp[sd]} for sd in ("chosen", "rejected")
+        }
         problem: str | None = None
         if variants:
             problem = None if has_prefix_reward(h) else str(h.cls.no_prefix_reward)
@@ -401,6 +402,8 @@ class Upstream:
             prompts=[prompt_key(p.prompt) for p in pairs],
         )
         out["w_source"] = pw.source()
+        out["decoder"] = pw.decoder
+        out["curve"] = curve
         if problem is not None:
             out["variants_not_applicable"] = problem
         if variants:

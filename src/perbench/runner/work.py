@@ -98,8 +98,8 @@ class Work:
                 continue
             feats = h.is_feature_rm
             fit = fits[h.label] = unit("fit", h.label, h.fit_key, train if feats else [])
-            pw = s.pa_weights(h)[0]  # as policy accuracy's own keys: the headline's weight (and k, for RGD)
-            pa = [pw.w, pw.k if cfg.pa_rgd else None, pol_fp, cfg.max_length]
+            pw = s.pa_headline(h)  # as policy accuracy's own keys: the headline's weight (and k, for RGD)
+            pa = [None if pw is None else pw.w, pw.k if pw is not None and cfg.pa_rgd else None, pol_fp, cfg.max_length]
             content: list[Any] = [h.key(h.shots), cfg.shot_curve, pa, bench]
             # every upstream unit reads the test features' unit: the feature RMs their φ, and every method (the
             # baselines too) the policy's log-probs of the test responses for its policy accuracy
@@ -125,7 +125,7 @@ class Work:
             if policy != cfg.policy:  # policy accuracy under another policy of ``policies`` (its scores: upstream)
                 for h in self.handles:
                     if h.label in ups and self.up.pa_problem(h) is None:
-                        content = [h.key(h.shots), s.pa_weights(h)[0], cfg.pa_rgd, cfg.max_length, policy_fp, bench]
+                        content = [h.key(h.shots), s.pa_headline(h), cfg.pa_rgd, cfg.max_length, policy_fp, bench]
                         units.append(unit("upstream", h.label, content, [ups[h.label]], policy))
             zero = self.down.zero_shot(systems)
             plain: dict[str, Unit] = {}

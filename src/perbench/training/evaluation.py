@@ -4,8 +4,9 @@ An *arm* (the policies trained with one reward, a reference such as the placebo,
 or the untrained base policy) is evaluated on (user, prompt) cells, once per training seed: per metric an
 (S, n) matrix (for sampled evaluation, each entry is the mean over that cell's samples). A value is the mean
 over seeds and cells; its CI (:func:`perbench.metrics.bootstrap.seeded_bootstrap`) resamples the cells as
-every downstream CI does and the seeds on top, so it carries the variance between training runs. A
-comparison of two arms is paired on the cells both cover.
+every downstream CI does and the seeds on top (with the unbiased seed variance), so it carries the variance
+between training runs. A comparison of two arms is paired on the cells both cover, and on the seeds when both
+arms were trained with the same ones.
 """
 
 from __future__ import annotations
@@ -101,14 +102,22 @@ def summarise(
 def compare(
     arm: ArmValues, ref: ArmValues, *, n_boot: int, seed: int, metrics: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """Per metric: ``delta`` = arm − ref on the cells both cover, its CI (cells drawn once for both sides, each
-    side's seeds drawn on their own), ``ci_note``, ``n`` cells and ``excludes_zero``."""
+    """Per metric: ``delta`` = arm − ref on the cells both cover, its CI (cells drawn once for both sides; seeds
+    drawn once for both when both arms were trained with the same seeds, which pairs each run with its
+    counterpart, else each side's on its own), ``ci_note``, ``n`` cells and ``excludes_zero``."""
     out: dict[str, Any] = {}
     for metric in metrics or [m for m in arm.values if m in ref.values]:
         cells, mats = _finite([arm, ref], metric)
         if not cells:
             continue
-        got = seeded_bootstrap(mats, [u for u, _ in cells], [p for _, p in cells], n_boot=n_boot, seed=seed)
+        got = seeded_bootstrap(
+            mats,
+            [u for u, _ in cells],
+            [p for _, p in cells],
+            n_boot=n_boot,
+            seed=seed,
+            seed_ids=[arm.seeds, ref.seeds],
+        )
         diff = got.reps[:, 0] - got.reps[:, 1]
         ci = percentile_ci(diff) if got.resampling.unit is not None and n_boot >= 2 else None
         out[metric] = {
