@@ -129,7 +129,7 @@ def read_samples(run_dir: str | Path, kind: str | None = None, *, as_dataset: bo
     """The run's samples.jsonl as a data frame (``kind``: one kind of row only)."""
     import pandas as pd
 
-    from perbench.report.rundir import read_jsonl
+    from perbench.runner.rundir import read_jsonl
 
     path = _run_file(run_dir, "samples.jsonl")
     rows = read_jsonl(path) or []

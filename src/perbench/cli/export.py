@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 
-def add_export(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "export",
         parents=[common],
@@ -19,7 +19,7 @@ def add_export(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write (created)")
 
 
-def export_cmd(args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace) -> int:
     from perbench.export.write import export_system
 
     out = export_system(args.run_dir, args.system, args.out)
