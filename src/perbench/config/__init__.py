@@ -17,10 +17,11 @@ naming the file, line (for YAML) and key, what is allowed, and a "Did you mean" 
   (``0100`` is 100, ``0o17`` octal, ``1:30`` text, ``1e-3`` a number); PyYAML's YAML 1.1 rules would read
   ``0100`` as 64 and ``1:30`` as 90.
 
-The config is a leaf: it imports nothing of perbench but ``errors``, ``io``, ``registry`` and ``specs``. What needs a
-room's knowledge -- which names are models, the systems the config expands to (and so ``guide_with``,
-``reference_method``, ``rl.methods``), which qualities the adaptive rounds can rank by -- is checked in the preflight
-that ``run`` and ``validate`` share (``perbench.runner.preflight.check_config``), located by :meth:`RunConfig.locate`.
+The config is a leaf: it imports nothing of perbench but ``errors``, ``io``, ``registry``, ``specs`` and its own
+modules. What needs a room's knowledge -- which names are models, the systems the config expands to (and so
+``guide_with``, ``reference_method``, ``rl.methods``), which qualities the adaptive rounds can rank by -- is checked
+in the preflight that ``run`` and ``validate`` share (``perbench.runner.preflight.check_config``), located by
+:meth:`RunConfig.locate`.
 
 Every value that shapes a result goes into the config hash that names the run directory, so the same config
 resumes the same run.
@@ -36,8 +37,8 @@ One module per concern, each name importable from ``perbench.config``:
 
 from __future__ import annotations
 
-# the located YAML and the value checks the config is built from are defined at the base (``perbench.specs``) and
-# importable from here as before
+# the package's own modules, then what the config is built from at the base (the located YAML, the value checks and
+# the section specs, in ``perbench.specs``), importable from here as before
 from perbench.config.components import Component, check_component
 from perbench.config.hashing import result_hash
 from perbench.config.rules import (
