@@ -4,8 +4,9 @@ functions and under ``TYPE_CHECKING`` alike) is an arrow, and
 - no arrows form a circle;
 - every arrow runs down the pipeline of docs/architecture.md (a room imports only the rooms below it), except
   the few listed in :data:`UPWARD_ALLOWED`, each with the reason it is still there;
-- the config is a leaf of the base: it imports nothing of perbench but ``errors``, ``io``, ``registry`` and its
-  section specs (``perbench.specs``), which themselves import only ``errors`` and ``io``;
+- the config is a leaf of the base: the ``perbench.config`` package imports nothing of perbench but ``errors``,
+  ``io``, ``registry``, its section specs (``perbench.specs``, which themselves import only ``errors`` and ``io``)
+  and its own modules;
 - no module is over :data:`MAX_LINES` lines, except those in :data:`OVERSIZED` (a list that only shrinks: a listed
   module that is back under the limit fails the test until it is taken off).
 """
@@ -36,8 +37,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("export", ("export",)),
     ("cli", ("cli", "__main__")),
 )
-#: what the config and its section specs may import (modules of perbench, by their first name below it)
-LEAVES = {"config": {"errors", "io", "registry", "specs"}, "specs": {"errors", "io", "specs"}}
+#: what the config and its section specs may import (modules of perbench, by their first name below it; each
+#: package its own modules)
+LEAVES = {"config": {"errors", "io", "registry", "specs", "config"}, "specs": {"errors", "io", "specs"}}
 
 #: upward arrows that remain, (importer, imported) -> why; the structure work's next phase removes them
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
@@ -53,9 +55,7 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 }
 
 #: modules over MAX_LINES today; each leaves this list when it is split
-OVERSIZED = {
-    "config.py",
-}
+OVERSIZED: set[str] = set()
 
 
 @dataclass(frozen=True)

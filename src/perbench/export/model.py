@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from perbench.data.pairs import Split
 from perbench.data.records import PreferencePair, Prompt
 from perbench.errors import ConfigError
 from perbench.export.format import (
@@ -125,7 +126,7 @@ class ExportedRM:
         return reward
 
 
-def _with_user(p: PreferencePair, user: str, split: str = "train") -> PreferencePair:
+def _with_user(p: PreferencePair, user: str, split: Split = "train") -> PreferencePair:
     return PreferencePair(p.pair_id, user, p.prompt, p.chosen, p.rejected, split, p.meta)
 
 
