@@ -119,17 +119,15 @@ RunChecks = Callable[[Benchmark], None]
 """What a run checks beyond :func:`check_benchmark` (a config's methods, token limits); raises to fail."""
 
 
-def validate_with(
-    source: Source, options: Mapping[str, Any], run_checks: RunChecks | None = None, methods: list[str] | None = None
-) -> dict[str, Any]:
-    """:func:`validate_file` with the loader ``options`` as a mapping, plus a run config's own checks
-    (``run_checks``) and the names of its methods (``methods``: what the warnings list; default every registered
-    method)."""
-    report: dict[str, Any] = {
-        "source": source_label(source),
-        "format": options.get("fmt"),
+def blank_report(source: str, fmt: Any, on_error: Any) -> dict[str, Any]:
+    """A validation report before anything is read: every field ``perbench validate`` prints, at its empty value
+    (the generic loader's :func:`validate_file` and a named loader's
+    :func:`~perbench.data.validate_named.validate_named` fill the same fields)."""
+    return {
+        "source": source,
+        "format": fmt,
         "mapping": None,
-        "on_error": options.get("on_error", "raise"),
+        "on_error": on_error,
         "rows_read": 0,
         "rows_with_errors": 0,
         "rows_skipped": 0,
@@ -152,12 +150,22 @@ def validate_with(
         "fatal": None,
         "diagnosis": None,
         "ok": False,
-        "weighting": "pair" if options.get("dedup") is not False else "row",
+        "weighting": "pair",
         "split_policy": None,
         "seen_policy": None,
         "user_policy": None,
         "references": 0,
     }
+
+
+def validate_with(
+    source: Source, options: Mapping[str, Any], run_checks: RunChecks | None = None, methods: list[str] | None = None
+) -> dict[str, Any]:
+    """:func:`validate_file` with the loader ``options`` as a mapping, plus a run config's own checks
+    (``run_checks``) and the names of its methods (``methods``: what the warnings list; default every registered
+    method)."""
+    report = blank_report(source_label(source), options.get("fmt"), options.get("on_error", "raise"))
+    report["weighting"] = "pair" if options.get("dedup") is not False else "row"
     try:
         opts = LoadOptions.build(**options)
     except PerbenchError as e:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perbench.data.checks import check_benchmark, data_warnings
+from perbench.data.loaders import blank_report
 from perbench.data.records import SPLITS, Benchmark
 from perbench.errors import PerbenchError
 
@@ -16,29 +17,7 @@ def validate_named(
     name: str, loader: Callable[..., Benchmark], source: str, params: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Load ``source`` with ``loader`` (the registry's ``name``) and ``params``, run the checks every run makes."""
-    report: dict[str, Any] = {
-        "source": source,
-        "format": f"benchmark {name}",
-        "on_error": (params or {}).get("on_error", "raise"),
-        "rows_read": 0,
-        "rows_with_errors": 0,
-        "rows_skipped": 0,
-        "pairs_kept": 0,
-        "users": 0,
-        "users_seen": 0,
-        "users_unseen": 0,
-        "splits": {s: 0 for s in SPLITS},
-        "train_pairs_seen": 0,
-        "skipped": {},
-        "skipped_pairs": 0,
-        "notes": [],
-        "warnings": [],
-        "first_error": None,
-        "fatal": None,
-        "diagnosis": None,
-        "ok": False,
-        "weighting": "pair",
-    }
+    report = blank_report(source, f"benchmark {name}", (params or {}).get("on_error", "raise"))
     try:
         bench = loader(source, **dict(params or {}))
         notes = check_benchmark(bench, needs_train=False)

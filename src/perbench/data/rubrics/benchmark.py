@@ -23,7 +23,6 @@ them; answering the question asked, which every user wants, does. Each pair is e
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ from perbench.data.records import CONSENSUS, PARAPHRASED, Benchmark, PreferenceP
 from perbench.data.rubrics.aspects import ASPECTS, opposite
 from perbench.data.rubrics.prompts import PROMPT_TOPICS, RUBRIC_PROMPTS, RubricPrompt, paraphrased_pairs
 from perbench.data.rubrics.users import RUBRIC_USERS, RubricUser, rubric_user_context, to_user
+from perbench.io import read_jsonl
 
 #: the named subset of pairs on which every user-agnostic scorer scores exactly 0.5
 PERSONALIZATION_ONLY = "personalization_only"
@@ -43,22 +43,17 @@ def read_pool(path: Path) -> dict[str, list[dict[str, Any]]]:
         raise FileNotFoundError(f"rubric pool not found: {path} (build it with `perbench build rubrics`)")
     known = {p.prompt_id for p in RUBRIC_PROMPTS}
     by_prompt: dict[str, list[dict[str, Any]]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no}: invalid JSON ({e.msg})") from None
-            for f in ("prompt_id", "cand_id", "text"):
-                if not isinstance(row.get(f), str) or not row[f]:
-                    raise ValueError(f"{path}:{line_no}: field {f!r}: expected a non-empty string")
-            if row["prompt_id"] not in known:
-                raise ValueError(f"{path}:{line_no}: field 'prompt_id': unknown prompt {row['prompt_id']!r}")
-            # annotations are recomputed from the text: the checkers are the ground truth, not the file
-            row["annotations"] = {a: spec.check(row["text"]) for a, spec in ASPECTS.items()}
-            by_prompt.setdefault(row["prompt_id"], []).append(row)
+    for line_no, row in read_jsonl(path):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{line_no}: expected a JSON object")
+        for f in ("prompt_id", "cand_id", "text"):
+            if not isinstance(row.get(f), str) or not row[f]:
+                raise ValueError(f"{path}:{line_no}: field {f!r}: expected a non-empty string")
+        if row["prompt_id"] not in known:
+            raise ValueError(f"{path}:{line_no}: field 'prompt_id': unknown prompt {row['prompt_id']!r}")
+        # annotations are recomputed from the text: the checkers are the ground truth, not the file
+        row["annotations"] = {a: spec.check(row["text"]) for a, spec in ASPECTS.items()}
+        by_prompt.setdefault(row["prompt_id"], []).append(row)
     return by_prompt
 
 

@@ -11,7 +11,6 @@ them (``bench/rubric_reachability.py --write-default`` writes it; its first line
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 from perbench.data.records import AspectPole
 from perbench.data.rubrics.aspects import ASPECTS, annotate
 from perbench.data.rubrics.users import RUBRIC_USERS, RubricUser
+from perbench.io import read_jsonl
 
 #: the least share of pool samples on which a default user's want must be met
 FLOOR = 0.05
@@ -51,21 +51,16 @@ def write_snapshot(path: Path, spec: Mapping[str, Any], texts: Mapping[str, Sequ
 def read_snapshot(path: Path = DEFAULT_POOL_PATH) -> PoolSnapshot:
     spec: dict[str, Any] | None = None
     texts: dict[str, dict[int, str]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no}: invalid JSON ({e.msg})") from None
-            if row.get("kind") == "spec":
-                spec = {k: v for k, v in row.items() if k != "kind"}
-                continue
-            for f, tp in (("prompt_id", str), ("sample", int), ("text", str)):
-                if not isinstance(row.get(f), tp):
-                    raise ValueError(f"{path}:{line_no}: field {f!r}: expected {tp.__name__}")
-            texts.setdefault(row["prompt_id"], {})[row["sample"]] = row["text"]
+    for line_no, row in read_jsonl(path):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{line_no}: expected a JSON object")
+        if row.get("kind") == "spec":
+            spec = {k: v for k, v in row.items() if k != "kind"}
+            continue
+        for f, tp in (("prompt_id", str), ("sample", int), ("text", str)):
+            if not isinstance(row.get(f), tp):
+                raise ValueError(f"{path}:{line_no}: field {f!r}: expected {tp.__name__}")
+        texts.setdefault(row["prompt_id"], {})[row["sample"]] = row["text"]
     if spec is None:
         raise ValueError(f'{path}: no spec line (a row with "kind": "spec")')
     return PoolSnapshot(spec, {pid: [row[j] for j in sorted(row)] for pid, row in texts.items()})
