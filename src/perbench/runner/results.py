@@ -311,11 +311,10 @@ def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:
 
 def print_verdict(analysis: dict[str, Any]) -> None:
     """The verdict paragraph, a Kendall τ-b table (upstream metric → downstream metric) and the NDCG / RBO of
-    the verdict metric's best predictor beside their chance values, on stdout."""
+    the verdict metric's best predictor beside their chance values, on stdout. Under ``PERBENCH_QUIET=1`` the
+    verdict and its decision line still print (they are the run's answer, not a log line); the τ table does not."""
     import os
 
-    if os.environ.get("PERBENCH_QUIET") == "1":
-        return
     verdict = analysis.get("verdict") or {}
     print("\nVerdict: " + str(verdict.get("text", "no verdict (no downstream metric)")))
     if verdict.get("decision"):
@@ -328,7 +327,7 @@ def print_verdict(analysis: dict[str, Any]) -> None:
             facts.append("reference lines: " + ", ".join(map(str, verdict["reference_lines"])))
         print("; ".join(facts))
     pairs = (analysis.get("selection") or {}).get("pairs") or []
-    if not pairs:
+    if not pairs or os.environ.get("PERBENCH_QUIET") == "1":
         return
     ups = list(dict.fromkeys(p["upstream"] for p in pairs))
     downs = list(dict.fromkeys(p["downstream"] for p in pairs))
