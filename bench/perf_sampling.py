@@ -58,9 +58,9 @@ def decode(lm: Any, prompt_ids: list[list[int]], steps: int, *, share: bool, sam
 
 
 def run(settings: Settings) -> Section:
-    from perbench.metrics.stats import bootstrap_by_group, macro
     from perbench.models.chat import encode_prompt
     from perbench.models.generate import sample_top_p
+    from perbench.stats.intervals import bootstrap_by_group, macro
 
     sec = Section("sampling", "Sampling a Best-of-N pool, and the user bootstrap")
     lm = no_eos(load_policy(settings))

@@ -7,7 +7,7 @@ and downstream on a crossed users × prompts design, all users shared by both me
 
 In the bootstrap world the sample is the population: the truth is the full-sample coefficient. An *outer* draw
 resamples users and downstream prompts as the analysis does (a user drawn twice is two users); on that pseudo-data
-the analysis's own two-way bootstrap (:class:`~perbench.metrics.bootstrap.TwoWayBootstrap`, ``n_inner`` replicates)
+the analysis's own two-way bootstrap (:class:`~perbench.stats.bootstrap.TwoWayBootstrap`, ``n_inner`` replicates)
 gives the interval, and coverage is the share of outer draws whose interval holds the full-sample coefficient.
 Each interval method gets the same replicates.
 """
@@ -22,8 +22,8 @@ import numpy.typing as npt
 from scipy import stats
 
 from perbench.metrics.analysis.selection import BIAS_POSITION, coefficient_ci
-from perbench.metrics.bootstrap import TwoWayBootstrap, percentile_ci, replicate_position
 from perbench.metrics.correlation import BATCHED, BOUNDS
+from perbench.stats.bootstrap import TwoWayBootstrap, percentile_ci, replicate_position
 
 FloatArray = npt.NDArray[np.float64]
 Interval = tuple[float, float] | None

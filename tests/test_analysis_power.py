@@ -18,7 +18,7 @@ from perbench.metrics.analysis.power import (
     variances,
 )
 from perbench.metrics.analysis.ranking import ranking, simultaneous_lower
-from perbench.metrics.bootstrap import TwoWayBootstrap
+from perbench.stats.bootstrap import TwoWayBootstrap
 from tests.crossed import METRIC, crossed_cells, estimates
 
 ROLES = {"a": "deployable", "b": "deployable", "c": "deployable", "random_pick": "baseline"}

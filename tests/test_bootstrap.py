@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from perbench.metrics import bootstrap as bs
-from perbench.metrics.bootstrap import (
+from perbench.stats import bootstrap as bs
+from perbench.stats.bootstrap import (
     PAIRS,
     TWO_WAY,
     TwoWayBootstrap,
@@ -11,7 +11,7 @@ from perbench.metrics.bootstrap import (
     percentile_ci,
     two_way_ci,
 )
-from perbench.metrics.stats import bootstrap_by_group, pair_weighted
+from perbench.stats.intervals import bootstrap_by_group, pair_weighted
 
 N_USERS, N_PROMPTS, TRUE_MEAN = 40, 16, 0.3
 

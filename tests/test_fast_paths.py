@@ -86,7 +86,7 @@ def test_nucleus_draws_stay_in_the_nucleus() -> None:
 # ------------------------------------------------------------------------------------------- bootstrap
 @pytest.mark.parametrize("name", ["pair_weighted", "macro"])
 def test_vectorised_user_bootstrap_equals_the_loop(name: str) -> None:
-    from perbench.metrics import stats
+    from perbench.stats import intervals as stats
 
     fast = getattr(stats, name)
     rng = np.random.default_rng(3)

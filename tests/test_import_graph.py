@@ -25,7 +25,10 @@ MAX_LINES = 450
 
 #: the pipeline, lowest first: a module may import its own room and the rooms before it in this list
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "io", "registry", "specs", "config", "device", "progress", "sealed", "cache", "calls")),
+    (
+        "base",
+        ("errors", "io", "registry", "specs", "config", "device", "progress", "sealed", "cache", "calls", "stats"),
+    ),
     ("data", ("data",)),
     ("models", ("models",)),
     ("rewards", ("rewards", "systems")),
@@ -47,9 +50,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("perbench.data.benchmarks.pref_lamp_table1", "perbench.metrics.text"): "its Table-1 similarity check",
     ("perbench.data.rubrics.build", "perbench.models.generate"): "builds the rubric pool with the policy",
     ("perbench.data.rubrics.build", "perbench.models.loader"): "builds the rubric pool with the policy",
-    ("perbench.decoding.best_of_n", "perbench.metrics.bootstrap"): "CIs of the Best-of-N curve",
-    ("perbench.decoding.best_of_n", "perbench.metrics.stats"): "CIs of the Best-of-N curve",
-    ("perbench.training.evaluation", "perbench.metrics.bootstrap"): "seed CIs of RL evaluations",
     ("perbench.runner.run", "perbench.report.html"): "a run writes its report",
     ("perbench.runner.seeds", "perbench.report.html"): "a run over seeds writes its report",
 }

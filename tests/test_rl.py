@@ -321,7 +321,7 @@ def test_shuffled_users_scores_each_user_with_another_users_reward(rms: dict[str
 def test_training_seeds_enter_the_ci():
     """A value whose training seeds disagree gets a CI as wide as that disagreement; the same cells without it
     get the cells-only width. A comparison carries both arms' seed variance."""
-    from perbench.metrics.bootstrap import bootstrap_ci
+    from perbench.stats.bootstrap import bootstrap_ci
     from perbench.training.evaluation import ArmValues, compare, summarise
 
     rng = np.random.default_rng(0)

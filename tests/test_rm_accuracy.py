@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from perbench.metrics.rm_accuracy import pair_outcomes, preference_accuracy, rm_accuracy
-from perbench.metrics.stats import bootstrap_by_group, macro, pair_weighted
+from perbench.stats.intervals import bootstrap_by_group, macro, pair_weighted
 
 
 def test_strict_ties_count_as_wrong_and_are_counted() -> None:

@@ -250,13 +250,13 @@ def _curve_cis(
 ) -> list[tuple[float, float]]:
     """Bootstrap CIs of each column's mean (one per n), every column on the same draws."""
     if prompts is None:
-        from perbench.metrics.stats import bootstrap_by_group, pair_weighted
+        from perbench.stats.intervals import bootstrap_by_group, pair_weighted
 
         return [
             bootstrap_by_group(per_n[:, k], users, pair_weighted, n_boot=n_boot, seed=seed)
             for k in range(per_n.shape[1])
         ]
-    from perbench.metrics.bootstrap import TwoWayBootstrap, percentile_ci
+    from perbench.stats.bootstrap import TwoWayBootstrap, percentile_ci
 
     T, K = per_n.shape
     boot = TwoWayBootstrap(users * K, list(prompts) * K, n_boot=n_boot, seed=seed)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from perbench.metrics.stats import bootstrap_by_group, macro, pair_weighted
+from perbench.stats.intervals import bootstrap_by_group, macro, pair_weighted
 
 TiePolicy = Literal["strict", "half"]
 
@@ -48,7 +48,7 @@ def accuracy_summary(
         m = groups == u
         per_user[u] = {"accuracy": float(outcomes[m].mean()), "n": int(m.sum())}
     if prompts is not None:
-        from perbench.metrics.bootstrap import two_way_ci
+        from perbench.stats.bootstrap import two_way_ci
 
         ci = two_way_ci(outcomes, list(users), list(prompts), n_boot=n_boot, seed=seed)
         lo, hi = (float("nan"), float("nan")) if ci is None else ci

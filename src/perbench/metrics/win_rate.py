@@ -41,7 +41,7 @@ def win_summary(
         "tie_value": 0.5,
     }
     if users is not None and n_boot > 0 and ok.any():
-        from perbench.metrics.stats import bootstrap_by_group, pair_weighted
+        from perbench.stats.intervals import bootstrap_by_group, pair_weighted
 
         lo, hi = bootstrap_by_group(
             o[ok], [u for u, k in zip(users, ok, strict=True) if k], pair_weighted, n_boot=n_boot, seed=seed

@@ -335,7 +335,7 @@ class Scoring:
         """:meth:`_ci` of several columns (name -> (rows, values)). Columns over the same (user, prompt) rows share
         one bootstrap pass (the same draws a pass per column would make, so the same intervals, at the cost of
         one)."""
-        from perbench.metrics.bootstrap import TwoWayBootstrap, percentile_ci
+        from perbench.stats.bootstrap import TwoWayBootstrap, percentile_ci
 
         cfg = self.s.cfg
         groups: dict[tuple[tuple[str, str], ...], list[str]] = {}

@@ -3,7 +3,7 @@
 An *arm* (the policies trained with one reward, a reference such as the placebo, the KL-matched random update
 or the untrained base policy) is evaluated on (user, prompt) cells, once per training seed: per metric an
 (S, n) matrix (for sampled evaluation, each entry is the mean over that cell's samples). A value is the mean
-over seeds and cells; its CI (:func:`perbench.metrics.bootstrap.seeded_bootstrap`) resamples the cells as
+over seeds and cells; its CI (:func:`perbench.stats.bootstrap.seeded_bootstrap`) resamples the cells as
 every downstream CI does and the seeds on top (with the unbiased seed variance), so it carries the variance
 between training runs. A comparison of two arms is paired on the cells both cover, and on the seeds when both
 arms were trained with the same ones.
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from perbench.metrics.bootstrap import MIN_LEVELS, percentile_ci, seeded_bootstrap
+from perbench.stats.bootstrap import MIN_LEVELS, percentile_ci, seeded_bootstrap
 
 
 @dataclass(frozen=True)

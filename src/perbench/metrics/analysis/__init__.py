@@ -52,7 +52,7 @@ from perbench.metrics.analysis.roles import DEPLOYABLE, method_roles
 from perbench.metrics.analysis.selection import selection
 from perbench.metrics.analysis.validity import validity
 from perbench.metrics.analysis.verdict import choose_metric, verdict
-from perbench.metrics.bootstrap import MIN_LEVELS
+from perbench.stats.bootstrap import MIN_LEVELS
 
 __all__ = [
     "DEFAULT_MARGIN",

@@ -25,7 +25,7 @@ from perbench.metrics.analysis.base import (
     parse_group,
     stratum,
 )
-from perbench.metrics.bootstrap import Resampling, TwoWayBootstrap, factor_notes
+from perbench.stats.bootstrap import Resampling, TwoWayBootstrap, factor_notes
 
 SEEN_METRIC, UNSEEN_METRIC = "rm_acc_seen", "rm_acc_unseen"  # whose users are the seen / unseen class
 ACC = "\x00acc"  # pooled fairness accuracy (rm_acc_seen and rm_acc_unseen rows), an internal pseudo-metric

@@ -19,7 +19,7 @@ import numpy as np
 
 from perbench.metrics.analysis.base import TIE_TOL, ZERO_SHOT, Est, FloatArray, ci_, f_
 from perbench.metrics.analysis.data import Data
-from perbench.metrics.bootstrap import percentile_ci
+from perbench.stats.bootstrap import percentile_ci
 
 
 class Estimates(Data):

@@ -30,7 +30,7 @@ from perbench.metrics.analysis.base import ZERO_SHOT, Est, FloatArray, f_, is_do
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.ranking import simultaneous_lower
 from perbench.metrics.analysis.roles import DEPLOYABLE, ORACLE_PICK, RANDOM_PICK
-from perbench.metrics.bootstrap import percentile_ci
+from perbench.stats.bootstrap import percentile_ci
 
 #: how the oracle picks, per quality (it reads the answer key: an upper bound, never a method)
 ORACLE_BY = {

@@ -193,7 +193,7 @@ def thin_data(est: Estimates, metric: str, methods: Sequence[str]) -> str | None
     """Why the CIs of ``methods`` on ``metric`` cannot carry a "deploy" or an "equivalent" claim (None: they can):
     a value whose bootstrap could not resample users and prompts (fewer than 5 users, or no CI), or whose cells
     cover fewer than 5 prompts."""
-    from perbench.metrics.bootstrap import MIN_LEVELS, TWO_WAY
+    from perbench.stats.bootstrap import MIN_LEVELS, TWO_WAY
 
     if est.n_boot < 2:
         return None  # said elsewhere: without replicates nothing is called best

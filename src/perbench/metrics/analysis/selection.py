@@ -21,7 +21,6 @@ import numpy as np
 
 from perbench.metrics.analysis.base import FloatArray, ci_, f_
 from perbench.metrics.analysis.estimates import Estimates
-from perbench.metrics.bootstrap import replicate_position, symmetric_ci
 from perbench.metrics.correlation import (
     BOUNDS,
     CORRELATIONS,
@@ -30,6 +29,7 @@ from perbench.metrics.correlation import (
     ndcg_chance,
     rbo_chance,
 )
+from perbench.stats.bootstrap import replicate_position, symmetric_ci
 
 #: the estimate beyond this share of its replicates (or below 1 − it): its interval is flagged as biased
 BIAS_POSITION = 0.8
@@ -41,7 +41,7 @@ def coefficient_ci(
     """The interval of a coefficient from its bootstrap replicates (NaN: undefined there, dropped) and the
     estimate's position among them; no interval when it is undefined in more than half of the replicates.
 
-    The interval is :func:`~perbench.metrics.bootstrap.symmetric_ci` (the percentile interval made symmetric about
+    The interval is :func:`~perbench.stats.bootstrap.symmetric_ci` (the percentile interval made symmetric about
     the estimate), clipped to the coefficient's range: a coefficient of noisy per-system means is pulled toward 0
     in the resamples, so the percentile interval alone sits off to that side (docs/architecture.md, "Intervals of
     rank coefficients", has the coverage of each candidate method)."""

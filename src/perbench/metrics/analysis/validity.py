@@ -52,8 +52,8 @@ from perbench.metrics.analysis.ranking import simultaneous
 from perbench.metrics.analysis.roles import BASELINE, DEPLOYABLE, ORACLE
 from perbench.metrics.analysis.selection import bias_note, coefficient_ci
 from perbench.metrics.analysis.selection import selection as _selection
-from perbench.metrics.bootstrap import replicate_position, symmetric_ci
 from perbench.metrics.correlation import BATCHED, CORRELATIONS, MIN_REPORTED_SYSTEMS
+from perbench.stats.bootstrap import replicate_position, symmetric_ci
 
 #: the coefficients compared between predictors (τ-b decides the verdict)
 COEFFICIENTS = ("kendall_tau_b", "spearman", "ndcg")

@@ -80,7 +80,7 @@ class Verdict(DecisionParts, CostParts, UpstreamPart):
 def _thin_plan() -> str:
     """What a claim needs at the least, for a verdict on too little data (the planner's size for the whole decision
     follows the verdict: ``analyze`` adds it)."""
-    from perbench.metrics.bootstrap import MIN_LEVELS
+    from perbench.stats.bootstrap import MIN_LEVELS
 
     return f" At least {MIN_LEVELS} users and {MIN_LEVELS} prompts are needed for CIs that resample both."
 

@@ -1,0 +1,3 @@
+"""Resampling and interval statistics shared by every room that reports a CI (numpy only): the two-way bootstrap
+(:mod:`.bootstrap`) and the interval helpers (:mod:`.intervals`). At the base of the pipeline, so Best-of-N curves,
+RL evaluations and the metrics all read the same code."""
