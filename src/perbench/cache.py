@@ -99,7 +99,7 @@ def header_problem(path: Path) -> str | None:
 class Store:
     """A key → bytes store in one SQLite file (see the module docstring for what happens to damage)."""
 
-    def __init__(self, path: str | Path, *, timeout: float = 60.0) -> None:
+    def __init__(self, path: str | Path, *, timeout: float = 300.0) -> None:
         self.path = Path(path)
         self.timeout = timeout  # seconds to wait for another process's write lock before giving up
         self._lock = threading.RLock()

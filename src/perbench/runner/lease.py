@@ -37,7 +37,7 @@ def _alive(pid: int) -> bool:
 class Leases:
     """This process's leases in the shared unit cache at ``path`` (None: no shared cache, every claim succeeds)."""
 
-    def __init__(self, path: Path | None, timeout: float = 60.0) -> None:
+    def __init__(self, path: Path | None, timeout: float = 300.0) -> None:
         self.path = path
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.host, self.pid = socket.gethostname(), os.getpid()
