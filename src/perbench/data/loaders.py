@@ -119,6 +119,23 @@ RunChecks = Callable[[Benchmark], None]
 """What a run checks beyond :func:`check_benchmark` (a config's methods, token limits); raises to fail."""
 
 
+def benchmark_counts(bench: Benchmark) -> dict[str, Any]:
+    """The report fields a loaded benchmark answers by itself: pairs, users, splits and its counted skips."""
+    return {
+        "pairs_kept": len(bench.pairs),
+        "users": len(bench.users),
+        "users_seen": len(bench.seen_users),
+        "users_unseen": len(bench.unseen_users),
+        "splits": {s: sum(p.split == s for p in bench.pairs) for s in SPLITS},
+        "train_pairs_seen": len(bench.train_pairs()),
+        "skipped": {
+            r: {"count": n, "unit": bench.skipped.unit(r), "examples": bench.skipped.examples.get(r, [])}
+            for r, n in sorted(bench.skipped.counts.items())
+        },
+        "skipped_pairs": bench.skipped.total(),
+    }
+
+
 def blank_report(source: str, fmt: Any, on_error: Any) -> dict[str, Any]:
     """A validation report before anything is read: every field ``perbench validate`` prints, at its empty value
     (the generic loader's :func:`validate_file` and a named loader's
@@ -200,17 +217,7 @@ def _fill(
         rows_read=stats.rows_read,
         rows_with_errors=stats.rows_with_errors,
         rows_skipped=stats.rows_skipped,
-        pairs_kept=len(bench.pairs),
-        users=len(bench.users),
-        users_seen=len(bench.seen_users),
-        users_unseen=len(bench.unseen_users),
-        splits={s: sum(p.split == s for p in bench.pairs) for s in SPLITS},
-        train_pairs_seen=len(bench.train_pairs()),
-        skipped={
-            r: {"count": n, "unit": bench.skipped.unit(r), "examples": bench.skipped.examples.get(r, [])}
-            for r, n in sorted(bench.skipped.counts.items())
-        },
-        skipped_pairs=bench.skipped.total(),
+        **benchmark_counts(bench),
         truncated=bench.meta.get("truncated"),
         cap=bench.meta.get("cap"),
         mirrored_pairs=len(bench.subsets.get("personalization_only", ())),

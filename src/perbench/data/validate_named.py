@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perbench.data.checks import check_benchmark, data_warnings
-from perbench.data.loaders import blank_report
-from perbench.data.records import SPLITS, Benchmark
+from perbench.data.loaders import benchmark_counts, blank_report
+from perbench.data.records import Benchmark
 from perbench.errors import PerbenchError
 
 
@@ -28,17 +28,7 @@ def validate_named(
     report.update(
         rows_read=int(meta.get("rows_read", 0)),
         rows_with_errors=int(meta.get("rows_with_errors", 0)),
-        pairs_kept=len(bench.pairs),
-        users=len(bench.users),
-        users_seen=len(bench.seen_users),
-        users_unseen=len(bench.unseen_users),
-        splits={s: sum(p.split == s for p in bench.pairs) for s in SPLITS},
-        train_pairs_seen=len(bench.train_pairs()),
-        skipped={
-            r: {"count": n, "unit": bench.skipped.unit(r), "examples": bench.skipped.examples.get(r, [])}
-            for r, n in sorted(bench.skipped.counts.items())
-        },
-        skipped_pairs=bench.skipped.total(),
+        **benchmark_counts(bench),
         notes=notes,
         warnings=data_warnings(bench, None),
         split_policy=meta.get("split_policy"),
