@@ -61,6 +61,31 @@ def _code(e: sqlite3.Error) -> int:
     return int(getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF
 
 
+def busy(e: sqlite3.Error) -> bool:
+    """Whether ``e`` says another connection holds the file locked."""
+    return _code(e) in (_SQLITE_BUSY, _SQLITE_LOCKED) or "database is locked" in str(e)
+
+
+def retry_busy(fn: Callable[[], T], timeout: float) -> T:
+    """``fn()``, retried while SQLite reports the file busy, for up to ``timeout`` seconds.
+
+    SQLite's busy handler does not cover every step: while another process creates the file or switches it to
+    write-ahead logging, ``PRAGMA journal_mode`` and the first ``CREATE TABLE`` can fail at once with
+    "database is locked", whatever the connection's timeout. Two runs starting together on one new cache hit
+    exactly that window, so the setup is retried here.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.01
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            if not busy(e) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 def _is_corrupt(e: sqlite3.Error) -> bool:
     if _code(e) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
         return True
@@ -135,6 +160,9 @@ class Store:
     # ------------------------------------------------------------ the file
 
     def _connect(self) -> sqlite3.Connection:
+        return retry_busy(self._connect_once, self.timeout)
+
+    def _connect_once(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), timeout=self.timeout, check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
@@ -190,7 +218,7 @@ class Store:
         folder = self.path.parent
         if code == _SQLITE_FULL or "disk is full" in str(e) or (code == _SQLITE_IOERR and _nearly_full(folder)):
             return StoreError(f"{self.path}: cannot {action} (no space left on device); {FIX_SPACE}")
-        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        if busy(e):
             return StoreError(
                 f"{self.path}: cannot {action} (another process has held it locked for over {self.timeout:g} s); "
                 "wait for that process (another perbench run on this store?) to finish, or stop it, and rerun"

@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+from perbench.cache import retry_busy
+
 #: seconds between two heartbeats of a process's leases
 BEAT_S = 10.0
 #: seconds without a heartbeat after which a lease's owner counts as gone
@@ -34,6 +36,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_TABLE = (
+    "CREATE TABLE IF NOT EXISTS lease (key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, "
+    "pid INTEGER NOT NULL, beat REAL NOT NULL)"
+)
+
+
 class Leases:
     """This process's leases in the shared unit cache at ``path`` (None: no shared cache, every claim succeeds)."""
 
@@ -47,11 +55,9 @@ class Leases:
         self._thread: threading.Thread | None = None
         self._db: sqlite3.Connection | None = None
         if path is not None:
-            self._db = sqlite3.connect(str(path), timeout=timeout, check_same_thread=False, isolation_level=None)
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS lease (key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, "
-                "pid INTEGER NOT NULL, beat REAL NOT NULL)"
-            )
+            db = sqlite3.connect(str(path), timeout=timeout, check_same_thread=False, isolation_level=None)
+            retry_busy(lambda: db.execute(_TABLE), timeout)
+            self._db = db
 
     def _gone(self, host: str, pid: int, beat: float, now: float) -> bool:
         if now - beat > TTL_S:
