@@ -27,7 +27,20 @@ MAX_LINES = 450
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "base",
-        ("errors", "io", "registry", "specs", "config", "device", "progress", "sealed", "cache", "calls", "stats"),
+        (
+            "errors",
+            "io",
+            "registry",
+            "specs",
+            "config",
+            "device",
+            "progress",
+            "sealed",
+            "sqlite_file",
+            "cache",
+            "calls",
+            "stats",
+        ),
     ),
     ("data", ("data",)),
     ("models", ("models",)),

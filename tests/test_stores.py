@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perbench.cache import Store, pack_arrays, retry_busy
+from perbench.cache import Store, pack_arrays
 from perbench.errors import StoreError
 from perbench.io import atomic_write_json, atomic_write_text, run_lock
 from perbench.runner.lease import Leases
 from perbench.runner.units import Units
+from perbench.sqlite_file import retry_busy
 
 
 class Calls:
