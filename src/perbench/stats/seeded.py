@@ -68,35 +68,38 @@ def seeded_means(
     a trained policy's row); a column with S ≥ 2 seeds is the mean over its seeds of each seed's mean, its replicates
     :func:`combine_seeds` of the seeds' replicates (same cell draws) with :func:`seed_draws` of its seed labels.
     Columns without seeds get exactly the replicates :meth:`TwoWayBootstrap.means` gives them."""
-    lab = np.asarray(list(seeds), dtype=object)
+    lab = np.array(["" if s is None else str(s) for s in seeds], dtype=str)
     if lab.size != boot.n_rows:
         raise ValueError(f"{lab.size} seed labels for {boot.n_rows} rows")
+    names, code = np.unique(lab, return_inverse=True)
+    code = code.ravel()
+    tagged = lab != ""
     expanded = [np.asarray(c, dtype=np.intp).ravel() for c in columns]
     n_cols = len(expanded)
     n_seeds = [0] * n_cols
     parts: dict[int, tuple[list[str], list[int]]] = {}
     for c in range(n_cols):
         rows = expanded[c]
-        got = lab[rows]
-        tagged = np.array([x is not None for x in got], dtype=bool)
-        if not tagged.any():
+        on = tagged[rows]
+        if not on.any():
             continue
-        if not tagged.all():
-            raise ValueError(f"column {c}: {int((~tagged).sum())} of its {rows.size} rows carry no training seed")
-        ids = sorted({str(x) for x in got})
-        n_seeds[c] = len(ids)
-        if len(ids) < 2:
+        if not on.all():
+            raise ValueError(f"column {c}: {int((~on).sum())} of its {rows.size} rows carry no training seed")
+        got = code[rows]
+        ids = np.unique(got)
+        n_seeds[c] = int(ids.size)
+        if ids.size < 2:
             continue
         subs = []
-        for s in ids:
+        for s in ids.tolist():
             subs.append(len(expanded))
             expanded.append(rows[got == s])
-        parts[c] = (ids, subs)
+        parts[c] = ([str(names[s]) for s in ids.tolist()], subs)
     point, reps = boot.means(values, expanded)
-    for c, (ids, subs) in parts.items():
+    for c, (labels, subs) in parts.items():
         point[c] = float(np.mean(point[subs]))
         if boot.n_boot:
-            reps[:, c] = combine_seeds(reps[:, subs], seed_draws(seed, ids, boot.n_boot))
+            reps[:, c] = combine_seeds(reps[:, subs], seed_draws(seed, labels, boot.n_boot))
     return point[:n_cols], reps[:, :n_cols], n_seeds
 
 

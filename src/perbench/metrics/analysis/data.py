@@ -157,7 +157,7 @@ class Data:
     def _check_seeds(self) -> None:
         """Every (group, method, metric) has a training seed on all its rows or on none; notes for few seeds, and
         for rl rows without one (cells written before rows carried their seed: one mean over seeds per cell)."""
-        tagged = np.array([s is not None for s in self.seed_label], dtype=bool)
+        tagged = self._tagged = np.array([s is not None for s in self.seed_label], dtype=bool)
         seeds: dict[int, set[str]] = {}
         blind: set[int] = set()
         for (g, m, k), rows in self.rows.items():
@@ -183,9 +183,9 @@ class Data:
 
     def n_rows(self, rows: IntArray) -> int:
         """Rows of a column, a trained policy's counted once per (user, prompt) observation (not once per seed)."""
-        labels = [self.seed_label[i] for i in rows.tolist()]
-        if all(s is None for s in labels):
+        if not self._tagged[rows].any():
             return int(rows.size)
+        labels = [self.seed_label[i] for i in rows.tolist()]
         per: dict[tuple[int, Any], int] = {}
         for g, s in zip(self.g[rows].tolist(), labels, strict=True):
             per[(g, s)] = per.get((g, s), 0) + 1
