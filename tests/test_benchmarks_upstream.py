@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perbench.builders.pref_lamp import LAMP5_PREFIX, encode_cached, format_table1, load_pref_lamp
 from perbench.data.benchmarks.persona import load_domain_styles, load_persona, style_user
 from perbench.data.benchmarks.prb import bm25_rank, load_prb
-from perbench.data.benchmarks.pref_lamp import LAMP5_PREFIX, encode_cached, format_table1, load_pref_lamp
 from perbench.data.benchmarks.prism import load_prism
 from perbench.data.benchmarks.tldr import load_tldr
 from perbench.data.loaders import DataError

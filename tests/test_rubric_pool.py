@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perbench.builders.rubric_pool import build_pool
 from perbench.data.records import Benchmark, PreferencePair, User
 from perbench.data.rubrics.aspects import satisfies_all, violates
 from perbench.data.rubrics.benchmark import PERSONALIZATION_ONLY, load_rubrics
-from perbench.data.rubrics.build import assemble_pool, build_pool, coverage
+from perbench.data.rubrics.build import assemble_pool, coverage
 from perbench.metrics.rm_accuracy import pair_outcomes
 from perbench.rewards.base import ScoreItem
 from perbench.rewards.baselines import LengthRM, RandomRM
