@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from perbench.runner.run import run
+from perbench.api import run
 from tests.conftest import empty_cache
 from tests.test_end_to_end import tiny_config, tiny_pool  # noqa: F401 - tiny_pool is a fixture
 

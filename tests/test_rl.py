@@ -528,8 +528,8 @@ def test_group_user_rejects_several_users(lm: LoadedLM, tmp_path: Any):
 
 
 def _rl_run(tmp_path: Any, rl: dict[str, Any], methods: list[str], **overrides: Any) -> Any:
+    from perbench.api import run
     from perbench.config import RunConfig
-    from perbench.runner.run import run
     from tests.test_end_to_end import tiny_config, tiny_pool
 
     pool = tiny_pool.__wrapped__(_Factory(tmp_path / "pool"))  # type: ignore[attr-defined]

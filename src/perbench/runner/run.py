@@ -2,7 +2,8 @@
 
 1. load and check the benchmark (before any model loads), then the models;
 2. build the plan of units (``plan.py``) and let the configured executor compute them;
-3. assemble: upstream per method, downstream per policy, the analysis, ``results.json``, the report.
+3. assemble: upstream per method, downstream per policy, the analysis, ``results.json``; then the caller's
+   ``finish`` (``perbench.run`` and ``perbench run`` write the report with it, :mod:`perbench.api`).
 Every expensive result is keyed by content (``units.py``), so step 3 only reads what step 2 left and a
 rerun of the same config recomputes nothing.
 """
@@ -10,6 +11,7 @@ rerun of the same config recomputes nothing.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +27,14 @@ from perbench.runner.state import RunState, load_benchmark, load_upstream_benchm
 from perbench.runner.stores import Stores
 from perbench.runner.work import Work
 
+#: what a caller makes of a finished run (its report), called in the run directory while the run still holds it
+Finish = Callable[[RunResult], object]
 
-def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunResult:
-    """Run a config (a RunConfig, a YAML path, or None for the embedded default) end to end."""
+
+def run(config: RunConfig | str | Path | None = None, *, finish: Finish | None = None, **overrides: Any) -> RunResult:
+    """Run a config (a RunConfig, a YAML path, or None for the embedded default) end to end: results.json,
+    cells.jsonl and samples.jsonl. ``finish`` gets every finished run (each seed's, then the pooled one):
+    :func:`perbench.run` passes the report writer, so the report is written by the room above."""
     if config is None:
         cfg = RunConfig.default()
     elif isinstance(config, RunConfig):
@@ -40,14 +47,15 @@ def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunRe
     if cfg.seeds:
         from perbench.runner.seeds import run_seeds
 
-        return run_seeds(cfg, lambda one: Runner(one).run())
-    return Runner(cfg).run()
+        return run_seeds(cfg, lambda one: Runner(one, finish).run(), finish)
+    return Runner(cfg, finish).run()
 
 
 class Runner:
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, finish: Finish | None = None) -> None:
         self.cfg = cfg
         self.run_dir = cfg.run_dir()
+        self.finish = finish
 
     def run(self) -> RunResult:
         from perbench.device import set_threads
@@ -154,14 +162,13 @@ class Runner:
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)
         state.cells.write(self.run_dir / "cells.jsonl")
-        from perbench.report.html import write_report
-
-        write_report(results, self.run_dir / "report.html")
         print_verdict(analysis)
         log_work(results["work"])
         log(f"results: {self.run_dir / 'results.json'}")
-        log(f"report:  {self.run_dir / 'report.html'}")
-        return RunResult(self.run_dir, results, state.samples)
+        result = RunResult(self.run_dir, results, state.samples)
+        if self.finish is not None:
+            self.finish(result)
+        return result
 
 
 def seal_all(bench: Benchmark, extras: dict[str, Benchmark]) -> tuple[Benchmark, dict[str, Benchmark]]:
