@@ -135,6 +135,7 @@ class Chaos:
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
         self.killed: list[int] = []
+        self.killed_units: list[str] = []  # the labels of the units whose workers it killed
         self.left = False
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -149,6 +150,7 @@ class Chaos:
                 try:
                     os.kill(on_0[0], signal.SIGKILL)
                     self.killed.append(on_0[0])
+                    self.killed_units.append(busy[on_0[0]][1].removeprefix("ray::perbench:"))
                 except ProcessLookupError:
                     pass
             seen_on_1 |= {task for node, task in busy.values() if node == 1}
@@ -200,12 +202,37 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
     assert remote["work"]["units"]["computed"] == sum(remote["plan"]["units"].values())
     # the workers computed exactly the local run's feature values: no unit re-extracts what a features unit holds
     assert_no_repeated_features(remote, first, local[0] / f"rubrics-{first['config_hash']}" / "samples.jsonl")
+    assert_object_store_estimate(remote)
+    # the unit whose worker was killed mid-unit was computed again, and that second attempt is counted
+    retried = remote["work"]["remote"]["retried"]
+    assert set(chaos.killed_units) <= set(retried), (chaos.killed_units, retried)
+    assert all(n >= 1 for n in retried.values()), retried
+    assert set(retried) <= set(remote["work"]["calls_by_unit"])
+    # a worker fetches only the results whose keys its unit reads: a pooled Best-of-N reads the pool and its RM's
+    # fit, not the train features the fit read
+    read, made = remote["work"]["remote"]["read_mb"], remote["work"]["remote"]["result_mb"]
+    pooled = next(label for label in read if label.startswith("generate:best_of_n(n=2)[mpu]"))
+    closure = made["features:train"] + sum(v for k, v in made.items() if k.startswith(("pool:", "fit:mpu")))
+    assert 0 < read[pooled] < closure, json.dumps({"read": read, "made": made})
     assert_same(comparable(changed), comparable(other_k))
     assert changed["work"]["units"]["computed"] == 2
     assert changed["work"]["remote"]["computed"] == other_k["work"]["computed"]
     assert changed["work"]["computed"] == {} and changed["work"]["assembly"] == {}
     # the nodes' own caches hold converted models only: no store of a run, no feature, sample or unit cache
     assert node_files and not [f for f in node_files if f.endswith(".sqlite")]
+
+
+def assert_object_store_estimate(results: dict[str, Any]) -> None:
+    """The object-store size the plan printed before the run against what the units' results measured: the largest
+    result within a factor 1.5 either way, the total and the per-node figure never under the measurement, every
+    unit at least half its measurement (docs/cluster.md states these factors)."""
+    est, made = results["plan"]["object_store"], results["work"]["remote"]["result_mb"]
+    big = max(made, key=made.__getitem__)
+    assert est["largest"] == big, (est["largest"], big)
+    assert made[big] / 1.5 <= est["largest_mb"] <= 1.5 * made[big], (est["largest_mb"], made[big])
+    assert est["total_mb"] >= sum(made.values()) and est["per_node_mb"] >= 2 * made[big]
+    pairs = {k: (est["units_mb"][k], v) for k, v in made.items()}
+    assert all(e >= v / 2 for e, v in pairs.values()), pairs
 
 
 def _features(calls: dict[str, int]) -> int:
