@@ -208,12 +208,13 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
     assert set(chaos.killed_units) <= set(retried), (chaos.killed_units, retried)
     assert all(n >= 1 for n in retried.values()), retried
     assert set(retried) <= set(remote["work"]["calls_by_unit"])
-    # a worker fetches only the results whose keys its unit reads: a pooled Best-of-N reads the pool and its RM's
-    # fit, not the train features the fit read
+    # a worker fetches only the results whose keys its unit reads: ARGS guided by global_bt reads its fit and the
+    # zero-shot outputs, not the train features its fit read; an upstream unit reads those through its fit (what
+    # a task is handed references to is its whole closure)
     read, made = remote["work"]["remote"]["read_mb"], remote["work"]["remote"]["result_mb"]
-    pooled = next(label for label in read if label.startswith("generate:best_of_n(n=2)[mpu]"))
-    closure = made["features:train"] + sum(v for k, v in made.items() if k.startswith(("pool:", "fit:mpu")))
-    assert 0 < read[pooled] < closure, json.dumps({"read": read, "made": made})
+    args = next(label for label in read if label.startswith("generate:args(k=3,w=1.0)[global_bt]"))
+    assert 0 < read[args] < made["features:train"], (read, made)
+    assert read["upstream:global_bt"] >= made["features:test"] + made["features:train"] - 0.002, (read, made)
     assert_same(comparable(changed), comparable(other_k))
     assert changed["work"]["units"]["computed"] == 2
     assert changed["work"]["remote"]["computed"] == other_k["work"]["computed"]
