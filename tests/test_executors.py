@@ -292,6 +292,17 @@ def test_a_unit_no_node_can_take_is_a_config_error() -> None:
         check_feasible([fit], nodes)
 
 
+def test_the_object_store_line_asks_twice_the_largest_result_plus_the_benchmark() -> None:
+    from perbench.runner.footprint import describe
+
+    mb = 2**20
+    got = describe({"features:test": 3 * mb, "fit:mpu": mb, "features:train": None}, bench=mb // 2)
+    assert got["largest"] == "features:test" and got["total_mb"] == 4 and got["per_node_mb"] == 6.5
+    assert got["not_estimated"] == ["features:train"]
+    assert got["text"].startswith("object store (estimated): the largest unit result 3 MB (features:test), 4 MB in all")
+    assert "at least 6.5 MB" in got["text"] and "not estimated: features:train" in got["text"]
+
+
 def test_two_configs_started_together_on_one_cache_compute_each_shared_unit_once(
     tiny_pool: Path,  # noqa: F811
     tmp_path: Path,

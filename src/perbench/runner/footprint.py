@@ -29,14 +29,15 @@ QUALITY_BYTES, CELL_BYTES = 128, 96
 SMALL_BYTES = 64 << 10
 
 
-def estimate(work: Work, plan: Plan) -> dict[str, int]:
-    """Each unit's result in bytes (an estimate; docs/cluster.md states how close it comes), by label."""
+def estimate(work: Work, plan: Plan) -> dict[str, int | None]:
+    """Each unit's result in bytes (an estimate; docs/cluster.md states how close it comes), by label; None for a
+    features unit when this process has no feature extractor to measure the texts with."""
     s, cfg = work.s, work.s.cfg
     rm = s.extractor
     d_rm = int(rm.dim) if rm is not None else 0
     phi = d_rm * 4 + ARRAY_BYTES if rm is not None else 0
     gen = GENERATION_BYTES + TOKEN_BYTES * cfg.max_new_tokens
-    out: dict[str, int] = {}
+    out: dict[str, int | None] = {}
     cells: dict[str, int] = {}
     plain: set[str] = set()
     pooled: dict[str, int] = {}  # a pooled system's label → its pool's size per prompt
@@ -50,6 +51,9 @@ def estimate(work: Work, plan: Plan) -> dict[str, int]:
         pooled = {sys.label: _pool_size(sys.spec) for sys in systems if sys.pooled}
         pooled |= {sys.spec.label(): pooled[sys.label] for sys in systems if sys.pooled}
     for unit in plan.units:
+        if unit.kind == "features" and rm is None:
+            out[unit.label] = None
+            continue
         if unit.kind == "features":
             size = _train_features(work, phi) if unit.name == "train" else _test_features(work, phi)
         elif unit.kind == "pool":
@@ -109,9 +113,11 @@ def benchmark_bytes(work: Work) -> int:
     return len(pickle.dumps(work.s.bench, protocol=5))
 
 
-def describe(sizes: dict[str, int], bench: int) -> dict[str, Any]:
+def describe(estimated: dict[str, int | None], bench: int) -> dict[str, Any]:
     """The estimate as results.json records it and the line the run prints: the largest result, all results, the
     benchmark, and what each node's object store should hold (twice the largest result plus the benchmark)."""
+    sizes = {k: v for k, v in estimated.items() if v is not None}
+    unknown = [k for k, v in estimated.items() if v is None]
     big = max(sizes, key=sizes.__getitem__) if sizes else ""
     mb = 2**20
     record = {
@@ -121,10 +127,12 @@ def describe(sizes: dict[str, int], bench: int) -> dict[str, Any]:
         "benchmark_mb": round(bench / mb, 3),
         "per_node_mb": round((2 * sizes.get(big, 0) + bench) / mb, 3),
         "units_mb": {k: round(v / mb, 3) for k, v in sizes.items()},
+        "not_estimated": unknown,
     }
     record["text"] = (
         f"object store (estimated): the largest unit result {record['largest_mb']:g} MB ({big}), "
         f"{record['total_mb']:g} MB in all, the benchmark {record['benchmark_mb']:g} MB; give each node's object "
         f"store at least {record['per_node_mb']:g} MB (docs/cluster.md)"
+        + (f"; not estimated: {', '.join(unknown)} (no feature extractor on the driver)" if unknown else "")
     )
     return record
