@@ -1,9 +1,10 @@
 """A run's phases over one state: builds the plan of units and executes any single unit of it.
 
 The driver holds one :class:`Work` over the run's stores; with the ``local`` executor it computes every unit
-itself (:meth:`Work.execute`). A Ray worker builds one per unit over in-memory stores filled with the unit's
-dependencies' results (:meth:`Work.for_worker`; ``load_lm`` keeps a process's models), computes the unit and returns
-what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.absorb`).
+itself (:meth:`Work.execute`). A Ray worker builds one per unit over in-memory stores that read through to the
+unit's dependencies' results (:meth:`Work.for_worker`; ``load_lm`` keeps a process's models), computes the unit and
+returns what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.absorb`) and counts the
+attempts Ray made (:meth:`Work.count_attempts`).
 """
 
 from __future__ import annotations
