@@ -292,6 +292,89 @@ def test_a_unit_no_node_can_take_is_a_config_error() -> None:
         check_feasible([fit], nodes)
 
 
+class FakeRay:
+    """Ray as the driver's loop uses it, without a cluster: each task returns a prepared result; records what each
+    task was handed and the order of submissions and results."""
+
+    def __init__(self, results: dict[str, Any]) -> None:
+        self.results = results
+        self.events: list[tuple[str, str]] = []
+        self.handed: dict[str, tuple[Any, Any]] = {}
+
+    def remote(self, fn: Any) -> Any:
+        ray = self
+
+        class Task:
+            def options(self, *, name: str, **_: Any) -> Any:
+                self.label = name.removeprefix("perbench:")
+                return self
+
+            def remote(self, config: Any, bench: Any, unit: Any, threads: int, held: Any, results: Any) -> str:
+                ray.events.append(("submit", self.label))
+                ray.handed[self.label] = (held, results)
+                return self.label
+
+        return Task()
+
+    def put(self, value: Any) -> tuple[str, Any]:
+        return ("put", value)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"Alive": True, "Resources": {"CPU": 8.0, "memory": 64.0 * 2**30}}]
+
+    def wait(self, refs: list[str], num_returns: int, timeout: float) -> tuple[list[str], list[str]]:
+        return refs[:1], refs[1:]
+
+    def get(self, ref: str) -> Any:
+        self.events.append(("result", ref))
+        return self.results[ref]
+
+    def cancel(self, ref: str, force: bool) -> None:
+        pass
+
+    def get_runtime_context(self) -> Any:
+        import types
+
+        return types.SimpleNamespace(gcs_address="127.0.0.1:1")
+
+
+def test_a_task_is_handed_its_closures_keys_after_they_finished_and_every_attempt_is_counted(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver's loop over a fake Ray: a unit is submitted once its dependencies' results are in, handed the
+    keys each result of its closure holds and references to them (nested in a dict, so Ray does not fetch them
+    before the task starts); a result that came from a retry (attempt 1) and a dependency's result that a unit read
+    at attempt 2 (rebuilt by Ray after a node loss) are both counted in ``work.remote.retried``."""
+    from perbench.cache import encode_json
+    from perbench.runner.executors import RayExecutor
+    from perbench.runner.plan import Plan, Unit
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Stores, UnitResult
+    from perbench.runner.work import Work
+
+    monkeypatch.setenv("PERBENCH_QUIET", "1")
+    cfg = tiny_config(tiny_pool, tmp_path)
+    work = Work(RunState(cfg, None, load_benchmark(cfg), Stores.in_memory()), [])
+    units = [Unit("features", "train", "ka"), Unit("fit", "m", "kb", ("ka",)), Unit("upstream", "m", "kc", ("kb",))]
+    results = {
+        "features:train": UnitResult("ka", {"features": {"phi": b"1"}}),
+        "fit:m": UnitResult("kb", {"units": {"w": encode_json(1)}}, attempt=1, read={"ka": 0}),
+        "upstream:m": UnitResult("kc", {"units": {"s": encode_json(2)}}, read={"ka": 2}),
+    }
+    fake = FakeRay(results)
+    RayExecutor()._run(fake, Plan(units), work)
+    labels = ["features:train", "fit:m", "upstream:m"]
+    assert fake.events == [(e, label) for label in labels for e in ("submit", "result")]
+    held, refs = fake.handed["upstream:m"]
+    assert held == {"ka": {"features": ["phi"]}, "kb": {"units": ["w"]}}
+    assert refs == {"ka": "features:train", "kb": "fit:m"}
+    assert fake.handed["features:train"] == ({}, {})
+    assert work.retried == {"fit:m": 1, "features:train": 2}
+    assert work.executed == labels and work.s.stores.units.store.get_json("s") == 2
+
+
 def test_the_object_store_line_asks_twice_the_largest_result_plus_the_benchmark() -> None:
     from perbench.runner.footprint import describe
 
