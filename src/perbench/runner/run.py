@@ -110,6 +110,12 @@ class Runner:
         before_units = calls.snapshot()
         with state.timed("units"):
             plan = work.plan()
+            store_need = None
+            if cfg.executor != "local":  # what the cluster's object stores must hold, before any unit runs
+                from perbench.runner.footprint import benchmark_bytes, describe, estimate
+
+                store_need = describe(estimate(work, plan), benchmark_bytes(work))
+                log(store_need.pop("text"))
             try:
                 executor.execute(plan, work)
             finally:
@@ -136,6 +142,8 @@ class Runner:
             analysis = analyze_cells(state.cells.rows, cfg, adaptive, members)
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
+        if store_need is not None:
+            results["plan"]["object_store"] = store_need
         # which units this run computed (here or on workers) and which it found finished by an earlier run
         results["work"]["units"] = {
             "computed": len(work.executed),
@@ -155,6 +163,10 @@ class Runner:
                 "seconds": work.remote_seconds,
                 # the object store held each result until its dependants finished: size it from the largest
                 "result_mb": {k: round(v / 2**20, 3) for k, v in work.remote_bytes.items()},
+                # what each unit's worker fetched of its dependencies' results (only those whose keys it read)
+                "read_mb": {k: round(v / 2**20, 3) for k, v in work.read_bytes.items()},
+                # units Ray computed more than once (a worker or node died; a lost result rebuilt): extra attempts
+                "retried": dict(sorted(work.retried.items())),
             }
         attach_analysis(results, analysis)  # one CI per number: the analysis's
         results["cells"] = state.cells.record()
