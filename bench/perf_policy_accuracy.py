@@ -80,7 +80,7 @@ def run(settings: Settings) -> Section:
         pa.sequence_tilt(lp, r.score(items), w)
 
     floor_a = "floor A: one forward per response, backbone only (hidden states, no logits)"
-    floor_b = "floor B: one forward per response + LM head over the response tokens (log π(y | x))"
+    floor_b = "floor B: one forward per response + LM head over the response tokens (log π(y_t))"
     floor_c = "floor C: the causal LM's forward per response (logits at every position)"
     variants: dict[str, Callable[[], Any]] = {
         floor_a: one_forward,
