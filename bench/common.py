@@ -74,22 +74,32 @@ def sync(device: str) -> None:
 
 
 def interleaved(
-    variants: dict[str, Callable[[], Any]], rounds: int, device: str = "cpu", warmup: bool = True
+    variants: dict[str, Callable[[], Any]],
+    rounds: int,
+    device: str = "cpu",
+    warmup: bool = True,
+    cpu: dict[str, float] | None = None,
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Run every variant once per round, in turn; -> (median seconds per variant, last output per variant).
-    A first untimed pass warms caches and lazy initialisation when ``warmup``."""
+    A first untimed pass warms caches and lazy initialisation when ``warmup``. ``cpu``, when given, receives
+    each variant's median CPU seconds of this process (``time.process_time``): with one torch thread on a
+    shared machine it leaves out the time spent waiting for a core, which wall time counts."""
     outs: dict[str, Any] = {}
     if warmup:
         for name, fn in variants.items():
             outs[name] = fn()
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, fn in variants.items():
             sync(device)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             outs[name] = fn()
             sync(device)
             times[name].append(time.perf_counter() - t)
+            cpu_times[name].append(time.process_time() - c)
+    if cpu is not None:
+        cpu.update({name: statistics.median(ts) for name, ts in cpu_times.items()})
     return {name: statistics.median(ts) for name, ts in times.items()}, outs
 
 

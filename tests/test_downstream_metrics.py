@@ -82,6 +82,89 @@ def test_rgd_inputs_match_brute_force(tiny_lm, tiny_lm_b, store):  # type: ignor
     assert empty.top_lp.shape == (0, 4) and rgd_policy_logprob(empty, 1.0) == (0.0, 0)
 
 
+class _Favour(torch.nn.Module):
+    """The policy's LM head plus a large bonus on a few tokens: they top every position's top-k."""
+
+    def __init__(self, head: torch.nn.Module, tokens: list[int]) -> None:
+        super().__init__()
+        self.head = head
+        self.bonus = torch.zeros(int(head.weight.shape[0]))
+        self.bonus[tokens] = 50.0
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.head(h) + self.bonus
+
+
+def _tree_tokens(lm):  # type: ignore[no-untyped-def]
+    """A counter of the candidate tokens fed to ``lm``'s decoder with a 4-D mask (the tree forwards)."""
+    seen = [0]
+
+    def hook(_mod, _args, kwargs):  # type: ignore[no-untyped-def]
+        mask = kwargs.get("attention_mask")
+        if mask is not None and mask.dim() == 4:
+            seen[0] += int(kwargs["input_ids"].shape[1])
+
+    return seen, lm.model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def test_a_candidate_that_is_the_response_token_reuses_its_state(tiny_lm, store):  # type: ignore[no-untyped-def]
+    """When y_t is among the top-k its state comes from the policy's forward over x ⊕ y, not from the tree:
+    T·(k − 1) tree states, and the same inputs as the brute force (one full forward per candidate)."""
+    import copy
+
+    from perbench.models.loader import LoadedLM
+
+    item = ITEMS[1]
+    ids, T, _ = encode_pair(tiny_lm.tokenizer, item.prompt, item.response, 1024)
+    model = copy.deepcopy(tiny_lm.model)
+    y = sorted(set(ids[len(ids) - T :]))
+    k = len(y) + 2
+    model.set_output_embeddings(_Favour(model.get_output_embeddings(), y))
+    lm = LoadedLM(model, tiny_lm.tokenizer, tiny_lm.fingerprint + "+favour", tiny_lm.name, tiny_lm.policy)
+    rm = random_linear_rm(FeatureExtractor(lm, store), scale=3.0)
+    seen, handle = _tree_tokens(lm)
+    try:
+        got = rgd_policy_inputs(lm, rm, [item], k=k, chunk_tokens=7)[0]
+    finally:
+        handle.remove()
+    assert (got.hit >= 0).all()  # every y_t is a candidate
+    assert seen[0] == T * (k - 1)
+    top, rew, hit = _brute_force(lm, lm, rm, item, k)
+    assert np.allclose(got.top_lp, top, atol=1e-4)
+    assert np.allclose(got.rewards, rew, atol=1e-4)
+    assert (got.hit == hit).all()
+    # the hit candidate's reward is the response's own per-token reward
+    assert got.token_rewards is not None
+    assert np.allclose(got.rewards[np.arange(T), got.hit], got.token_rewards, atol=1e-6)
+
+
+def test_tree_states_equal_with_and_without_reuse(tiny_lm_b):  # type: ignore[no-untyped-def]
+    """The tree's own prefill (no cache given) reuses the states at y_t; every candidate through the tree
+    gives the same states up to float rounding."""
+    from transformers import DynamicCache
+
+    from perbench.models.stepper import tree_candidate_hidden
+
+    ids, T, _ = encode_pair(tiny_lm_b.tokenizer, ITEMS[0].prompt, ITEMS[0].response, 1024)
+    P = len(ids) - T
+    g = torch.Generator().manual_seed(0)
+    cands = torch.randint(0, 49152, (T, 3), generator=g)
+    cands[::2, 1] = torch.tensor(ids[P:])[::2]  # y_t a candidate at every other position
+    seen, handle = _tree_tokens(tiny_lm_b)
+    try:
+        reuse = tree_candidate_hidden(tiny_lm_b, ids, P, cands, chunk_tokens=5)
+        n_reuse = seen[0]
+        with torch.no_grad():
+            cache = DynamicCache(config=tiny_lm_b.model.config)
+            tiny_lm_b.model.get_decoder()(input_ids=torch.tensor([ids[:-1]]), cache=cache, use_cache=True)
+        every = tree_candidate_hidden(tiny_lm_b, ids, P, cands, chunk_tokens=5, cache=cache)
+    finally:
+        handle.remove()
+    assert n_reuse == 3 * T - len(range(0, T, 2))
+    assert seen[0] - n_reuse == 3 * T
+    torch.testing.assert_close(reuse, every, atol=1e-5, rtol=1e-4)
+
+
 def test_rgd_logprob_and_misses() -> None:
     top = np.log(np.array([[0.5, 0.3, 0.2], [0.6, 0.3, 0.1]]))
     rew = np.array([[0.0, 0.0, 0.0], [0.0, math.log(2.0), 0.0]])

@@ -181,7 +181,7 @@ def rgd_policy_inputs(
     *,
     k: int = 10,
     max_length: int = 1024,
-    chunk_tokens: int = 512,
+    chunk_tokens: int | None = None,
 ) -> list[RGDInputs]:
     """Top-k candidates and their rewards at every response position, teacher-forced.
 
@@ -192,8 +192,11 @@ def rgd_policy_inputs(
     * a :class:`FeatureRM` needs the RM backbone's state at x ⊕ y_<t ⊕ v for all T·k candidates: one forward
       of the RM over x ⊕ y fills a KV cache (the policy's own, when the backbone is the policy), then the
       candidates go in as a tree batch — candidate (t, v) sits at position |x| + t and attends to x ⊕ y_<t
-      and itself only — in chunks of ``chunk_tokens`` candidates (the cache is cropped back after each);
-      they are scored by the RM's one reward function ``rewards`` with the item's user and prompt;
+      and itself only — in chunks of ``chunk_tokens`` candidates (default
+      :data:`~perbench.models.stepper.TREE_CHUNK`; the cache is cropped back after each); a candidate that
+      is y_t itself takes its state from that forward (so T·(k − 1) tree states when y_t is in the top-k);
+      they are scored by the RM's one reward function ``rewards`` with the item's user
+      and prompt;
     * any other RM with a per-prefix reward (``no_prefix_reward`` is None: GenARM, P-DPO, global_bt_v2)
       computes them itself (``teacher_forced_candidate_rewards``, one forward over the full response).
     """
@@ -224,13 +227,15 @@ def rgd_policy_inputs(
             cache = DynamicCache(config=policy.model.config) if shared else None
             hid = dec(input_ids=x, cache=cache, use_cache=cache is not None).last_hidden_state[0]
             hp = hid[P - 1 : L - 1]  # (T, d): the state that predicts y_t
-            lp = torch.log_softmax(head(hp).float(), dim=-1)
-            kk = min(k, lp.shape[-1])
-            top_lp, cands = lp.topk(kk, dim=-1)  # (T, k)
+            logits = head(hp).float()  # log π = logits − logsumexp: no second (T, V) array
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+            kk = min(k, logits.shape[-1])
+            top_logit, cands = logits.topk(kk, dim=-1)  # (T, k)
+            top_lp = top_logit - lse
             y = x[0, P:]
             eq = cands == y[:, None]
             hit = torch.where(eq.any(1), eq.int().argmax(1), torch.full_like(y, -1))
-            lp_y = lp.gather(-1, y[:, None])[:, 0].double().cpu().numpy()
+            lp_y = (logits.gather(-1, y[:, None]) - lse)[:, 0].double().cpu().numpy()
             own: np.ndarray | None = None
             if shared:  # the response's own per-token rewards: the states at y_t of this same forward
                 assert isinstance(rm, FeatureRM)
@@ -238,10 +243,11 @@ def rgd_policy_inputs(
             if token_level:
                 r = rm.candidate_rewards([it.user_id] * T, hp, cands)  # type: ignore[attr-defined]
             elif shared:  # the policy's forward over x ⊕ y already filled the RM backbone's cache
-                from perbench.rewards.lm_utils import tree_candidate_hidden
+                from perbench.models.stepper import TREE_CHUNK, tree_candidate_hidden
 
                 assert rm_lm is not None
-                h = tree_candidate_hidden(rm_lm, ids, P, cands, chunk_tokens=chunk_tokens, cache=cache)
+                chunk = TREE_CHUNK if chunk_tokens is None else chunk_tokens
+                h = tree_candidate_hidden(rm_lm, ids, P, cands, chunk_tokens=chunk, cache=cache, own=hid[P:L])
                 assert isinstance(rm, FeatureRM)
                 r = rm.rewards([it.user_id] * (T * kk), [it.prompt] * (T * kk), h.reshape(T * kk, -1).float())
             else:
@@ -337,7 +343,7 @@ def policy_accuracy_scores(
     w: float,
     k: int,
     max_length: int = 1024,
-    chunk_tokens: int = 512,
+    chunk_tokens: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Per response (one entry per item): every variant of :data:`VARIANTS`, plus ``misses`` (tokens
     outside the policy's top-k) and ``T`` (response tokens). ``w`` is the weight of the paired decoder,

@@ -16,6 +16,11 @@ import torch
 
 from perbench.models.loader import LoadedLM
 
+#: candidates per tree forward of :func:`tree_candidate_hidden`: each attends to the whole cache and the chunk's
+#: n × n block (its diagonal only counts), so a smaller chunk wastes less attention, and a forward's fixed cost
+#: bounds it from below
+TREE_CHUNK = 256
+
 
 class CachedLM:
     def __init__(self, lm: LoadedLM, prompt_ids: Sequence[Sequence[int]]) -> None:
@@ -132,15 +137,19 @@ def tree_candidate_hidden(
     P: int,
     cands: torch.Tensor,
     *,
-    chunk_tokens: int = 512,
+    chunk_tokens: int = TREE_CHUNK,
     cache: Any = None,
+    own: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(T, k, d) last hidden state of ``lm`` at x ⊕ y_<t ⊕ v for every response position t and candidate
     v = ``cands[t, j]``, with ``ids`` = x ⊕ y (the first ``P`` ids are the prompt, T = len(ids) − P).
 
-    One forward over x ⊕ y_<T fills a KV cache (or pass ``cache``, already holding at least that), then
-    the candidates go in as tree batches of ``chunk_tokens``: candidate (t, v) sits at position P + t and
-    attends to x ⊕ y_<t and itself only; the cache is cropped back after each chunk."""
+    One forward over x ⊕ y fills a KV cache (or pass ``cache``, already holding at least x ⊕ y_<T), then
+    the candidates go in as tree batches of ``chunk_tokens`` candidates: candidate (t, v) sits at position
+    P + t and attends to x ⊕ y_<t and itself only; the cache is cropped back after each chunk. A candidate that
+    is y_t itself is the state at y_t of the forward over x ⊕ y, so it is copied from there instead of going
+    through the tree (the same value up to float rounding); with ``cache`` given, pass those states as ``own``
+    (T, d) for this (without them every candidate goes through the tree)."""
     from transformers import DynamicCache
 
     model = lm.model
@@ -152,28 +161,45 @@ def tree_candidate_hidden(
         return torch.zeros(0, k, int(lm.hidden_size))
     if len(ids) - P != T:
         raise ValueError(f"tree_candidate_hidden: {T} candidate rows for {len(ids) - P} response tokens")
-    per = max(1, chunk_tokens // max(k, 1))
-    if cache is None:
+    if own is not None and own.shape[0] != T:
+        raise ValueError(f"tree_candidate_hidden: {own.shape[0]} own states for {T} response tokens")
+    if cache is None:  # x ⊕ y in full: y_T is never a prefix, but its state is candidate y_T's
         cache = DynamicCache(config=model.config)
-        x = torch.tensor([list(ids)[: len(ids) - 1]], dtype=torch.long, device=dev)  # y_T is never a prefix
-        dec(input_ids=x, cache=cache, use_cache=True)
+        x = torch.tensor([list(ids)], dtype=torch.long, device=dev)
+        own = dec(input_ids=x, cache=cache, use_cache=True).last_hidden_state[0, P:]
+    cands = cands.to(dev)
+    todo = torch.ones(T, k, dtype=torch.bool, device=dev)
+    if own is not None:
+        y = torch.tensor(list(ids)[P:], dtype=torch.long, device=dev)
+        todo = cands != y[:, None]
+    t_idx = todo.nonzero()[:, 0]  # row-major: candidates in position order, so a chunk's prefixes are nested
+    toks = cands[todo]
     Lc = cache.get_seq_length()
     neg = torch.finfo(dtype).min
-    out = []
-    for t0 in range(0, T, per):
-        t1 = min(T, t0 + per)
-        n = (t1 - t0) * k
-        pos = P + torch.arange(t0, t1, device=dev).repeat_interleave(k)
-        cached = torch.where(torch.arange(Lc, device=dev)[None, :] < pos[:, None], 0.0, neg)
+    keys = torch.arange(Lc, device=dev)
+    parts = []
+    for c0 in range(0, len(toks), max(1, chunk_tokens)):
+        c1 = min(len(toks), c0 + max(1, chunk_tokens))
+        n = c1 - c0
+        pos = P + t_idx[c0:c1]
+        cached = torch.where(keys[None, :] < pos[:, None], 0.0, neg)
         tree = torch.full((n, n), neg, device=dev).fill_diagonal_(0.0)
         mask = torch.cat([cached, tree], 1).to(dtype)[None, None]
         h = dec(
-            input_ids=cands[t0:t1].reshape(1, n).to(dev),
+            input_ids=toks[c0:c1].view(1, n),
             attention_mask=mask,
             position_ids=pos[None],
             cache=cache,
             use_cache=True,
         ).last_hidden_state[0]
         cache.crop(-n)
-        out.append(h.view(t1 - t0, k, -1))
-    return torch.cat(out)
+        parts.append(h)
+    base = parts[0] if parts else own
+    assert base is not None  # no tree candidate left: every candidate was y_t (``own`` given)
+    out = torch.empty(T, k, base.shape[-1], dtype=base.dtype, device=dev)
+    if parts:
+        out[todo] = torch.cat(parts)
+    if own is not None and not bool(todo.all()):
+        hit = ~todo
+        out[hit] = own.to(out.dtype)[hit.nonzero()[:, 0]]
+    return out

@@ -246,7 +246,7 @@ class FeatureExtractor:
                         h = torch.cat([hidden[b, p - 1 : p], hidden[b, start:end]])
                         logits = head(h[:-1]).float()
                         tgt = torch.tensor(ids[len(ids) - T :], device=logits.device)
-                        lp = torch.log_softmax(logits, -1).gather(-1, tgt[:, None])[:, 0]
+                        lp = logits.gather(-1, tgt[:, None])[:, 0] - torch.logsumexp(logits, -1)  # one (T, V)
                         rec["hidden"] = h[1:].float().cpu().numpy()
                         rec["logprobs"] = lp.cpu().numpy()
                     out.append(rec)
