@@ -125,6 +125,12 @@ class RunConfig:
     device: Annotated[str, DEVICE] = "auto"
     #: auto | float32 | bfloat16 | float16
     dtype: Annotated[str, DTYPE] = "auto"
+    #: where the run's units compute, when not ``device`` / ``dtype``: Ray workers on other machines (a CPU driver,
+    #: GPU workers: ``unit_device: cuda``); the plan's fingerprints use this dtype (auto: bf16 on CUDA, else fp32),
+    #: and the driver loads no model for units it does not compute. The local executor computes units in the driver,
+    #: under these. None: ``device`` / ``dtype``
+    unit_device: Annotated[str, DEVICE] | None = None
+    unit_dtype: Annotated[str, DTYPE] | None = None
     out_dir: Annotated[str, NON_EMPTY] = "runs"
     #: the run's folder inside ``out_dir`` (one plain name; default: ``BENCHMARK-CONFIGHASH``)
     run_name: Annotated[str, RUN_NAME] | None = None
