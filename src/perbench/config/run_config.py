@@ -119,7 +119,7 @@ class RunConfig:
     executor: str = "local"
     #: what one unit of each kind asks of a machine (Ray schedules by it; ``local`` ignores it):
     #: ``{KIND: {num_cpus: N, num_gpus: N, memory_gb: N}}`` for KIND in features, fit, score, decode, rl; unset
-    #: kinds and fields keep their defaults (1 CPU, 2 GB, 4 GB for rl, and 1 GPU when the device is CUDA)
+    #: kinds and fields keep their defaults (1 CPU, 2 GB, 4 GB for rl, and 1 GPU when the units' device is CUDA)
     resources: dict[str, dict[str, float]] | None = None
     #: auto | cpu | cuda | cuda:N | mps
     device: Annotated[str, DEVICE] = "auto"
