@@ -169,7 +169,8 @@ class StoredExecutor:
 
 
 GRID = {
-    "methods": ["global_bt"],
+    # global_bt_v2: a fitted state that rebuilds a LoRA-adapted backbone when reloaded (the assembly must not)
+    "methods": ["global_bt", {"name": "global_bt_v2", "steps": 1}],
     "decoders": ["zero_shot", {"name": "best_of_n", "n": 2}],
     "bertscore": False,
 }
