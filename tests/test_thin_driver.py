@@ -229,6 +229,23 @@ def test_units_plan_under_their_own_dtype_on_a_driver_without_it(tmp_path: Path,
     assert all(u.needs.gpus == 1 for u in plan.units)
     assert not state.policy.loaded and not state.rm_lm.loaded
     assert state.worker_config()["unit_dtype"] == "bfloat16"
+    from perbench.runner.results import model_info
+
+    assert model_info(state.policy)["device"] == "cuda" and not state.policy.loaded  # where its units computed
     local = RunState(cfg.override(unit_device=None), None, bench, Stores.in_memory())
     local.load_models()
     assert local.policy.fingerprint == model_fingerprint("tiny-random", "float32")
+
+
+def test_unit_device_is_checked_only_where_units_compute(tmp_path: Path, tiny_pool: Path) -> None:  # noqa: F811
+    import torch
+
+    from perbench.errors import ConfigError
+    from perbench.runner.preflight import check_setup
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    cfg = tiny_config(tiny_pool, tmp_path).override(unit_device="cuda")
+    with pytest.raises(ConfigError, match=r"unit_device: device 'cuda': CUDA is not available"):
+        check_setup(cfg)  # the local executor computes the units here
+    check_setup(cfg.override(executor="ray"))  # the workers' device, not this machine's

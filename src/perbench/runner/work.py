@@ -74,7 +74,8 @@ class Work:
     def plan(self) -> Plan:
         """Every unit of the run, keyed by what its results depend on (see ``plan.py``)."""
         s, cfg = self.s, self.s.cfg
-        cuda = s.unit_policy.device.startswith("cuda")  # where the units compute, not the driver
+        # where the units compute (not the driver); a run without models computes on no GPU
+        cuda = s.needs_models() and s.unit_policy.device.startswith("cuda")
         bench = s.bench.fingerprint()
         extras = {name: b.fingerprint() for name, b in s.extras.items()}  # upstream_benchmarks
         rm_fp = s.rm_lm.fingerprint if s.rm_lm is not None else None
