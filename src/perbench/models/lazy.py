@@ -29,6 +29,7 @@ class LazyLM(LoadedLM):
             raise ValueError(f"{spec}: loads in {self._here.dtype} but is planned in {planned.dtype}")
         self._lm: LoadedLM | None = None
         self._fingerprint: str | None = None
+        self._tokenizer: Any = None
 
     def __repr__(self) -> str:
         state = "loaded" if self._lm is not None else "not loaded"
@@ -76,11 +77,13 @@ class LazyLM(LoadedLM):
     def tokenizer(self) -> Any:
         if self._lm is not None:
             return self._lm.tokenizer
-        tok = load_tokenizer(self.spec)  # the object load_lm shares: padded as load_lm pads it
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
-        tok.padding_side = "left"
-        return tok
+        if self._tokenizer is None:  # the object load_lm shares (the same files): padded as load_lm pads it
+            tok = load_tokenizer(self.spec)
+            if tok.pad_token_id is None:
+                tok.pad_token = tok.eos_token
+            tok.padding_side = "left"
+            self._tokenizer = tok
+        return self._tokenizer
 
     @property
     def model(self) -> Any:

@@ -149,7 +149,7 @@ class RunState:
         from perbench.rewards.base import RMContext
 
         cfg = self.cfg
-        if not self.computes_units and cfg.unit_device in (None, "auto") and self.unit_policy.device == "cpu":
+        if not self.computes_units and (cfg.unit_device or cfg.device) == "auto" and self.unit_policy.device == "cpu":
             log(
                 f"units planned on cpu ({self.unit_policy.dtype}): unit_device is auto and this machine has no "
                 "GPU; for GPU workers set unit_device: cuda (docs/cluster.md)"
