@@ -68,7 +68,8 @@ def test_tiny_fingerprint_without_weights_is_load_lms(spec: str) -> None:
     lazy = LazyLM(spec, DevicePolicy("cpu", "float32"))
     assert model_fingerprint(spec, "float32") == lazy.fingerprint == lm.fingerprint
     assert lazy.name == lm.name and not lazy.loaded
-    assert lazy.chat_template_hash == lm.chat_template_hash and not lazy.loaded
+    assert lazy.chat_template_hash == lm.chat_template_hash and lazy.hidden_size == lm.hidden_size
+    assert not lazy.loaded
     assert lazy.model is lm.model and lazy.loaded  # the weights on first use: load_lm's, memoised
 
 
@@ -78,8 +79,15 @@ def test_folder_fingerprint_without_loading(tmp_path: Path, monkeypatch: pytest.
     forget_loaded(monkeypatch)
     lm = load_lm(str(folder), device="cpu")
     assert model_fingerprint(str(folder), "float32") == lm.fingerprint
+    from perbench.device import DevicePolicy
+    from perbench.models.lazy import LazyLM
+
+    forget_loaded(monkeypatch)
     with weight_files_opened() as opened:
-        assert model_fingerprint(str(folder), "float32") == lm.fingerprint
+        lazy = LazyLM(str(folder), DevicePolicy("cpu", "float32"))
+        assert model_fingerprint(str(folder), "float32") == lazy.fingerprint == lm.fingerprint
+        assert lazy.hidden_size == lm.hidden_size and lazy.tokenizer.pad_token_id == lm.tokenizer.pad_token_id
+        assert lazy.chat_template_hash == lm.chat_template_hash and not lazy.loaded
     assert opened == []
 
 
@@ -133,6 +141,14 @@ def test_bundled_fingerprint_is_the_gguf_files_digest() -> None:
         fp = model_fingerprint("smollm2", "bfloat16")
     assert opened == []
     assert fp == f"smollm2-135m-instruct:gguf-q4_1:{file_digest(bundled_gguf())[:16]}:bfloat16"
+    # what the preflight reads of it (its tokenizer, its context) does not convert its weights
+    from perbench.models.bundled import bundled_digest, converted_dir
+    from perbench.models.loader import load_tokenizer, model_context
+
+    converted = converted_dir(bundled_gguf(), bundled_digest())
+    before = converted.exists()
+    assert load_tokenizer("smollm2").chat_template and model_context("smollm2")
+    assert converted.exists() == before
 
 
 def unreadable(path: Path) -> None:

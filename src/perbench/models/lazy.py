@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from perbench.device import DevicePolicy
-from perbench.models.identity import ModelSpec, model_fingerprint, model_label
-from perbench.models.loader import LoadedLM, from_pretrained_error, load_lm, load_tokenizer
+from perbench.models.identity import TINY_HIDDEN, TINY_RANDOM, ModelSpec, model_fingerprint, model_label
+from perbench.models.loader import LoadedLM, from_pretrained_error, load_lm, load_tokenizer, text_config
 
 
 class LazyLM(LoadedLM):
@@ -84,6 +84,15 @@ class LazyLM(LoadedLM):
             tok.padding_side = "left"
             self._tokenizer = tok
         return self._tokenizer
+
+    @property
+    def hidden_size(self) -> int:
+        """The width of its hidden states, from its config (the loaded model's once loaded)."""
+        if self._lm is not None:
+            return self._lm.hidden_size
+        if self.spec.name.startswith(TINY_RANDOM):
+            return TINY_HIDDEN
+        return int(text_config(self.spec).hidden_size)
 
     @property
     def model(self) -> Any:

@@ -299,19 +299,26 @@ def load_tokenizer(spec: str | ModelSpec) -> Any:
     return _tokenizer(mspec.name, target, kw)
 
 
-def model_context(spec: str | ModelSpec) -> int | None:
-    """The number of positions ``spec`` can attend to, from its config alone (None when the config says none)."""
+def text_config(spec: str | ModelSpec) -> Any:
+    """The transformers config of the (text part of the) model ``spec``, read without its weights (the bundled
+    model's from its GGUF's metadata, not converted for it). Not for ``tiny-random``, which has none."""
     mspec = ModelSpec.parse(spec)
-    if mspec.name.startswith(TINY_RANDOM):
-        return TINY_CONTEXT
-    if ALIASES.get(mspec.name) == "bundled:smollm2":  # read from the GGUF's metadata, not converted for it
+    if ALIASES.get(mspec.name) == "bundled:smollm2":
         target, kw = str(bundled_config_dir()), dict[str, Any]()
     else:
         target, _, kw = resolve_spec(mspec)
     from transformers import AutoConfig
 
     config = _load_or_explain(mspec.name, AutoConfig.from_pretrained, target, trust_remote_code=False, **kw)
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def model_context(spec: str | ModelSpec) -> int | None:
+    """The number of positions ``spec`` can attend to, from its config alone (None when the config says none)."""
+    mspec = ModelSpec.parse(spec)
+    if mspec.name.startswith(TINY_RANDOM):
+        return TINY_CONTEXT
+    config = text_config(mspec)
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
