@@ -68,9 +68,9 @@ def run(settings: Settings) -> Section:
     sys.path.insert(0, str(ROOT))
     from tests.ray_cluster import LocalCluster
 
+    from perbench.api import run as run_config
     from perbench.config import RunConfig
     from perbench.io import cache_dir
-    from perbench.runner.run import run as run_config
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"

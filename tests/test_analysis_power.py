@@ -108,6 +108,16 @@ def test_perbench_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "random " not in out.replace("random pick", "")  # the baseline `random` is in no comparison
     assert lines[head + 4].strip().startswith("The whole decision (mpu separated from the other system; 2 systems")
     assert "at an effect of +5.0 pts on every comparison" in lines[head + 4] and "for 80% power" in lines[head + 4]
+    assert "object store" not in out  # not a Ray run
+    store = {"largest": "features:test", "largest_mb": 1.133, "per_node_mb": 2.3}
+    results = {"analysis": {"roles": {"random_pick": "baseline"}}, "plan": {"object_store": store}}
+    results["work"] = {"remote": {"result_mb": {"features:test": 1.11, "fit:mpu": 0.01}}}
+    (run / "results.json").write_text(json.dumps(results))
+    assert main(["plan", str(run), "--effect", "5"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  object store (Ray): estimated 1.133 MB for the largest unit result (features:test), 2.3 MB per node; "
+        "measured 1.11 MB (features:test), 1.12 MB in all"
+    )
     assert main(["plan", str(run), "--metric", "args:nope"]) == 2
     assert "has no args:nope cells" in capsys.readouterr().err
     assert main(["plan", str(tmp_path / "missing")]) == 2

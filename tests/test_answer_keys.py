@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from perbench.builders.pref_lamp import load_pref_lamp
 from perbench.config import Component
 from perbench.data.benchmarks.persona import load_domain_styles, load_persona
 from perbench.data.benchmarks.prb import load_prb
-from perbench.data.benchmarks.pref_lamp import load_pref_lamp
 from perbench.data.benchmarks.prism import load_prism
 from perbench.data.benchmarks.tldr import load_tldr
 from perbench.data.loaders import load_benchmark_file

@@ -891,6 +891,12 @@ RUN_DIR_CASES: list[RunDirCase] = [
         "{a}/cells.jsonl:1: field 'value': expected a finite number, got NaN",
     ),
     RunDirCase(
+        "cells_rl_seed_not_an_integer",
+        6,
+        _edit_cells(_cell(lambda c: c.update(rl_seed="0"))),
+        "{a}/cells.jsonl:1: field 'rl_seed': expected an integer training seed, got \"0\"",
+    ),
+    RunDirCase(
         "cells_missing_a_field",
         6,
         _edit_cells(_cell(lambda c: c.pop("user"))),

@@ -308,7 +308,7 @@ def _tiny(benchmark: dict[str, Any], out: Path, **more: Any) -> Any:
 
 @pytest.mark.parametrize("name", NEW)
 def test_a_tiny_run_on_each_fixture(name: str, tmp_path: Path) -> None:
-    from perbench.runner.run import run
+    from perbench.api import run
 
     src, params = fixture_source(name, tmp_path)
     bench = registry.benchmarks.get(name)(src, **params)
@@ -338,7 +338,7 @@ def test_a_tiny_run_on_each_fixture(name: str, tmp_path: Path) -> None:
 def test_listwise_and_consistency_are_per_system_predictors(pool: Path, tmp_path: Path) -> None:
     """On a rubric run with paraphrases and RewardBench 2 / RMGAP as upstream benchmarks, best-of-k, the Ties score
     and paraphrase consistency are in results.json per system, in cells.jsonl and among the validity predictors."""
-    from perbench.runner.run import run
+    from perbench.api import run
 
     rb2 = write_jsonl(tmp_path / "rb2.jsonl", rb2_rows())
     gap = write_jsonl(tmp_path / "gap.jsonl", rmgap_rows())
@@ -436,7 +436,7 @@ def test_personalllm_reward_models_give_every_text_its_exact_per_user_reward(
 def test_best_of_n_is_scored_by_the_simulated_users_reward(
     personalllm_with_models: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
-    from perbench.runner.run import run
+    from perbench.api import run
 
     src, folders = personalllm_with_models
     bench = {"name": "personalllm", "source": str(src), "n_users": 3, "reward_model_paths": folders}

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perbench.builders.pref_lamp import LAMP5_PREFIX, encode_cached, format_table1, load_pref_lamp
 from perbench.data.benchmarks.persona import load_domain_styles, load_persona, style_user
 from perbench.data.benchmarks.prb import bm25_rank, load_prb
-from perbench.data.benchmarks.pref_lamp import LAMP5_PREFIX, encode_cached, format_table1, load_pref_lamp
 from perbench.data.benchmarks.prism import load_prism
 from perbench.data.benchmarks.tldr import load_tldr
 from perbench.data.loaders import DataError
@@ -256,6 +256,29 @@ def test_pref_lamp_download_layout_and_embedding_cache(tmp_path: Path, monkeypat
     first = encode_cached(Counting(), ["a title", "another title"], "encoder=test")
     second = encode_cached(Counting(), ["a title", "another title"], "encoder=test")
     assert calls == [2] and (first == second).all()
+
+
+def test_pref_lamp_named_encoder_caches_by_its_path_and_loads_only_to_encode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A named encoder's embeddings are cached under its resolved path; found in the cache, nothing loads (the
+    recipe in data/ only ever sees an encoder object)."""
+    import perbench.models.encoder as encoder_module
+
+    root = lamp5_user_based(tmp_path / "lamp")
+    monkeypatch.setenv("PERBENCH_CACHE", str(tmp_path / "cache"))
+    first = load_pref_lamp(root, encoder="minilm", with_table1=False)
+    assert len(list((tmp_path / "cache" / "pref_lamp").glob("emb-*.npy"))) == 1
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the encoder loaded although its embeddings are cached")
+
+    monkeypatch.setattr(encoder_module, "load_encoder", refuse)
+    again = load_pref_lamp(root, encoder="minilm", with_table1=False)
+    assert [(p.rejected, p.meta["negative_similarity"]) for p in again.pairs] == [
+        (p.rejected, p.meta["negative_similarity"]) for p in first.pairs
+    ]
+    assert again.meta["encoder"] == "minilm"
 
 
 # ----------------------------------------------------------------------------------------------- PRISM

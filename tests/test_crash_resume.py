@@ -22,7 +22,7 @@ import yaml
 
 from tests.test_end_to_end import tiny_config, tiny_pool  # noqa: F401  (tiny_pool is a fixture)
 
-RUN = "import sys; from perbench.runner.run import run; run(sys.argv[1])"
+RUN = "import sys; from perbench.api import run; run(sys.argv[1])"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PERBENCH_QUIET": "1"}
 #: what the last process did and when (not what the run found): its timing, its share of the work, and the
 #: batch sizes of the computations it ran (a resumed process that only reuses units runs none)

@@ -196,7 +196,7 @@ def test_judge_parsing_and_failure_counting(tiny_lm) -> None:  # type: ignore[no
 def test_run_with_every_decoder(tiny_pool, tmp_path, monkeypatch):  # type: ignore[no-untyped-def] # noqa: F811
     """One run: zero-shot, ARGS, GenARM, Best-of-N and ICL-RAG side by side, with deltas, win rates and
     Best-of-N curves in results.json and the report; a rerun recomputes nothing."""
-    from perbench.runner.run import run
+    from perbench.api import run
     from tests.test_end_to_end import tiny_config
 
     monkeypatch.setattr("perbench.device.set_threads", lambda: None)  # keep this module's single thread

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from perbench.api import run
 from perbench.config import RunConfig
-from perbench.runner.run import run
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +86,14 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path, own_cache: Path)
     cell_rows = [json.loads(x) for x in (first.run_dir / "cells.jsonl").read_text().splitlines()]
     assert {c["method"] for c in cell_rows if c["metric"] == "pa"} == {"global_bt"}
     # the sequence tilt needs only the whole response's reward: at pa_weight, baselines have it, not the variants
-    weighted = run(cfg.override(pa_weight=1.0, out_dir=str(tmp_path / "weighted"))).results["upstream"]
+    # the runner alone writes the results and no report; the caller's ``finish`` gets the finished run
+    from perbench.runner.run import run as run_only
+
+    finished: list[Any] = []
+    alone = run_only(cfg.override(pa_weight=1.0, out_dir=str(tmp_path / "weighted")), finish=finished.append)
+    assert finished == [alone] and (alone.run_dir / "results.json").exists()
+    assert not (alone.run_dir / "report.html").exists() and not (alone.run_dir / "leaderboard.md").exists()
+    weighted = alone.results["upstream"]
     length_pa = weighted["length"]["policy_accuracy"]["seen"]
     assert "tilt" in length_pa and "prefix_sum" not in length_pa and length_pa["variants_not_applicable"]
     assert length_pa["w"] == 1.0 and length_pa["decoder"] is None and "pa_weight" in length_pa["w_source"]
@@ -268,7 +276,8 @@ def test_seeds_pool_into_one_analysis_with_sd(tiny_pool: Path, tmp_path: Path) -
     assert {g.rsplit("|", 1)[1] for g in groups} == {"seed0", "seed1"}
     entry = a["table"]["global_bt"]["rm_acc_seen"]
     assert entry["sd_seeds"] is not None and entry["value"] is not None
-    assert (res.run_dir / "report.html").exists()
+    assert (res.run_dir / "report.html").exists()  # the pooled report, and every seed's own
+    assert all((Path(r["run_dir"]) / "report.html").exists() for r in res.results["seed_runs"])
 
 
 def test_a_file_without_train_pairs_stops_before_any_model_loads(

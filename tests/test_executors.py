@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from perbench.runner.run import run
+from perbench.api import run
 from tests.conftest import empty_cache
 from tests.test_end_to_end import tiny_config, tiny_pool  # noqa: F401 - tiny_pool is a fixture
 
@@ -135,6 +135,7 @@ class Chaos:
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
         self.killed: list[int] = []
+        self.killed_units: list[str] = []  # the labels of the units whose workers it killed
         self.left = False
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -149,6 +150,7 @@ class Chaos:
                 try:
                     os.kill(on_0[0], signal.SIGKILL)
                     self.killed.append(on_0[0])
+                    self.killed_units.append(busy[on_0[0]][1].removeprefix("ray::perbench:"))
                 except ProcessLookupError:
                     pass
             seen_on_1 |= {task for node, task in busy.values() if node == 1}
@@ -204,12 +206,38 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
     assert remote["work"]["units"]["computed"] == sum(remote["plan"]["units"].values())
     # the workers computed exactly the local run's feature values: no unit re-extracts what a features unit holds
     assert_no_repeated_features(remote, first, local[0] / f"rubrics-{first['config_hash']}" / "samples.jsonl")
+    assert_object_store_estimate(remote)
+    # the unit whose worker was killed mid-unit was computed again, and that second attempt is counted
+    retried = remote["work"]["remote"]["retried"]
+    assert set(chaos.killed_units) <= set(retried), (chaos.killed_units, retried)
+    assert all(n >= 1 for n in retried.values()), retried
+    assert set(retried) <= set(remote["work"]["calls_by_unit"])
+    # a worker fetches only the results whose keys its unit reads: ARGS guided by global_bt reads its fit and the
+    # zero-shot outputs, not the train features its fit read; an upstream unit reads those through its fit (what
+    # a task is handed references to is its whole closure)
+    read, made = remote["work"]["remote"]["read_mb"], remote["work"]["remote"]["result_mb"]
+    args = next(label for label in read if label.startswith("generate:args(k=3,w=1.0)[global_bt]"))
+    assert 0 < read[args] < made["features:train"], (read, made)
+    assert read["upstream:global_bt"] >= made["features:test"] + made["features:train"] - 0.002, (read, made)
     assert_same(comparable(changed), comparable(other_k))
     assert changed["work"]["units"]["computed"] == 2
     assert changed["work"]["remote"]["computed"] == other_k["work"]["computed"]
     assert changed["work"]["computed"] == {} and changed["work"]["assembly"] == {}
     # the nodes' own caches hold converted models only: no store of a run, no feature, sample or unit cache
     assert node_files and not [f for f in node_files if f.endswith(".sqlite")]
+
+
+def assert_object_store_estimate(results: dict[str, Any]) -> None:
+    """The object-store size the plan printed before the run against what the units' results measured: the largest
+    result within a factor 1.5 either way, the total and the per-node figure never under the measurement, every
+    unit at least half its measurement (docs/cluster.md states these factors)."""
+    est, made = results["plan"]["object_store"], results["work"]["remote"]["result_mb"]
+    big = max(made, key=made.__getitem__)
+    assert est["largest"] == big, (est["largest"], big)
+    assert made[big] / 1.5 <= est["largest_mb"] <= 1.5 * made[big], (est["largest_mb"], made[big])
+    assert est["total_mb"] >= sum(made.values()) and est["per_node_mb"] >= 2 * made[big]
+    pairs = {k: (est["units_mb"][k], v) for k, v in made.items()}
+    assert all(e >= v / 2 for e, v in pairs.values()), pairs
 
 
 def _features(calls: dict[str, int]) -> int:
@@ -266,6 +294,100 @@ def test_a_unit_no_node_can_take_is_a_config_error() -> None:
     fit = Unit("fit", "global_bt", "k", needs=needs_of("fit", None, cuda=True))
     with pytest.raises(ConfigError, match=r"resources\.fit: a fit unit \(fit:global_bt\) needs 1 CPU\(s\), 1 GPU"):
         check_feasible([fit], nodes)
+
+
+class FakeRay:
+    """Ray as the driver's loop uses it, without a cluster: each task returns a prepared result; records what each
+    task was handed and the order of submissions and results."""
+
+    def __init__(self, results: dict[str, Any]) -> None:
+        self.results = results
+        self.events: list[tuple[str, str]] = []
+        self.handed: dict[str, tuple[Any, Any]] = {}
+
+    def remote(self, fn: Any) -> Any:
+        ray = self
+
+        class Task:
+            def options(self, *, name: str, **_: Any) -> Any:
+                self.label = name.removeprefix("perbench:")
+                return self
+
+            def remote(self, config: Any, bench: Any, unit: Any, threads: int, held: Any, results: Any) -> str:
+                ray.events.append(("submit", self.label))
+                ray.handed[self.label] = (held, results)
+                return self.label
+
+        return Task()
+
+    def put(self, value: Any) -> tuple[str, Any]:
+        return ("put", value)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"Alive": True, "Resources": {"CPU": 8.0, "memory": 64.0 * 2**30}}]
+
+    def wait(self, refs: list[str], num_returns: int, timeout: float) -> tuple[list[str], list[str]]:
+        return refs[:1], refs[1:]
+
+    def get(self, ref: str) -> Any:
+        self.events.append(("result", ref))
+        return self.results[ref]
+
+    def cancel(self, ref: str, force: bool) -> None:
+        pass
+
+    def get_runtime_context(self) -> Any:
+        import types
+
+        return types.SimpleNamespace(gcs_address="127.0.0.1:1")
+
+
+def test_a_task_is_handed_its_closures_keys_after_they_finished_and_every_attempt_is_counted(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver's loop over a fake Ray: a unit is submitted once its dependencies' results are in, handed the
+    keys each result of its closure holds and references to them (nested in a dict, so Ray does not fetch them
+    before the task starts); a result that came from a retry (attempt 1) and a dependency's result that a unit read
+    at attempt 2 (rebuilt by Ray after a node loss) are both counted in ``work.remote.retried``."""
+    from perbench.cache import encode_json
+    from perbench.runner.executors import RayExecutor
+    from perbench.runner.plan import Plan, Unit
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Stores, UnitResult
+    from perbench.runner.work import Work
+
+    monkeypatch.setenv("PERBENCH_QUIET", "1")
+    cfg = tiny_config(tiny_pool, tmp_path)
+    work = Work(RunState(cfg, None, load_benchmark(cfg), Stores.in_memory()), [])
+    units = [Unit("features", "train", "ka"), Unit("fit", "m", "kb", ("ka",)), Unit("upstream", "m", "kc", ("kb",))]
+    results = {
+        "features:train": UnitResult("ka", {"features": {"phi": b"1"}}),
+        "fit:m": UnitResult("kb", {"units": {"w": encode_json(1)}}, attempt=1, read={"ka": 0}),
+        "upstream:m": UnitResult("kc", {"units": {"s": encode_json(2)}}, read={"ka": 2}),
+    }
+    fake = FakeRay(results)
+    RayExecutor()._run(fake, Plan(units), work)
+    labels = ["features:train", "fit:m", "upstream:m"]
+    assert fake.events == [(e, label) for label in labels for e in ("submit", "result")]
+    held, refs = fake.handed["upstream:m"]
+    assert held == {"ka": {"features": ["phi"]}, "kb": {"units": ["w"]}}
+    assert refs == {"ka": "features:train", "kb": "fit:m"}
+    assert fake.handed["features:train"] == ({}, {})
+    assert work.retried == {"fit:m": 1, "features:train": 2}
+    assert work.executed == labels and work.s.stores.units.store.get_json("s") == 2
+
+
+def test_the_object_store_line_asks_twice_the_largest_result_plus_the_benchmark() -> None:
+    from perbench.runner.footprint import describe
+
+    mb = 2**20
+    got = describe({"features:test": 3 * mb, "fit:mpu": mb, "features:train": None}, bench=mb // 2)
+    assert got["largest"] == "features:test" and got["total_mb"] == 4 and got["per_node_mb"] == 6.5
+    assert got["not_estimated"] == ["features:train"]
+    assert got["text"].startswith("object store (estimated): the largest unit result 3 MB (features:test), 4 MB in all")
+    assert "at least 6.5 MB" in got["text"] and "not estimated: features:train" in got["text"]
 
 
 def test_two_configs_started_together_on_one_cache_compute_each_shared_unit_once(

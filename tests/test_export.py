@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import perbench
+from perbench.api import run
 from perbench.cli import main
 from perbench.config import RunConfig
 from perbench.errors import ConfigError
 from perbench.report.frames import CELL_COLUMNS
-from perbench.runner.run import run
 from tests.test_end_to_end import tiny_pool  # noqa: F401 - the session fixture
 
 SYSTEMS = ["global_bt", "mpu", "mpu(train_fraction=0.5)", "pref", "length", "random"]

@@ -147,10 +147,10 @@ class Leaky(RewardModel):
 
 
 def test_the_leaky_method_recovers_no_answer_key_of_the_built_in_benchmark(tmp_path: Path) -> None:
+    from perbench.api import run
     from perbench.config import RunConfig
     from perbench.data.rubrics.benchmark import load_rubrics
     from perbench.registry import reward_models
-    from perbench.runner.run import run
 
     raw = load_rubrics(max_train_prompts=2, max_test_prompts=2)
     # every route that applies works on what the loader makes: the built-in ids and candidate ids give all 32 away

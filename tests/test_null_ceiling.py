@@ -291,11 +291,11 @@ def test_a_method_cannot_reach_the_pools_labels_through_what_it_is_given(tmp_pat
     A runner that handed the run state to methods (e.g. in ``RMContext.extra``) fails this test."""
     from collections.abc import Sequence
 
+    from perbench.api import run
     from perbench.config import RunConfig
     from perbench.data.records import PreferencePair
     from perbench.registry import reward_models
     from perbench.rewards.base import RewardModel, RMContext, ScoreItem
-    from perbench.runner.run import run
 
     class Snoop(RewardModel):
         seen: ClassVar[set[str]] = set()

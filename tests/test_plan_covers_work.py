@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from perbench.api import run
 from perbench.config import RunConfig
-from perbench.runner.run import run
 from tests.test_end_to_end import tiny_pool  # noqa: F401 - a fixture
 
 EMBEDDED = sorted(

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from perbench.api import run
 from perbench.config import RunConfig
-from perbench.runner.run import run
 from tests.conftest import empty_cache
 from tests.test_end_to_end import tiny_config, tiny_pool  # noqa: F401 - the session fixture
 

@@ -528,8 +528,8 @@ def test_group_user_rejects_several_users(lm: LoadedLM, tmp_path: Any):
 
 
 def _rl_run(tmp_path: Any, rl: dict[str, Any], methods: list[str], **overrides: Any) -> Any:
+    from perbench.api import run
     from perbench.config import RunConfig
-    from perbench.runner.run import run
     from tests.test_end_to_end import tiny_config, tiny_pool
 
     pool = tiny_pool.__wrapped__(_Factory(tmp_path / "pool"))  # type: ignore[attr-defined]
@@ -597,7 +597,7 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
     assert {"rl[mpu]", "rl_placebo", "rl_sampled[mpu]", "rl_placebo_sampled"} <= set(down)
     assert "rl_base" not in down and "rl_random[mpu]" not in down
     assert down["rl[mpu]"]["seeds"] == 2 and "rubric_satisfaction" in down["rl[mpu]"]["vs"]["zero_shot"]
-    # the rows keep their seed-covering CIs (the analysis's, one mean over seeds per cell, would leave them out)
+    # the rows keep their seed-covering CIs, the RL table's (the analysis resamples the seeds too, drawn apart)
     for e in (down["rl[mpu]"]["rubric_satisfaction"], down["rl[mpu]"]["vs"]["zero_shot"]["rubric_satisfaction"]):
         assert "2 training seeds" in e["ci_note"] and "ci_source" not in e
     assert down["rl[mpu]"]["guide"] == "mpu" and down["rl_placebo"]["guide"] is None
@@ -605,14 +605,18 @@ def test_runner_rl_phase_end_to_end(tmp_path: Any, capsys: Any) -> None:
     assert {"rl:rubric_satisfaction", "rl_sampled:rubric_satisfaction", "rl:rm_win"} <= metrics
     assert not any(m.startswith(("rl_placebo", "rl_random", "rl_base")) for m in metrics)
     assert res["work"]["computed"]["rl"] == 4
-    # a verdict on an rl metric says its CIs leave the seeds out (one mean over seeds per cell)
+    # the rl cells are one row per training seed, and a verdict on an rl metric resamples the seeds
     from perbench.config import RunConfig
     from perbench.runner.results import analyze_cells
 
     cell_rows = [json.loads(line) for line in (first.run_dir / "cells.jsonl").read_text().splitlines()]
+    rl_rows = [r for r in cell_rows if r["metric"] == "rl:rubric_satisfaction"]
+    assert {r["rl_seed"] for r in rl_rows} == {0, 1} and len(rl_rows) == 2 * len(cells["rl[mpu]"])
+    assert not any("rl_seed" in r for r in cell_rows if not r["metric"].startswith(("rl:", "rl_sampled:")))
     on_rl = RunConfig.from_dict(cfg.to_dict() | {"verdict_metric": "rl:rubric_satisfaction"})
     on_rl = analyze_cells(cell_rows, on_rl)["verdict"]
-    assert "averaged over the 2 training seeds" in on_rl["text"] and on_rl["seed_note"]
+    assert "2 training seeds" in on_rl["ci_note"] and "seed_note" not in on_rl
+    assert on_rl["value"] == pytest.approx(down["rl[mpu]"]["rubric_satisfaction"]["mean"])
     html = (first.run_dir / "report.html").read_text()
     assert 'id="rl"' in html and "rl_placebo" in html and "KL-matched" in html
     # the same config through the CLI: the summary shows the placebo; nothing is trained or decoded again

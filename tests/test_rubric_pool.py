@@ -3,16 +3,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from perbench.builders.rubric_pool import build_pool
 from perbench.data.records import Benchmark, PreferencePair, User
 from perbench.data.rubrics.aspects import satisfies_all, violates
 from perbench.data.rubrics.benchmark import PERSONALIZATION_ONLY, load_rubrics
-from perbench.data.rubrics.build import assemble_pool, build_pool, coverage
+from perbench.data.rubrics.build import STYLES, BaseRequest, assemble_pool, coverage, write_pool
 from perbench.metrics.rm_accuracy import pair_outcomes
 from perbench.rewards.base import ScoreItem
 from perbench.rewards.baselines import LengthRM, RandomRM
@@ -26,6 +27,24 @@ def test_pool_build_is_deterministic_and_covers_every_user(tmp_path: Path) -> No
     assert {r["prompt_id"] for r in rows} == {"p01", "p02"}
     assert all(set(r["annotations"]) >= {"length", "format", "register"} for r in rows)
     assert coverage(rows)["covered"] >= 0.9
+
+
+def test_the_pool_recipe_takes_its_base_responses_from_a_function(tmp_path: Path) -> None:
+    """No model in the data room: the recipe asks a function for the base responses (an empty one gets a fixed
+    text) and refuses a function that answers a different number of requests."""
+    asked: list[BaseRequest] = []
+
+    def write(requests: Sequence[BaseRequest]) -> list[str]:
+        asked.extend(requests)
+        return ["" if i == 0 else f"Boil water for {r.key}. Add the egg. Wait." for i, r in enumerate(requests)]
+
+    rows = [json.loads(x) for x in write_pool(write, tmp_path / "p.jsonl", seed=3, limit=2).read_text().splitlines()]
+    assert [r.key for r in asked] == [f"{p}:{s}" for p in ("p01", "p02") for s in STYLES]
+    assert len({r.seed for r in asked}) == len(asked) and all(r.prompt.startswith(STYLES[r.key[4:]]) for r in asked)
+    bases = {r["source"]: r["text"] for r in rows if r["prompt_id"] == "p01" and r["source"].startswith("base-")}
+    assert bases[f"base-{next(iter(STYLES))}"] == "I am not sure."
+    with pytest.raises(ValueError, match="returned 1 responses for 8 requests"):
+        write_pool(lambda requests: ["one"], tmp_path / "q.jsonl", limit=2)
 
 
 def test_pairs_follow_rubrics(tmp_path: Path) -> None:

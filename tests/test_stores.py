@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perbench.cache import Store, pack_arrays, retry_busy
+from perbench.cache import Store, pack_arrays
 from perbench.errors import StoreError
 from perbench.io import atomic_write_json, atomic_write_text, run_lock
 from perbench.runner.lease import Leases
 from perbench.runner.units import Units
+from perbench.sqlite_file import retry_busy
 
 
 class Calls:
@@ -432,3 +433,43 @@ def test_an_altered_or_unsealed_value_is_set_aside(tmp_path: Path, capfd: pytest
     kept = sqlite3.connect(path).execute("SELECT key, value FROM set_aside ORDER BY key").fetchall()
     assert [k for k, _ in kept] == ["altered", "old"] and kept[1][1] == b'{"answer": 40}'
     assert units.json("fit", "altered", calls.json) == {"answer": 42} and calls.n == 4  # the recomputed one reads back
+
+
+def test_a_worker_reads_its_dependencies_results_in_place_and_fetches_only_those_it_reads() -> None:
+    """A Ray worker's stores read through to the results handed to it: a key is found in the dependency that holds
+    it (fetched once, on the first read of one of its keys), never copied into a store; a dependency none of whose
+    keys is read is never fetched; what the unit writes stays in memory, apart from what it was handed."""
+    from perbench.cache import encode_json
+    from perbench.runner.stores import Handed, Stores, UnitResult
+
+    results = {
+        "fit": UnitResult("fit", {"units": {"u1": encode_json({"w": 1})}}, attempt=1),
+        "train": UnitResult("train", {"features": {"f1": b"phi-1", "f2": b"phi-2"}}),
+        "test": UnitResult("test", {"features": {"t1": b"tok-1"}}),
+    }
+    fetched: list[str] = []
+
+    def fetch(key: str) -> UnitResult:
+        fetched.append(key)
+        return results[key]
+
+    index = {k: {name: sorted(v) for name, v in r.entries.items()} for k, r in results.items()}
+    index["fit"]["features"] = ["f1"]  # the fit read f1 (its marker lists it) but its result does not hold it
+    handed = Handed(index, fetch)
+    stores = Stores.over(handed)
+    with stores.journal() as touched:
+        assert stores.features.get_many_bytes(["f1", "nope"]) == {"f1": b"phi-1"}
+        assert stores.features.get_bytes("f2") == b"phi-2"
+        assert stores.units.json("fit", "u1", lambda: {"w": 2}) == {"w": 1}  # found, not recomputed
+        stores.features.put_bytes("new", b"mine")
+    assert fetched == ["fit", "train"]  # "test" was never read: never fetched
+    assert stores.units.reused["fit"] == 1 and not stores.units.computed
+    assert touched["features"] == {"f1", "f2", "new"} and touched["units"] == {"u1"}
+    assert stores.features.present(["t1", "f2", "x"]) == {"t1", "f2"} and fetched == ["fit", "train"]
+    assert sorted(stores.features.keys()) == ["f1", "f2", "new", "t1"] and "t1" in stores.features
+    # nothing handed was copied into the worker's own store: it holds only what the unit wrote
+    assert super(type(stores.features), stores.features).keys() == ["new"]
+    assert handed.read() == {"fit": 1, "train": 0}
+    assert handed.read_bytes() == len(encode_json({"w": 1})) + len(b"phi-1") + len(b"phi-2")
+    stores.features.delete("f2")  # a handed value found undecodable reads as missing from then on
+    assert stores.features.get_bytes("f2") is None and "f2" not in stores.features

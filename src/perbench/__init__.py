@@ -1,6 +1,7 @@
 """perbench: which personalized reward model should I deploy?
 
 Importing this package is light (no torch); heavy modules load on first use:
+``perbench.run(CONFIG)`` (a config end to end, its report included: what ``perbench run`` does),
 ``perbench.load_rm(DIR)`` (a system written by ``perbench export``), ``perbench.read_cells(RUN_DIR)`` and
 ``perbench.read_samples(RUN_DIR)`` (a run's results as pandas data frames).
 """
@@ -11,12 +12,13 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_rm", "read_cells", "read_samples"]
+__all__ = ["__version__", "load_rm", "read_cells", "read_samples", "run"]
 
 _LAZY = {
     "load_rm": "perbench.export.model",
     "read_cells": "perbench.report.frames",
     "read_samples": "perbench.report.frames",
+    "run": "perbench.api",
 }
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -39,15 +38,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from perbench.errors import StoreError
-from perbench.io import FIX_SPACE, FIX_WRITABLE, _default, os_error_message, refuse_links, warn
+from perbench.io import _default, os_error_message, refuse_links, warn
 from perbench.sealed import UNSEALED, seal, unseal
+from perbench.sqlite_file import header_problem, is_corrupt, retry_busy, store_error
 
 T = TypeVar("T")
 
-# SQLite primary result codes (https://sqlite.org/rescode.html)
-_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 5, 6, 8, 10, 11
-_SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
-_MAGIC = b"SQLite format 3\x00"
 _CHUNK = 500  # keys per IN (...) query, under SQLite's default variable limit
 #: the path of a store kept in memory (SQLite's own name for it)
 MEMORY = ":memory:"
@@ -55,70 +51,6 @@ MEMORY = ":memory:"
 
 class CorruptValueError(ValueError):
     """A stored value that cannot be decoded (JSON or an array bundle)."""
-
-
-def _code(e: sqlite3.Error) -> int:
-    return int(getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF
-
-
-def busy(e: sqlite3.Error) -> bool:
-    """Whether ``e`` says another connection holds the file locked."""
-    return _code(e) in (_SQLITE_BUSY, _SQLITE_LOCKED) or "database is locked" in str(e)
-
-
-def retry_busy(fn: Callable[[], T], timeout: float) -> T:
-    """``fn()``, retried while SQLite reports the file busy, for up to ``timeout`` seconds.
-
-    SQLite's busy handler does not cover every step: while another process creates the file or switches it to
-    write-ahead logging, ``PRAGMA journal_mode`` and the first ``CREATE TABLE`` can fail at once with
-    "database is locked", whatever the connection's timeout. Two runs starting together on one new cache hit
-    exactly that window, so the setup is retried here.
-    """
-    deadline = time.monotonic() + timeout
-    pause = 0.01
-    while True:
-        try:
-            return fn()
-        except sqlite3.OperationalError as e:
-            if not busy(e) or time.monotonic() >= deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.5)
-
-
-def _is_corrupt(e: sqlite3.Error) -> bool:
-    if _code(e) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-        return True
-    msg = str(e)
-    return "file is not a database" in msg or "database disk image is malformed" in msg
-
-
-def header_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be a whole SQLite database, from its 100-byte header alone (cheap); None if it may be.
-
-    An empty or absent file is fine (SQLite starts it). The size check is skipped while a write-ahead log exists:
-    the log then holds pages the main file does not have yet.
-    """
-    try:
-        size = path.stat().st_size
-        if size == 0:
-            return None
-        with open(path, "rb") as fh:
-            head = fh.read(100)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise StoreError(os_error_message(path, "read", e)) from e
-    if len(head) < 100 or not head.startswith(_MAGIC):
-        return "not a SQLite database"
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    n_pages = int.from_bytes(head[28:32], "big")
-    header_valid = n_pages > 0 and head[24:28] == head[92:96]
-    wal = Path(f"{path}-wal")
-    if header_valid and not (wal.exists() and wal.stat().st_size > 0) and size < n_pages * page_size:
-        return f"truncated: {size} of {n_pages * page_size} bytes"
-    return None
 
 
 class Store:
@@ -180,7 +112,7 @@ class Store:
         try:
             return self._connect()
         except sqlite3.DatabaseError as e:
-            if not _is_corrupt(e):
+            if not is_corrupt(e):
                 raise self._error(e, "open") from e
             self._move_aside(str(e))
         try:
@@ -214,26 +146,7 @@ class Store:
         self._db = self._open()
 
     def _error(self, e: sqlite3.Error, action: str) -> StoreError:
-        code = _code(e)
-        folder = self.path.parent
-        if code == _SQLITE_FULL or "disk is full" in str(e) or (code == _SQLITE_IOERR and _nearly_full(folder)):
-            return StoreError(f"{self.path}: cannot {action} (no space left on device); {FIX_SPACE}")
-        if busy(e):
-            return StoreError(
-                f"{self.path}: cannot {action} (another process has held it locked for over {self.timeout:g} s); "
-                "wait for that process (another perbench run on this store?) to finish, or stop it, and rerun"
-            )
-        if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_IOERR):
-            if _read_only_fs(folder):
-                cause = "read-only file system"
-            elif not os.access(folder, os.W_OK):
-                cause = f"read-only folder: {folder} is not writable"
-            elif self.path.exists() and not os.access(self.path, os.W_OK):
-                cause = "read-only file"
-            else:
-                cause = str(e)
-            return StoreError(f"{self.path}: cannot {action} ({cause}); {FIX_WRITABLE}")
-        return StoreError(f"{self.path}: cannot {action} ({e}); check the file and the disk, and rerun")
+        return store_error(self.path, e, action, self.timeout)
 
     def _do(self, action: str, fn: Callable[[sqlite3.Connection], T], on_corrupt: Callable[[], T]) -> T:
         """``fn(db)`` under the lock; a corrupt file is replaced by an empty store and ``on_corrupt()`` answers."""
@@ -241,7 +154,7 @@ class Store:
             try:
                 return fn(self._db)
             except sqlite3.DatabaseError as e:
-                if not _is_corrupt(e):
+                if not is_corrupt(e):
                     if isinstance(e, sqlite3.OperationalError):
                         raise self._error(e, action) from e
                     raise
@@ -429,20 +342,6 @@ def _add_counts(db: sqlite3.Connection, counts: Mapping[str, int]) -> None:
         db.executemany(
             "INSERT INTO tally (name, n) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET n = n + excluded.n", rows
         )
-
-
-def _nearly_full(folder: Path) -> bool:
-    try:
-        return shutil.disk_usage(folder).free < 1 << 20
-    except OSError:
-        return False
-
-
-def _read_only_fs(folder: Path) -> bool:
-    try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def encode_json(value: Any) -> bytes:

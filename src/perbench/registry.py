@@ -200,7 +200,7 @@ benchmarks.register(
 )
 benchmarks.register(
     "pref_lamp",
-    "perbench.data.benchmarks.pref_lamp:load_pref_lamp",
+    "perbench.builders.pref_lamp:load_pref_lamp",
     help="Pref-LaMP built from LaMP-5 files: real title vs mined hard-negative title",
     defaults={
         "rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct",

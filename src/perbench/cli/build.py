@@ -23,7 +23,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> int:
     if args.what == "rubrics":
-        from perbench.data.rubrics.build import build_pool
+        from perbench.builders.rubric_pool import build_pool
 
         path = build_pool(
             out=Path(args.out) if args.out else None, seed=args.seed, policy=args.policy, limit=args.limit
@@ -35,7 +35,7 @@ def command(args: argparse.Namespace) -> int:
 
 def _build_pref_lamp(args: argparse.Namespace) -> int:
     """Build Pref-LaMP, print the Table-1 similarity comparison, store pairs + table in --out."""
-    from perbench.data.benchmarks.pref_lamp import format_table1, load_pref_lamp
+    from perbench.builders.pref_lamp import format_table1, load_pref_lamp
     from perbench.io import atomic_write_json, atomic_write_jsonl
 
     if not args.lamp_dir:

@@ -1,4 +1,5 @@
-"""``perbench plan``: the users × prompts that would separate the leader from each method."""
+"""``perbench plan``: the users × prompts that would separate the leader from each method (and, for a Ray run, the
+object store its units needed)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,27 @@ def command(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError(f"plan: {e}") from None
     print(_plan_text(got, run_dir))
+    store = _object_store_text(results)
+    if store:
+        print(store)
     return 0
+
+
+def _object_store_text(results: dict[str, Any]) -> str:
+    """A Ray run's object store: what its plan estimated before it ran, and what its units' results measured
+    (results grow with the texts: a larger run of the same grid needs proportionally more)."""
+    est = (results.get("plan") or {}).get("object_store")
+    if not isinstance(est, dict):
+        return ""
+    line = (
+        f"  object store (Ray): estimated {est['largest_mb']:g} MB for the largest unit result ({est['largest']}), "
+        f"{est['per_node_mb']:g} MB per node"
+    )
+    made = ((results.get("work") or {}).get("remote") or {}).get("result_mb") or {}
+    if made:
+        big = max(made, key=made.__getitem__)
+        line += f"; measured {made[big]:g} MB ({big}), {sum(made.values()):.3g} MB in all"
+    return line
 
 
 def _plan_text(got: dict[str, Any], run_dir: Path) -> str:

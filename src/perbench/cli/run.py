@@ -64,8 +64,8 @@ def command(args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace) -> int:
     from perbench import registry
+    from perbench.api import run
     from perbench.config import Component, RunConfig, parse_set
-    from perbench.runner.run import run
 
     cfg = RunConfig.from_yaml(config_path(args.config)) if args.config else RunConfig.default()
     changes: dict[str, Any] = {}

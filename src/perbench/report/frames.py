@@ -5,6 +5,7 @@
 - ``group``, ``method``, ``metric``, ``user``, ``prompt`` (the prompt's canonical JSON key), ``value``: as
   cells.jsonl holds them;
 - ``benchmark``, ``policy``, ``seed``: the parts of ``group`` (``benchmark|policy|seedN``);
+- ``rl_seed``: an RL-trained policy's training seed (one row per seed; None on every other row);
 - ``side``: ``upstream`` (a per-pair metric: ``rm_acc_*``, ``fewshot_acc@N``, ``pa*``) or ``downstream`` (a
   ``DECODER:QUALITY`` metric, one row per (user, prompt) target);
 - ``decoder``, ``quality``: the parts of a downstream metric (None upstream);
@@ -35,6 +36,7 @@ CELL_COLUMNS = (
     "benchmark",
     "policy",
     "seed",
+    "rl_seed",
     "side",
     "decoder",
     "quality",
@@ -113,6 +115,7 @@ def read_cells(run_dir: str | Path, *, as_dataset: bool = False) -> Any:
                 "benchmark": bench,
                 "policy": policy or None,
                 "seed": int(seed[4:]) if seed.startswith("seed") and seed[4:].isdigit() else None,
+                "rl_seed": r.get("rl_seed"),
                 "side": "downstream" if colon else "upstream",
                 "decoder": decoder if colon else None,
                 "quality": quality if colon else None,

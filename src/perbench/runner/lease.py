@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from perbench.cache import retry_busy
+from perbench.sqlite_file import retry_busy
 
 #: seconds between two heartbeats of a process's leases
 BEAT_S = 10.0

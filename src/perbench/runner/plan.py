@@ -4,9 +4,10 @@ A unit computes something expensive and leaves it in the stores (the run's ``uni
 cache, the feature cache, the sample-pool cache): every forward pass, decode, fit, score, quality check and win
 rate of the run is inside some unit, and the assembly pass that follows (upstream, downstream, analysis, report)
 only reads (its work counters are zero). Executors (``perbench list executors``) map units: ``local`` runs them
-here in order, ``ray`` as Ray tasks with the units' resource needs, after their dependencies, each task handed its
-dependencies' results and returning its own. Because the assembly is the same code whichever executor ran the
-units, a run's results do not depend on the executor.
+here in order, ``ray`` as Ray tasks with the units' resource needs, after their dependencies, each task handed
+references to its dependencies' results (fetching those it reads) and returning its own; ``footprint.py``
+estimates from the plan how much of Ray's object store those results need. Because the assembly is the same code
+whichever executor ran the units, a run's results do not depend on the executor.
 
 A unit's key is a hash of what its own results depend on (models' fingerprints, the benchmark's content, the
 method's and decoder's parameters, the evaluated targets, seeds, lengths) and of its dependencies' keys, never of

@@ -246,19 +246,6 @@ def analyze_cells(
         adaptive=adaptive,
         systems=systems,
     )
-    from perbench.training.spec import RLPhase
-
-    v = analysis.get("verdict")
-    on_rl = bool(cfg.rl and v and str(v.get("metric") or "").partition(":")[0] in ("rl", "rl_sampled"))
-    seeds = RLPhase.from_dict(cfg.rl).training_seeds if on_rl and cfg.rl else ()
-    if v and len(seeds) > 1:
-        note = (
-            f"The verdict's CIs resample users and prompts, each cell averaged over the {len(seeds)} training seeds, "
-            "so they leave out seed-to-seed variance; the RL table's CIs resample the seeds too and are the ones "
-            "to act on."
-        )
-        v["text"] = f"{v.get('text', '')} {note}".strip()
-        v["seed_note"] = note
     return analysis
 
 
@@ -266,8 +253,8 @@ def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:
     """``results["analysis"] = analysis``, and one CI per number: where the upstream or downstream section
     reports the same number as the analysis (same method, metric, value and count), it takes the analysis's CI
     (both are the two-way bootstrap of the same rows, drawn separately), marked ``ci_source: "analysis"``. An rl
-    row over several training seeds keeps its own CIs: they resample the seeds, which the analysis's cells (one
-    mean over seeds per cell) cannot."""
+    row over several training seeds keeps its own CIs, the RL table's: the analysis resamples the seeds of its rl
+    cells as well, so the two agree up to the bootstrap's draws."""
     results["analysis"] = analysis
     table = analysis.get("table") or {}
     paired = analysis.get("paired") or {}
@@ -287,7 +274,7 @@ def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:
             if isinstance(e, dict) and got and same({**e, "n": e.get("n_pairs")}, "accuracy", got, got.get("n")):
                 take(e, got)
     for label, d in (results.get("downstream") or {}).items():
-        if int((d or {}).get("seeds") or 1) > 1:  # an rl row: its CIs resample the training seeds, the analysis's not
+        if int((d or {}).get("seeds") or 1) > 1:  # an rl row: its CIs stay the RL table's (both resample the seeds)
             continue
         guide = (d or {}).get("guide")
         base = label.removesuffix(f"[{guide}]") if guide else label

@@ -211,8 +211,9 @@ class Assemble:
         return out
 
     def add_cells(self, label: str, mode: str, v: ArmValues) -> None:
-        """An RM arm's cells for the selection analysis: per (user, prompt), the mean over training seeds (and
-        samples) of each quality metric and of the RM's win rate over the base policy."""
+        """An RM arm's cells for the selection analysis: per training seed and (user, prompt), the mean over
+        samples of each quality metric and of the RM's win rate over the base policy, tagged with the seed
+        (``rl_seed``), so the analysis resamples the seeds as the RL table does."""
         from perbench.runner.scoring import QUALITY_METRICS
 
         arm = self.arms[label]
@@ -221,9 +222,11 @@ class Assemble:
         family = "rl" if mode == "greedy" else "rl_sampled"
         for m in (*QUALITY_METRICS, "rm_win"):
             if m in v.values:
-                per_cell = v.values[m].mean(0)
-                for (u, pk), value in zip(v.cells, per_cell, strict=True):
-                    self.s.cells.add(arm.method.label, f"{family}:{m}", u, pk, float(value))
+                every = np.isfinite(v.values[m]).all(0)  # the cells every seed has (the RL table's cells)
+                for s, per_cell in zip(v.seeds, v.values[m], strict=True):
+                    for (u, pk), value, ok in zip(v.cells, per_cell, every, strict=True):
+                        if ok:
+                            self.s.cells.add(arm.method.label, f"{family}:{m}", u, pk, float(value), rl_seed=s)
 
     def add_samples(self, quality: dict[tuple[str, str, str], dict[str, float]]) -> None:
         """One samples.jsonl row per generation of every arm (training seed and sample index included)."""

@@ -2,7 +2,8 @@
 
 1. load and check the benchmark (before any model loads), then the models;
 2. build the plan of units (``plan.py``) and let the configured executor compute them;
-3. assemble: upstream per method, downstream per policy, the analysis, ``results.json``, the report.
+3. assemble: upstream per method, downstream per policy, the analysis, ``results.json``; then the caller's
+   ``finish`` (``perbench.run`` and ``perbench run`` write the report with it, :mod:`perbench.api`).
 Every expensive result is keyed by content (``units.py``), so step 3 only reads what step 2 left and a
 rerun of the same config recomputes nothing.
 """
@@ -10,6 +11,7 @@ rerun of the same config recomputes nothing.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +27,14 @@ from perbench.runner.state import RunState, load_benchmark, load_upstream_benchm
 from perbench.runner.stores import Stores
 from perbench.runner.work import Work
 
+#: what a caller makes of a finished run (its report), called in the run directory while the run still holds it
+Finish = Callable[[RunResult], object]
 
-def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunResult:
-    """Run a config (a RunConfig, a YAML path, or None for the embedded default) end to end."""
+
+def run(config: RunConfig | str | Path | None = None, *, finish: Finish | None = None, **overrides: Any) -> RunResult:
+    """Run a config (a RunConfig, a YAML path, or None for the embedded default) end to end: results.json,
+    cells.jsonl and samples.jsonl. ``finish`` gets every finished run (each seed's, then the pooled one):
+    :func:`perbench.run` passes the report writer, so the report is written by the room above."""
     if config is None:
         cfg = RunConfig.default()
     elif isinstance(config, RunConfig):
@@ -40,14 +47,15 @@ def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunRe
     if cfg.seeds:
         from perbench.runner.seeds import run_seeds
 
-        return run_seeds(cfg, lambda one: Runner(one).run())
-    return Runner(cfg).run()
+        return run_seeds(cfg, lambda one: Runner(one, finish).run(), finish)
+    return Runner(cfg, finish).run()
 
 
 class Runner:
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, finish: Finish | None = None) -> None:
         self.cfg = cfg
         self.run_dir = cfg.run_dir()
+        self.finish = finish
 
     def run(self) -> RunResult:
         from perbench.device import set_threads
@@ -105,6 +113,12 @@ class Runner:
         before_units = calls.snapshot()
         with state.timed("units"):
             plan = work.plan()
+            store_need = None
+            if cfg.executor != "local":  # what the cluster's object stores must hold, before any unit runs
+                from perbench.runner.footprint import benchmark_bytes, describe, estimate
+
+                store_need = describe(estimate(work, plan), benchmark_bytes(work))
+                log(store_need.pop("text"))
             try:
                 executor.execute(plan, work)
             finally:
@@ -131,6 +145,8 @@ class Runner:
             analysis = analyze_cells(state.cells.rows, cfg, adaptive, members)
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
+        if store_need is not None:
+            results["plan"]["object_store"] = store_need
         # which units this run computed (here or on workers) and which it found finished by an earlier run
         results["work"]["units"] = {
             "computed": len(work.executed),
@@ -150,6 +166,10 @@ class Runner:
                 "seconds": work.remote_seconds,
                 # the object store held each result until its dependants finished: size it from the largest
                 "result_mb": {k: round(v / 2**20, 3) for k, v in work.remote_bytes.items()},
+                # what each unit's worker fetched of its dependencies' results (only those whose keys it read)
+                "read_mb": {k: round(v / 2**20, 3) for k, v in work.read_bytes.items()},
+                # units Ray computed more than once (a worker or node died; a lost result rebuilt): extra attempts
+                "retried": dict(sorted(work.retried.items())),
             }
         attach_analysis(results, analysis)  # one CI per number: the analysis's
         results["cells"] = state.cells.record()
@@ -157,14 +177,13 @@ class Runner:
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)
         state.cells.write(self.run_dir / "cells.jsonl")
-        from perbench.report.html import write_report
-
-        write_report(results, self.run_dir / "report.html")
         print_verdict(analysis)
         log_work(results["work"])
         log(f"results: {self.run_dir / 'results.json'}")
-        log(f"report:  {self.run_dir / 'report.html'}")
-        return RunResult(self.run_dir, results, state.samples)
+        result = RunResult(self.run_dir, results, state.samples)
+        if self.finish is not None:
+            self.finish(result)
+        return result
 
 
 def seal_all(bench: Benchmark, extras: dict[str, Benchmark]) -> tuple[Benchmark, dict[str, Benchmark]]:

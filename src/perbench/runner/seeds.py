@@ -2,7 +2,7 @@
 
 Each seed is an ordinary run in its own directory (so it resumes on its own); the parent directory holds the
 pooled ``cells.jsonl``, a ``results.json`` whose analysis table gives the mean over seeds and the sd across them
-(``sd_seeds``) for every number, and the report.
+(``sd_seeds``) for every number, and what the caller's ``finish`` writes from it (the report).
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ if TYPE_CHECKING:
     from perbench.config import RunConfig
 
 
-def run_seeds(cfg: RunConfig, run_one: Callable[[RunConfig], RunResult]) -> RunResult:
-    """Run ``cfg`` once per seed with ``run_one`` (the single-seed run), then pool every seed's cells."""
+def run_seeds(
+    cfg: RunConfig,
+    run_one: Callable[[RunConfig], RunResult],
+    finish: Callable[[RunResult], object] | None = None,
+) -> RunResult:
+    """Run ``cfg`` once per seed with ``run_one`` (the single-seed run), then pool every seed's cells; ``finish``
+    gets the pooled run in its directory."""
     import yaml
 
-    from perbench.report.html import write_report
     from perbench.runner.cells import Cells, read_cells
     from perbench.runner.results import analyze_cells, print_verdict
     from perbench.runner.state import log
@@ -54,7 +58,9 @@ def run_seeds(cfg: RunConfig, run_one: Callable[[RunConfig], RunResult]) -> RunR
             f"{cfg.seeds[0]}'s; the analysis pools every seed (mean over seeds, sd across them)",
         }
         atomic_write_json(parent / "results.json", results)
-        write_report(results, parent / "report.html")
         print_verdict(analysis)
-    log(f"results (all seeds): {parent / 'results.json'}")
-    return RunResult(parent, results, [])
+        log(f"results (all seeds): {parent / 'results.json'}")
+        pooled_run = RunResult(parent, results, [])
+        if finish is not None:
+            finish(pooled_run)
+    return pooled_run

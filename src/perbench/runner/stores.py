@@ -2,7 +2,9 @@
 
 The driver's stores are the run's unit store over the shared unit cache, the feature cache and the sample-pool
 cache (:meth:`Stores.of_run`); it is the only process that writes them. A Ray worker computes into stores in its
-own memory (:meth:`Stores.in_memory`) filled with its dependencies' results, and returns what it added as a
+own memory that read through to its dependencies' results (:meth:`Stores.over` a :class:`Handed`): a key the unit
+reads is looked up in the results Ray handed over, without copying them into a store, and a dependency none of
+whose keys the unit reads is never fetched to the worker. The worker returns what it added as a
 :class:`UnitResult`, which the driver stores (:meth:`Stores.absorb`). A finished unit leaves a marker listing
 the entries it touched, so a later run finds it done and can hand those entries to a unit that depends on it.
 """
@@ -10,7 +12,7 @@ the entries it touched, so a later run finds it done and can hand those entries 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,99 @@ class UnitResult:
     calls: dict[str, int] = field(default_factory=dict)
     node: str = ""  # the node that computed it ("" when read back from the driver's stores)
     seconds: float = 0.0  # how long the worker took, its setup (models, dependencies) included
+    #: Ray's attempt number of the task that computed it (0: the first; n: n earlier attempts died with their
+    #: worker or node, or its first result was lost with a node and rebuilt for a unit that read it)
+    attempt: int = 0
+    #: the dependencies whose results the unit read, by key, with the attempt that computed the copy it read
+    read: dict[str, int] = field(default_factory=dict)
+    read_bytes: int = 0  # the bytes of those results (what the worker fetched from the object store)
+
+
+class Handed:
+    """The results of a unit's dependencies as Ray handed them to its worker: which dependency holds each key (by
+    store, from the driver's finished markers), and each dependency's :class:`UnitResult`, fetched (``fetch``) the
+    first time one of its keys is read and then read in place (never copied into a store)."""
+
+    def __init__(self, index: dict[str, dict[str, list[str]]], fetch: Callable[[str], UnitResult]) -> None:
+        """``index``: dependency key → store name → the keys its result holds, in plan order (a key several
+        dependencies list, one's own and the others' reads of it, is looked up in the first one first)."""
+        self.owners: dict[str, dict[str, list[str]]] = {name: {} for name in STORE_NAMES}
+        for dep, by_store in index.items():
+            for name, keys in by_store.items():
+                if name in self.owners:
+                    for k in keys:
+                        self.owners[name].setdefault(k, []).append(dep)
+        self.fetch = fetch
+        self.results: dict[str, UnitResult] = {}
+
+    @classmethod
+    def nothing(cls) -> Handed:
+        return cls({}, lambda key: UnitResult(key, {}))
+
+    def has(self, name: str, key: str) -> bool:
+        return key in self.owners[name]
+
+    def keys(self, name: str) -> list[str]:
+        return list(self.owners[name])
+
+    def get(self, name: str, keys: Iterable[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for k in keys:
+            for dep in self.owners[name].get(k, ()):
+                if dep not in self.results:
+                    self.results[dep] = self.fetch(dep)
+                value = self.results[dep].entries.get(name, {}).get(k)
+                if value is not None:
+                    out[k] = value
+                    break
+        return out
+
+    def read(self) -> dict[str, int]:
+        """The dependencies fetched so far, with the attempt that computed each."""
+        return {k: r.attempt for k, r in self.results.items()}
+
+    def read_bytes(self) -> int:
+        return sum(len(v) for r in self.results.values() for entries in r.entries.values() for v in entries.values())
+
+
+class ReadThrough(Store):
+    """A store in memory over the dependencies' results handed to a worker (store ``name`` of each): what the unit
+    writes goes to memory; a key it does not hold is read from :class:`Handed`, in place."""
+
+    def __init__(self, name: str, below: Handed) -> None:
+        super().__init__(MEMORY)
+        self.name, self.below = name, below
+        self.hidden: set[str] = set()  # handed keys deleted here (a value that could not be decoded)
+
+    def get_many_bytes(self, keys: list[str]) -> dict[str, bytes]:
+        found = super().get_many_bytes(keys)
+        rest = [k for k in keys if k not in found and k not in self.hidden]
+        if rest:
+            more = self.below.get(self.name, rest)
+            self._note(more)
+            found.update(more)
+        return found
+
+    def present(self, keys: Iterable[str]) -> set[str]:
+        wanted = list(keys)
+        below = {k for k in wanted if k not in self.hidden and self.below.has(self.name, k)}
+        return super().present(wanted) | below
+
+    def keys(self) -> list[str]:
+        own = super().keys()
+        mine = set(own) | self.hidden
+        return own + [k for k in self.below.keys(self.name) if k not in mine]
+
+    def delete(self, key: str) -> None:
+        super().delete(key)
+        if self.below.has(self.name, key):
+            self.hidden.add(key)
+
+    def __contains__(self, key: str) -> bool:
+        return bool(self.present([key]))
+
+    def __len__(self) -> int:
+        return len(self.keys())
 
 
 @dataclass
@@ -61,8 +156,14 @@ class Stores:
 
     @classmethod
     def in_memory(cls) -> Stores:
-        """A worker's: nothing on disk, nothing shared."""
+        """Nothing on disk, nothing shared."""
         return cls(Units(MEMORY), Store(MEMORY), Store(MEMORY))
+
+    @classmethod
+    def over(cls, handed: Handed) -> Stores:
+        """A worker's: in memory, reading through to the dependencies' results ``handed`` to it."""
+        units = Units(MEMORY, store=ReadThrough("units", handed))
+        return cls(units, ReadThrough("features", handed), ReadThrough("samples", handed))
 
     def work(self) -> Counter[str]:
         """What this process has computed so far: units per phase (``Units.computed``), and the values written to
@@ -88,12 +189,6 @@ class Stores:
                 store.journal = None
 
     # ------------------------------------------------------------------ a worker's side
-    def load(self, result: UnitResult) -> None:
-        """Fill these (in-memory) stores with a dependency's results."""
-        for name, store in self.by_name().items():
-            if result.entries.get(name):
-                store.put_many_bytes(result.entries[name])
-
     def read(self, keys: dict[str, set[str]]) -> dict[str, dict[str, bytes]]:
         """The stored values of ``keys`` (by store)."""
         stores = self.by_name()

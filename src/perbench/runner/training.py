@@ -233,11 +233,6 @@ class Training(Planning):
             out.append("placebo: none — no row shows what the same training does with an uninformative reward")
         if phase.eval_samples == 0:
             out.append("eval_samples: 0 — the trained policies are evaluated greedily only")
-        if len(phase.training_seeds) > 1:
-            out.append(
-                "the selection analysis sees one value per (user, prompt) for rl:* (the mean over training seeds), "
-                "so its CIs leave the seed variance out; the CIs here and in the downstream rl rows include it"
-            )
         return out
 
 

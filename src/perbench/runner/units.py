@@ -64,8 +64,9 @@ class Units:
     """A content-keyed store (over the shared unit cache ``shared``, when given) plus counters of what was
     computed, reused and recovered, per phase."""
 
-    def __init__(self, path: str | Path, *, shared: Store | None = None) -> None:
-        self.store = Store(path)
+    def __init__(self, path: str | Path, *, shared: Store | None = None, store: Store | None = None) -> None:
+        """``store``: the run's store itself, instead of a store at ``path`` (a Ray worker's read-through view)."""
+        self.store = store if store is not None else Store(path)
         self.shared = shared
         self.computed = Tally(self.store)
         self.reused: Counter[str] = Counter()

@@ -1,9 +1,10 @@
 """A run's phases over one state: builds the plan of units and executes any single unit of it.
 
 The driver holds one :class:`Work` over the run's stores; with the ``local`` executor it computes every unit
-itself (:meth:`Work.execute`). A Ray worker builds one per unit over in-memory stores filled with the unit's
-dependencies' results (:meth:`Work.for_worker`; ``load_lm`` keeps a process's models), computes the unit and returns
-what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.absorb`).
+itself (:meth:`Work.execute`). A Ray worker builds one per unit over in-memory stores that read through to the
+unit's dependencies' results (:meth:`Work.for_worker`; ``load_lm`` keeps a process's models), computes the unit and
+returns what it added (:meth:`Work.compute_remote`); the driver stores it (:meth:`Work.absorb`) and counts the
+attempts Ray made (:meth:`Work.count_attempts`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class Work:
         self.remote_seconds: dict[str, float] = {}
         #: the bytes of store entries each unit's result carried back (what the object store held for it)
         self.remote_bytes: dict[str, int] = {}
+        #: the bytes of its dependencies' results each unit's worker fetched (the ones whose keys it read)
+        self.read_bytes: dict[str, int] = {}
+        #: units whose Ray task ran more than once (a worker or node died, a result lost with a node was
+        #: rebuilt), by label: the extra attempts this run saw
+        self.retried: dict[str, int] = {}
         #: model forwards and metric evaluations per unit computed for this run (here or on a worker), by label
         self.unit_calls: dict[str, dict[str, int]] = {}
         #: leases on units in the shared unit cache (another run sharing it computes each shared unit once)
@@ -257,7 +263,14 @@ class Work:
         self.remote_seconds[unit.label] = round(result.seconds, 2)
         self.unit_calls[unit.label] = dict(result.calls)
         self.remote_bytes[unit.label] = sum(len(v) for entries in result.entries.values() for v in entries.values())
+        self.read_bytes[unit.label] = result.read_bytes
         self.executed.append(unit.label)
+
+    def count_attempts(self, label: str, attempt: int) -> None:
+        """A unit's task seen at Ray's attempt number ``attempt`` (its own result, or the copy a dependant read):
+        every attempt before it was a computation that died or whose result was lost."""
+        if attempt > self.retried.get(label, 0):
+            self.retried[label] = attempt
 
     def compute(self, unit: Unit) -> None:
         """Compute ``unit``: its results go to the stores only (the assembly pass writes cells and samples once)."""

@@ -129,7 +129,8 @@ class Resampling:
     users: int
     prompts: int
     pairs: int
-    note: str | None  # why the unit is not the two-way one (None when it is)
+    note: str | None  # why the unit is not the two-way one (None when it is), and when training seeds are few
+    seeds: int = 0  # training seeds resampled on top (:mod:`.seeded`; 0: rows of no trained policy)
 
     @classmethod
     def choose(cls, users: int, prompts: int, pairs: int, min_levels: int = MIN_LEVELS) -> Resampling:
@@ -377,64 +378,3 @@ def two_way_ci(
     None when there is nothing to resample: no rows, ``n_boot`` < 2, or fewer than 2 (user, prompt) pairs.
     """
     return bootstrap_ci(values, users, prompts, n_boot=n_boot, seed=seed, level=level).ci
-
-
-@dataclass(frozen=True)
-class SeededBootstrap:
-    """Point means (n_arms,) and replicates (n_boot, n_arms) of arms whose rows come from several independently
-    trained policies (seeds); ``resampling`` is the (user, prompt) unit shared by every arm."""
-
-    point: FloatArray
-    reps: FloatArray
-    resampling: Resampling
-    n_seeds: tuple[int, ...]  # S_k per arm
-
-
-def seeded_bootstrap(
-    arms: Sequence[Any],
-    users: Sequence[str],
-    prompts: Sequence[str],
-    *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    min_levels: int = MIN_LEVELS,
-    seed_ids: Sequence[Sequence[Any]] | None = None,
-) -> SeededBootstrap:
-    """Bootstrap of arms observed on the same n (user, prompt) cells, arm k once per training seed: an (S_k, n)
-    array (S_k = 1 for an untrained reference such as the base policy).
-
-    A replicate draws the cells as :func:`bootstrap_ci` does (two-way, or its fallback; one set of draws for
-    every arm) and the S_k seeds with replacement. Arms trained with the same seeds (``seed_ids[k]``, the
-    training seeds of arm k; e.g. a reward's run, its KL-matched random update and the placebo share each seed)
-    share one draw of them, so a difference keeps the design's pairing; arms without ``seed_ids`` or with
-    their own seeds draw apart. The seed part of a replicate is scaled by √(S/(S−1)): drawing S values with
-    replacement gives the seed mean a variance (S−1)/S of the unbiased one, which this restores. So the
-    interval carries the variance between training runs, not only between cells."""
-    mats = [np.atleast_2d(np.asarray(a, dtype=np.float64)) for a in arms]
-    n = len(users)
-    if any(m.shape[1] != n for m in mats):
-        raise ValueError(f"every arm needs one column per cell ({n}), got {[m.shape for m in mats]}")
-    if seed_ids is not None and [len(s) for s in seed_ids] != [m.shape[0] for m in mats]:
-        raise ValueError(f"seed_ids: one id per row of each arm, got {[len(s) for s in seed_ids]}")
-    boot = TwoWayBootstrap(users, prompts, n_boot=max(n_boot, 0), seed=seed, min_levels=min_levels)
-    plan = boot.resampling(np.arange(n))
-    point = np.array([m.mean() if m.size else np.nan for m in mats])
-    reps = np.full((boot.n_boot, len(mats)), np.nan)
-    if plan.unit is None or boot.n_boot == 0:
-        return SeededBootstrap(point, reps, plan, tuple(m.shape[0] for m in mats))
-    cols = [np.arange(n)]
-    draws: dict[Any, np.ndarray] = {}
-    for k, m in enumerate(mats):
-        per_seed = np.stack([boot.means(row, cols)[1][:, 0] for row in m], axis=1)  # (n_boot, S_k), same draws
-        S = m.shape[0]
-        if S == 1:
-            reps[:, k] = per_seed[:, 0]
-            continue
-        group = ("ids", tuple(seed_ids[k])) if seed_ids is not None else ("arm", k)
-        if group not in draws:
-            rng = np.random.default_rng((seed, 3, len(draws)))
-            draws[group] = rng.multinomial(S, np.full(S, 1.0 / S), size=boot.n_boot)  # (n_boot, S)
-        counts = draws[group]
-        centre = per_seed.mean(1)
-        reps[:, k] = centre + np.sqrt(S / (S - 1)) * ((counts * per_seed).sum(1) / S - centre)
-    return SeededBootstrap(point, reps, plan, tuple(m.shape[0] for m in mats))

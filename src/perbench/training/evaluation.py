@@ -3,7 +3,7 @@
 An *arm* (the policies trained with one reward, a reference such as the placebo, the KL-matched random update
 or the untrained base policy) is evaluated on (user, prompt) cells, once per training seed: per metric an
 (S, n) matrix (for sampled evaluation, each entry is the mean over that cell's samples). A value is the mean
-over seeds and cells; its CI (:func:`perbench.stats.bootstrap.seeded_bootstrap`) resamples the cells as
+over seeds and cells; its CI (:func:`perbench.stats.seeded.seeded_bootstrap`) resamples the cells as
 every downstream CI does and the seeds on top (with the unbiased seed variance), so it carries the variance
 between training runs. A comparison of two arms is paired on the cells both cover, and on the seeds when both
 arms were trained with the same ones.
@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from perbench.stats.bootstrap import MIN_LEVELS, percentile_ci, seeded_bootstrap
+from perbench.stats.bootstrap import percentile_ci
+from perbench.stats.seeded import seed_note, seeded_bootstrap
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,6 @@ class ArmValues:
                 raise ValueError(
                     f"{self.label}: {metric} has shape {m.shape}, expected ({len(self.seeds)}, {len(self.cells)})"
                 )
-
-
-def seed_note(n_seeds: int) -> str | None:
-    """What the seed factor of a CI rests on (None: enough seeds to say nothing)."""
-    if n_seeds == 1:
-        return "one training seed: the CI leaves out the variance between training runs"
-    if n_seeds < MIN_LEVELS:
-        return f"only {n_seeds} training seeds (< {MIN_LEVELS}): the CI resamples them, but few runs say little"
-    return None
 
 
 def _join(*notes: str | None) -> str | None:

@@ -29,15 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perbench.data.benchmarks.lamp5 import LAMP5_PREFIX, lamp5_dir, lamp5_file, profile_items, read_golds, strip_prefix
-from perbench.data.benchmarks.pref_lamp_negatives import (
-    CandidatePool,
-    TextEncoder,
-    as_encoder,
-    embedding_cache_key,
-    encode_cached,
-    mine_negatives,
-)
-from perbench.data.benchmarks.pref_lamp_table1 import format_table1, random_negatives, table1
+from perbench.data.benchmarks.pref_lamp_negatives import CandidatePool, TextEncoder, encode_cached, mine_negatives
 from perbench.data.policies import assign_unseen
 from perbench.data.reading import read_rows
 from perbench.data.records import (
@@ -58,16 +50,13 @@ __all__ = [
     "NEGATIVE_POOLS",
     "NegativePool",
     "TextEncoder",
+    "build_pref_lamp",
     "encode_cached",
-    "format_table1",
     "lamp5_dir",
     "lamp5_file",
-    "load_pref_lamp",
     "mine_negatives",
-    "random_negatives",
     "read_golds",
     "strip_prefix",
-    "table1",
 ]
 
 NegativePool = Literal["other_users", "same_profile", "both"]
@@ -87,28 +76,27 @@ class _Question:
     lamp_split: str
 
 
-def load_pref_lamp(
+def build_pref_lamp(
     path: str | Path,
     *,
+    encoder: TextEncoder,
     layout: Literal["auto", "user", "time"] = "auto",
     splits: Sequence[str] = ("train", "dev"),
     negative_pool: NegativePool = "other_users",
     unseen_fraction: float = 0.2,
     seed: int = 0,
-    encoder: str | TextEncoder = "minilm",
     profile_pairs: int = 0,
     max_profile: int | None = None,
-    with_table1: bool = True,
-    table1_bertscore: bool = True,
     cache_embeddings: bool = True,
     on_error: OnError = "raise",
     name: str | None = None,
 ) -> Benchmark:
-    """Build Pref-LaMP from local LaMP-5 files (see the module docstring for the recipe).
+    """Build Pref-LaMP from local LaMP-5 files (see the module docstring for the recipe), its negatives mined with
+    ``encoder`` (any object with ``encode``; one with a ``cache_key`` has its embeddings cached under the perbench
+    cache dir unless ``cache_embeddings=False``).
 
-    ``with_table1`` computes the mined-vs-random similarity table into ``Benchmark.meta["table1"]``.
-    ``encoder`` is a spec for :func:`perbench.models.encoder.load_encoder` (embeddings are then cached
-    under the perbench cache dir unless ``cache_embeddings=False``) or any object with ``encode``.
+    :func:`perbench.builders.pref_lamp.load_pref_lamp` (registry ``pref_lamp``) takes an encoder by name too and
+    adds the Table-1 similarity check.
     """
     if negative_pool not in NEGATIVE_POOLS:
         raise ValueError(f"negative_pool must be one of {NEGATIVE_POOLS}, got {negative_pool!r}")
@@ -192,11 +180,11 @@ def load_pref_lamp(
         if q.split == "train":
             pool.add(q.title, q.user)
 
-    enc = as_encoder(encoder)
+    enc = encoder
     queries = [(t[0], t[2]) for t in todo]
     mined: list[tuple[int, str, float] | None] = [None] * len(todo)
     if pool.texts and queries:
-        key = embedding_cache_key(encoder) if cache_embeddings else None
+        key: str | None = getattr(enc, "cache_key", None) if cache_embeddings else None
         extra = sorted({g for _, g in queries if g not in pool.index})
         emb_all = encode_cached(enc, pool.texts + extra, key)  # one pass: most golds are pool titles too
         emb_pool = emb_all[: len(pool.texts)]
@@ -259,7 +247,4 @@ def load_pref_lamp(
             note="real labels: there is no answer key; test gold titles are test references only",
         ),
     }
-    bench = Benchmark(name or "pref_lamp", pairs, users, references, skipped=skipped, meta=meta)
-    if with_table1 and len(bench.pairs) >= 2:
-        bench.meta["table1"] = table1(bench, seed=seed, with_bertscore=table1_bertscore)
-    return bench
+    return Benchmark(name or "pref_lamp", pairs, users, references, skipped=skipped, meta=meta)

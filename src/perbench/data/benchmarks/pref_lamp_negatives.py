@@ -1,7 +1,8 @@
 """Pref-LaMP's hard negatives: for each (user, gold title), the most similar admissible title of the candidate pool
 under a sentence encoder (cosine of the embeddings; ties -> the first candidate), never the gold itself (after
 lower-casing and collapsing spaces), drawn from other users' titles, the user's own, or both. The embeddings of a
-pool can be cached on disk by the encoder's identity.
+pool can be cached on disk by the encoder's identity. The encoder is given (a named one is loaded by
+:mod:`perbench.builders.pref_lamp`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import numpy as np
 
 
 class TextEncoder(Protocol):
+    """What mining needs of a sentence encoder: unit-norm embeddings of texts, one row each. An encoder that also
+    has a ``cache_key`` (its identity, a string) gets its embeddings cached on disk
+    (:class:`perbench.builders.pref_lamp.NamedEncoder` has one)."""
+
     def encode(self, texts: list[str]) -> np.ndarray: ...
 
 
@@ -113,24 +118,6 @@ def _first_admissible(
         if source is not None:
             return i, source
     return None
-
-
-def as_encoder(encoder: str | TextEncoder) -> TextEncoder:
-    if isinstance(encoder, str):
-        from perbench.models.encoder import load_encoder
-
-        return load_encoder(encoder)
-    return encoder
-
-
-def embedding_cache_key(encoder: str | TextEncoder) -> str | None:
-    """The identity a named encoder's embeddings are cached under (its resolved path); None for an encoder object,
-    whose embeddings are not cached."""
-    if not isinstance(encoder, str):
-        return None
-    from perbench.models.encoder import encoder_path
-
-    return f"encoder={encoder_path(encoder)}"
 
 
 def encode_cached(enc: TextEncoder, texts: list[str], cache_key: str | None) -> np.ndarray:

@@ -3,7 +3,8 @@
 For every prompt:
 
 1. the bundled policy writes a few *base* responses, each steered by a style instruction that is not part
-   of the benchmark prompt (so a reward model never sees it);
+   of the benchmark prompt (so a reward model never sees it); this module takes them from a ``write``
+   function, and ``build_pool`` (:mod:`perbench.builders.rubric_pool`) passes the policy's;
 2. *edited* candidates are derived from the bases by the checkers' post-editing transforms: a greedy set
    cover picks full pole assignments so that every user's rubric is met by at least one candidate,
    and most candidates violate some other users' rubrics (the rejected side of their pairs);
@@ -15,9 +16,9 @@ The pool is one JSON line per candidate: ``{prompt_id, cand_id, source, text, an
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from perbench.data.records import AspectPole
 from perbench.data.rubrics.aspects import ASPECTS, annotate, satisfies_all, to_pole
@@ -80,34 +81,39 @@ def apply_assignment(text: str, assignment: dict[str, str], rng: random.Random) 
     return text
 
 
-def generate_bases(
-    prompts: Sequence[RubricPrompt],
-    *,
-    seed: int = 0,
-    policy: str = "smollm2",
-    max_new_tokens: int = 200,
-    batch_size: int = 8,
-) -> dict[str, dict[str, str]]:
-    """prompt_id -> style -> the policy's response to ``style instruction + prompt`` (seeded sampling)."""
-    from perbench.models.generate import GenRequest, batched, generate_plain
-    from perbench.models.loader import load_lm
-    from perbench.progress import progress
+class BaseRequest(NamedTuple):
+    """One base response to write: ``prompt`` (style instruction + benchmark prompt) sampled with ``seed``."""
 
-    lm = load_lm(policy)
-    reqs = [
-        GenRequest(f"{instr}\n\n{p.text}", f"{p.prompt_id}:{style}", seed=seed * 7919 + i)
+    key: str  # "<prompt_id>:<style>"
+    prompt: str
+    seed: int
+
+
+#: the policy's sampled response to each request, in order (:mod:`perbench.builders.rubric_pool` runs the policy)
+WriteResponses = Callable[[Sequence[BaseRequest]], Sequence[str]]
+
+
+def base_requests(prompts: Sequence[RubricPrompt], *, seed: int = 0) -> list[BaseRequest]:
+    """Every prompt once per style, each with its own seed (so the samples do not depend on batching)."""
+    return [
+        BaseRequest(f"{p.prompt_id}:{style}", f"{instr}\n\n{p.text}", seed * 7919 + i)
         for i, (p, (style, instr)) in enumerate((p, s) for p in prompts for s in STYLES.items())
     ]
+
+
+def generate_bases(
+    prompts: Sequence[RubricPrompt], write: WriteResponses, *, seed: int = 0
+) -> dict[str, dict[str, str]]:
+    """prompt_id -> style -> ``write``'s response to ``style instruction + prompt`` (an empty one: a fixed
+    fallback text)."""
+    reqs = base_requests(prompts, seed=seed)
+    texts = list(write(reqs))
+    if len(texts) != len(reqs):
+        raise ValueError(f"the pool's writer returned {len(texts)} responses for {len(reqs)} requests")
     bases: dict[str, dict[str, str]] = {p.prompt_id: {} for p in prompts}
-    bar = progress(total=len(reqs), desc="pool: base responses", unit="gen")
-    for batch in batched(reqs, batch_size):
-        for r, g in zip(
-            batch, generate_plain(lm, batch, max_new_tokens, sample=True, temperature=0.7, top_p=0.9), strict=True
-        ):
-            pid, style = r.user_id.split(":")
-            bases[pid][style] = g.text or "I am not sure."
-        bar.update(len(batch))
-    bar.close()
+    for r, text in zip(reqs, texts, strict=True):
+        pid, style = r.key.split(":")
+        bases[pid][style] = text or "I am not sure."
     return bases
 
 
@@ -137,20 +143,13 @@ def assemble_pool(bases: dict[str, dict[str, str]], *, seed: int = 0, n_edits: i
     return rows
 
 
-def build_pool(
-    out: Path | None = None,
-    seed: int = 0,
-    policy: str = "smollm2",
-    limit: int | None = None,
-    max_new_tokens: int = 200,
-    n_edits: int = 8,
-    batch_size: int = 8,
+def write_pool(
+    write: WriteResponses, out: Path | None = None, *, seed: int = 0, limit: int | None = None, n_edits: int = 8
 ) -> Path:
-    from perbench.device import set_threads
-
-    set_threads()
+    """The pool from ``write``'s base responses (``perbench build rubrics`` passes the policy's: ``build_pool`` in
+    :mod:`perbench.builders.rubric_pool`), written to ``out`` (default: the shipped pool)."""
     prompts = RUBRIC_PROMPTS[:limit] if limit else RUBRIC_PROMPTS
-    bases = generate_bases(prompts, seed=seed, policy=policy, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    bases = generate_bases(prompts, write, seed=seed)
     out = out or POOL_PATH
     atomic_write_jsonl(out, assemble_pool(bases, seed=seed, n_edits=n_edits))
     return out
@@ -169,7 +168,7 @@ def base_responses(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, str]]:
 
 def reassemble_pool(pool: Path | None = None, out: Path | None = None, seed: int = 0, n_edits: int = 8) -> Path:
     """Re-derive a pool's edited candidates from its own base responses, for the current users and checkers (no
-    generation): what :func:`build_pool` with the same seed writes when the policy gives the same bases. Run it
+    generation): what ``build_pool`` with the same seed writes when the policy gives the same bases. Run it
     after changing a user's rubric or a checker."""
     import json
 

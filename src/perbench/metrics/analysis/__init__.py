@@ -6,7 +6,8 @@ question, each stating its readings:
 
 - :mod:`.base`: cells, group names (``benchmark|policy|seedN``: the setting is the name without ``|seedN``, the
   benchmark its first field and the resampling stratum), metric order, exact ties;
-- :mod:`.data` and :mod:`.estimates`: the two-way (users × prompts) bootstrap columns, values (mean over seeds
+- :mod:`.data` and :mod:`.estimates`: the two-way (users × prompts) bootstrap columns (rl cells' training seeds
+  resampled on top, as the RL table does), values (mean over seeds
   within a setting, then over settings; ``sd_seeds`` across seeds), paired differences on shared cells, CIs with
   what they resampled (``resampled``, ``ci_note``), the method table and the paired differences;
 - :mod:`.roles`: deployable methods vs reference lines (baselines, oracles, decoders without an RM);

@@ -55,6 +55,7 @@ class Cell:
     user: str
     prompt: str
     value: float
+    rl_seed: int | None = None  # the training seed of an RL-trained policy's row (None: not a trained policy's)
 
 
 @dataclass(frozen=True)
@@ -165,3 +166,9 @@ def as_row(c: Any) -> tuple[str, str, str, str, str, float]:
     if isinstance(c, Cell):
         return c.group, c.method, c.metric, c.user, c.prompt, float(c.value)
     return str(c["group"]), str(c["method"]), str(c["metric"]), str(c["user"]), str(c["prompt"]), float(c["value"])
+
+
+def training_seed(c: Any) -> int | None:
+    """A cell's training seed (``rl_seed``: one row per seed of an RL-trained policy), or None."""
+    got = c.rl_seed if isinstance(c, Cell) else c.get("rl_seed")
+    return None if got is None else int(got)

@@ -3,6 +3,11 @@ estimate is computed from, and the paired columns of every comparison (restricte
 
 User draws are stratified by user class where a benchmark splits its users into seen and unseen ones
 (:func:`user_classes`, read off the cells, so older runs' cells get it too): each class is drawn among itself.
+
+Rows of RL-trained policies carry their training seed (``rl_seed``: one row per (seed, user, prompt)): a column of
+them is the mean over its seeds of each seed's mean, and its replicates resample the seeds on top of the users and
+prompts (:func:`perbench.stats.seeded.seeded_means`, the RL table's bootstrap), one draw of a run's seeds shared by
+every column with the same seeds, so differences stay paired by seed. Columns without seeds are as before.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from perbench.metrics.analysis.base import (
     metric_sort_key,
     parse_group,
     stratum,
+    training_seed,
 )
 from perbench.stats.bootstrap import Resampling, TwoWayBootstrap, factor_notes
+from perbench.stats.seeded import seed_note, seeded_means, with_seeds
 
 SEEN_METRIC, UNSEEN_METRIC = "rm_acc_seen", "rm_acc_unseen"  # whose users are the seen / unseen class
 ACC = "\x00acc"  # pooled fairness accuracy (rm_acc_seen and rm_acc_unseen rows), an internal pseudo-metric
@@ -62,11 +69,14 @@ class Data:
         self.notes: list[str] = []
         if n_boot < 2:
             self.notes.append(f"n_boot={n_boot}: no confidence intervals, so no method is called best")
-        raw = [as_row(c) for c in cells]
-        bad = sum(1 for r in raw if not math.isfinite(r[5]))
+        tagged = [(as_row(c), training_seed(c)) for c in cells]
+        bad = sum(1 for r, _ in tagged if not math.isfinite(r[5]))
         if bad:
             self.notes.append(f"{bad} row(s) with a non-finite value were dropped (a missing value has no row)")
-            raw = [r for r in raw if math.isfinite(r[5])]
+            tagged = [(r, s) for r, s in tagged if math.isfinite(r[5])]
+        raw = [r for r, _ in tagged]
+        # a row's training seed, labelled by its group: each run's trained policies are its own
+        self.seed_label = [None if s is None else f"{r[0]}\x00{s}" for r, s in tagged]
         self.groups = list(dict.fromkeys(r[0] for r in raw))
         methods = list(dict.fromkeys(r[1] for r in raw))
         present = list(dict.fromkeys(r[2] for r in raw))
@@ -117,6 +127,7 @@ class Data:
             if k in FAIRNESS_METRICS:
                 buckets.setdefault((g, m, ACC), []).append(i)
         self.rows = {key: np.asarray(v, dtype=np.intp) for key, v in buckets.items()}
+        self._check_seeds()
 
         strata = [stratum(benches[g], k) for g, k in zip(self.g.tolist(), self.metric_of.tolist(), strict=True)]
         classes = user_classes(strata, self.metric_of.tolist(), self.user_of)
@@ -129,10 +140,59 @@ class Data:
         self.full: dict[tuple[int, str, str], int] = {key: self.cols.add(r) for key, r in self.rows.items()}
         self.pairs: dict[tuple[int, str, str, str, str], tuple[int, int, int, bool] | None] = {}
         self._register_pairs()
-        self.point, self.reps = self.boot.means(self.values, self.cols.rows)
-        self.plans: list[Resampling] = [self.boot.resampling(r) for r in self.cols.rows]
+        if any(s is not None for s in self.seed_label):
+            self.point, self.reps, self.n_seeds = seeded_means(
+                self.boot, self.values, self.cols.rows, self.seed_label, seed=seed
+            )
+        else:  # no trained policy's rows: exactly the two-way bootstrap
+            self.point, self.reps = self.boot.means(self.values, self.cols.rows)
+            self.n_seeds = [0] * len(self.cols.rows)
+        self.plans: list[Resampling] = [
+            with_seeds(self.boot.resampling(r), s) if s else self.boot.resampling(r)
+            for r, s in zip(self.cols.rows, self.n_seeds, strict=True)
+        ]
         self.n_cells = [int(np.unique(self.cells[r]).size) for r in self.cols.rows]
         self._group_notes()
+
+    def _check_seeds(self) -> None:
+        """Every (group, method, metric) has a training seed on all its rows or on none; notes for few seeds, and
+        for rl rows without one (cells written before rows carried their seed: one mean over seeds per cell)."""
+        tagged = self._tagged = np.array([s is not None for s in self.seed_label], dtype=bool)
+        seeds: dict[int, set[str]] = {}
+        blind: set[int] = set()
+        for (g, m, k), rows in self.rows.items():
+            on = tagged[rows]
+            if on.any() and not on.all():
+                raise ValueError(
+                    f"cells of group {self.groups[g]}, method {m}, metric {k}: {int((~on).sum())} of {rows.size} "
+                    "rows carry no rl_seed while the others do (a trained policy's rows need one each)"
+                )
+            if on.any():
+                seeds.setdefault(g, set()).update(str(self.seed_label[i]) for i in rows.tolist())
+            elif k.partition(":")[0] in ("rl", "rl_sampled"):
+                blind.add(g)
+        for g, labels in seeds.items():
+            note = seed_note(len(labels))
+            if note:
+                self.notes.append(f"{self.groups[g]} (training seeds): {note}")
+        for g in sorted(blind):
+            self.notes.append(
+                f"{self.groups[g]}: its rl cells carry no rl_seed (one mean over training seeds per cell, as older "
+                "versions wrote them), so their CIs leave out the variance between training runs"
+            )
+
+    def n_rows(self, rows: IntArray) -> int:
+        """Rows of a column, a trained policy's counted once per (user, prompt) observation (not once per seed)."""
+        if not self._tagged[rows].any():
+            return int(rows.size)
+        labels = [self.seed_label[i] for i in rows.tolist()]
+        per: dict[tuple[int, Any], int] = {}
+        for g, s in zip(self.g[rows].tolist(), labels, strict=True):
+            per[(g, s)] = per.get((g, s), 0) + 1
+        most: dict[int, int] = {}
+        for (g, _), n in per.items():
+            most[g] = max(most.get(g, 0), n)
+        return sum(most.values())
 
     def methods_with(self, metric: str) -> list[str]:
         return [m for m in self.methods if any((g, m, metric) in self.rows for g in range(len(self.groups)))]

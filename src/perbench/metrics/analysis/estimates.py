@@ -147,7 +147,7 @@ class Estimates(Data):
                 out[m][k] = {
                     "value": f_(est.point),
                     "sd_seeds": f_(est.sd_seeds),
-                    "n": int(rows.size),
+                    "n": self.n_rows(rows),
                     "users": len({(self.keys[self.g[i]].benchmark, self.user_of[i]) for i in rows.tolist()}),
                     "prompts": len({(self.keys[self.g[i]].benchmark, self.prompt_of[i]) for i in rows.tolist()}),
                     "na": None,

@@ -1,5 +1,5 @@
-"""Pref-LaMP's Table 1 check: how similar the mined negatives are to the chosen titles, against a seeded random
-permutation of the chosen titles, beside the paper's numbers.
+"""Pref-LaMP's Table 1 check: how similar the mined negatives are to the chosen titles (ROUGE and BERTScore, from
+:mod:`perbench.metrics.text`), against a seeded random permutation of the chosen titles, beside the paper's numbers.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from perbench.data.records import Benchmark
+from perbench.metrics.text import bertscore, bertscore_settings, rouge
 
 
 def random_negatives(chosen: Sequence[str], seed: int = 0) -> list[str]:
@@ -37,8 +38,6 @@ def table1(
     The paper's Table 1 reports ROUGE-1 24.6 vs 4.7, ROUGE-L 22.2 vs 4.4, BERTScore 60.0 vs 43.7; our
     BERTScore uses the bundled MiniLM without baseline rescaling, so only the gap is comparable.
     """
-    from perbench.metrics.text import bertscore, bertscore_settings, rouge
-
     chosen = [p.chosen for p in bench.pairs]
     mined = [p.rejected for p in bench.pairs]
     rand = random_negatives(chosen, seed)
