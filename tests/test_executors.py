@@ -183,6 +183,9 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
     driver = tmp_path / "driver"  # the driver's run folders and cache: no worker may touch them
     monkeypatch.setenv("PERBENCH_CACHE", str(empty_cache(driver / "cache")))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    from perbench.models import loader
+
+    monkeypatch.setattr(loader, "_LOADED", {})  # the local runs' models: the driver must not need them
     with LocalCluster([driver], nodes=2, cpus=1) as cluster:
         with Chaos(cluster) as chaos:
             remote = _run(tiny_pool, driver / "runs", GRID, executor="ray")
@@ -192,6 +195,7 @@ def test_two_node_ray_cluster_without_shared_disk_matches_local(
         # are handed to the workers from the driver's stores, only the ARGS generations are computed
         changed = _run(tiny_pool, driver / "runs", OTHER_K, executor="ray")
         node_files = [p.name for i in range(2) for p in (cluster.node_dir(i) / "cache").rglob("*")]
+    assert loader._LOADED == {}, "the driver loaded a model (every unit ran on a worker, the assembly reads them)"
     assert remote["plan"]["executor"] == "ray" and remote["work"]["remote"]["nodes"] == 2
     assert_same(comparable(remote), comparable(first))
     # nothing recomputed by the driver: every computation is a unit, and every unit ran on a worker

@@ -32,8 +32,11 @@ class DevicePolicy:
         return getattr(torch, self.dtype)  # type: ignore[no-any-return]
 
 
-def resolve_device(device: str | None = None, dtype: str | None = None) -> DevicePolicy:
+def resolve_device(device: str | None = None, dtype: str | None = None, *, here: bool = True) -> DevicePolicy:
     """Pick device and dtype. ``auto`` (default): cuda if available -> bf16, else cpu -> fp32.
+
+    ``here=False``: the policy of another machine (a Ray run's workers, ``unit_device``): a named device is taken
+    as given, not checked against this machine's (``auto`` still means this machine's).
 
     fp32 on CPU is deliberate: multi-token forwards in bf16 are several times slower on CPUs without native
     bf16 matrix units (on CPUs with AVX-512 BF16 they are faster; docs/footguns.md). ``PERBENCH_DEVICE`` /
@@ -45,7 +48,7 @@ def resolve_device(device: str | None = None, dtype: str | None = None) -> Devic
     dtype = dtype or os.environ.get("PERBENCH_DTYPE") or "auto"
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
+    if device.startswith("cuda") and here:
         if not torch.cuda.is_available():
             built = "" if torch.version.cuda else ", a build without CUDA"
             raise ConfigError(
@@ -55,7 +58,7 @@ def resolve_device(device: str | None = None, dtype: str | None = None) -> Devic
         index = device.partition(":")[2]
         if index and int(index) >= torch.cuda.device_count():
             raise ConfigError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if device == "mps" and not torch.backends.mps.is_available():
+    if device == "mps" and here and not torch.backends.mps.is_available():
         raise ConfigError("device 'mps': Apple's MPS is not available here; use device: cpu or auto")
     if dtype == "auto":
         dtype = "bfloat16" if device.startswith("cuda") else "float32"

@@ -25,6 +25,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--device")
     p.add_argument("--dtype")
+    p.add_argument("--unit-device", help="where the units compute, if not --device (Ray workers: cuda)")
+    p.add_argument("--unit-dtype", help="the units' dtype, if not --dtype (auto: bf16 on CUDA, else float32)")
     p.add_argument("--out-dir")
     p.add_argument("--run-name", help="the run's folder inside --out-dir (one plain name)")
     p.add_argument("--executor", help="how the run's units are computed: local | ray (`perbench list executors`)")
@@ -82,6 +84,8 @@ def _run_config(args: argparse.Namespace) -> int:
         "seed",
         "device",
         "dtype",
+        "unit_device",
+        "unit_dtype",
         "out_dir",
         "run_name",
         "executor",

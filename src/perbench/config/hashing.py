@@ -27,6 +27,8 @@ HASHED_WHEN_SET = (
     "systems",
     "adaptive",
     "max_pool_prompts",
+    "unit_device",
+    "unit_dtype",
 )
 
 

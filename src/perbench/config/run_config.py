@@ -119,12 +119,18 @@ class RunConfig:
     executor: str = "local"
     #: what one unit of each kind asks of a machine (Ray schedules by it; ``local`` ignores it):
     #: ``{KIND: {num_cpus: N, num_gpus: N, memory_gb: N}}`` for KIND in features, fit, score, decode, rl; unset
-    #: kinds and fields keep their defaults (1 CPU, 2 GB, 4 GB for rl, and 1 GPU when the device is CUDA)
+    #: kinds and fields keep their defaults (1 CPU, 2 GB, 4 GB for rl, and 1 GPU when the units' device is CUDA)
     resources: dict[str, dict[str, float]] | None = None
     #: auto | cpu | cuda | cuda:N | mps
     device: Annotated[str, DEVICE] = "auto"
     #: auto | float32 | bfloat16 | float16
     dtype: Annotated[str, DTYPE] = "auto"
+    #: where the run's units compute, when not ``device`` / ``dtype``: Ray workers on other machines (a CPU driver,
+    #: GPU workers: ``unit_device: cuda``); the plan's fingerprints use this dtype (auto: bf16 on CUDA, else fp32),
+    #: and the driver loads no model for units it does not compute. The local executor computes units in the driver,
+    #: under these. None: ``device`` / ``dtype``
+    unit_device: Annotated[str, DEVICE] | None = None
+    unit_dtype: Annotated[str, DTYPE] | None = None
     out_dir: Annotated[str, NON_EMPTY] = "runs"
     #: the run's folder inside ``out_dir`` (one plain name; default: ``BENCHMARK-CONFIGHASH``)
     run_name: Annotated[str, RUN_NAME] | None = None

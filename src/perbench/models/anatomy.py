@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from perbench.models.loader import TINY_CONTEXT, TINY_RANDOM, ModelSpec, _load_or_explain, resolve_spec
+from perbench.models.identity import TINY_RANDOM
+from perbench.models.loader import TINY_CONTEXT, ModelSpec, _load_or_explain, resolve_spec
 
 
 def model_config(spec: str | ModelSpec) -> Any:

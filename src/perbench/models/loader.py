@@ -29,19 +29,28 @@ from perbench.device import DevicePolicy, resolve_device
 from perbench.errors import ConfigError
 from perbench.models.bundled import (
     BUNDLED_GGUF,
+    bundled_config_dir,
+    bundled_digest,
     bundled_smollm2_dir,
     bundled_tokenizer_dir,
     file_digest,
     gguf_to_safetensors,
     quiet_transformers,
 )
+from perbench.models.identity import (
+    ALIASES,
+    TINY_HIDDEN,
+    TINY_LAYERS,
+    TINY_RANDOM,
+    bundled_stem,
+    folder_digest,
+    gguf_stem,
+    hub_stem,
+    tiny_fingerprint,
+    tiny_seed,
+)
+from perbench.models.identity import ModelSpec as ModelSpec
 
-ALIASES = {
-    "smollm2": "bundled:smollm2",
-    "smollm2-135m": "bundled:smollm2",
-    "smollm2-135m-instruct": "bundled:smollm2",
-}
-TINY_RANDOM = "tiny-random"
 #: the context length of the tiny random test models
 TINY_CONTEXT = 2048
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -148,20 +157,6 @@ def describe_remote_code(spec: ModelSpec) -> str:
     return f"trust_remote_code is on: these Python files of {where} will run: {', '.join(files)}"
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    revision: str | None = None
-    trust_remote_code: bool = False
-
-    @classmethod
-    def parse(cls, spec: str | ModelSpec, *, trust_remote_code: bool = False) -> ModelSpec:
-        if isinstance(spec, ModelSpec):
-            return spec
-        name, _, rev = spec.partition("@")
-        return cls(name=name, revision=rev or None, trust_remote_code=trust_remote_code)
-
-
 @dataclass
 class LoadedLM:
     """A causal LM, its tokenizer, and the identity used in cache keys."""
@@ -194,38 +189,35 @@ class LoadedLM:
         return sorted(ids)
 
 
-def _folder_digest(folder: Path) -> str:
-    h = hashlib.sha256()
-    for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("config.json")):
-        h.update(f.name.encode())
-        h.update(file_digest(f).encode())
-    return h.hexdigest()[:16]
-
-
 def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
     """-> (load target, fingerprint stem, extra from_pretrained kwargs)."""
     name = ALIASES.get(spec.name, spec.name)
+    # the stems are identity.py's, which gives the same fingerprints without loading (LazyLM)
     if name == "bundled:smollm2":
-        folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF)
-        return str(folder), f"smollm2-135m-instruct:gguf-q4_1:{folder.name.rsplit('-', 1)[-1]}", {}
+        digest = bundled_digest()
+        folder = gguf_to_safetensors(bundled_smollm2_dir() / BUNDLED_GGUF, digest=digest)
+        return str(folder), bundled_stem(digest), {}
     path = Path(name).expanduser()
     if name.endswith(".gguf"):
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file not found: {path}")
-        folder = gguf_to_safetensors(path)
-        return str(folder), f"{path.name}:{folder.name.rsplit('-', 1)[-1]}", {}
+        digest = file_digest(path)
+        folder = gguf_to_safetensors(path, digest=digest)
+        return str(folder), gguf_stem(path, digest), {}
     if path.is_dir():
         problem = safetensors_problem(path) or (None if spec.trust_remote_code else custom_code_problem(path))
         if problem:
             raise ConfigError(problem)
-        return str(path), f"{path.resolve()}:{_folder_digest(path)}", {}
+        return str(path), f"{path.resolve()}:{folder_digest(path)}", {}
     if name.count("/") == 1 and not name.startswith((".", "/")):
         kw: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
-        return name, f"hf:{name}@{spec.revision or 'main'}", kw
+        return name, hub_stem(name, spec.revision), kw
     raise ConfigError(f"cannot resolve model: {model_name_problem(spec.name)}")
 
 
-def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: int = 64, layers: int = 2) -> LoadedLM:
+def tiny_random_lm(
+    seed: int = 0, policy: DevicePolicy | None = None, hidden: int = TINY_HIDDEN, layers: int = TINY_LAYERS
+) -> LoadedLM:
     """A random 2-layer Llama with the bundled SmolLM2 tokenizer: fast, offline, shares the real template."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -250,7 +242,7 @@ def tiny_random_lm(seed: int = 0, policy: DevicePolicy | None = None, hidden: in
     model = model.to(device=policy.device, dtype=policy.torch_dtype()).eval()
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
-    fp = f"tiny-random:seed={seed}:h{hidden}l{layers}:{policy.dtype}"
+    fp = tiny_fingerprint(seed, policy.dtype, hidden, layers)
     return LoadedLM(model, tok, fp, f"tiny-random:{seed}", policy)
 
 
@@ -301,10 +293,24 @@ def load_tokenizer(spec: str | ModelSpec) -> Any:
     """The tokenizer of ``spec`` alone (no weights): what a run checks its token limits with before any model
     loads."""
     mspec = ModelSpec.parse(spec)
-    if mspec.name.startswith(TINY_RANDOM):
+    if mspec.name.startswith(TINY_RANDOM) or ALIASES.get(mspec.name) == "bundled:smollm2":  # not converted for it
         return _tokenizer(mspec.name, str(bundled_tokenizer_dir()), {})
     target, _, kw = resolve_spec(mspec)
     return _tokenizer(mspec.name, target, kw)
+
+
+def text_config(spec: str | ModelSpec) -> Any:
+    """The transformers config of the (text part of the) model ``spec``, read without its weights (the bundled
+    model's from its GGUF's metadata, not converted for it). Not for ``tiny-random``, which has none."""
+    mspec = ModelSpec.parse(spec)
+    if ALIASES.get(mspec.name) == "bundled:smollm2":
+        target, kw = str(bundled_config_dir()), dict[str, Any]()
+    else:
+        target, _, kw = resolve_spec(mspec)
+    from transformers import AutoConfig
+
+    config = _load_or_explain(mspec.name, AutoConfig.from_pretrained, target, trust_remote_code=False, **kw)
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def model_context(spec: str | ModelSpec) -> int | None:
@@ -312,11 +318,7 @@ def model_context(spec: str | ModelSpec) -> int | None:
     mspec = ModelSpec.parse(spec)
     if mspec.name.startswith(TINY_RANDOM):
         return TINY_CONTEXT
-    target, _, kw = resolve_spec(mspec)
-    from transformers import AutoConfig
-
-    config = _load_or_explain(mspec.name, AutoConfig.from_pretrained, target, trust_remote_code=False, **kw)
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    config = text_config(mspec)
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
@@ -345,8 +347,7 @@ def load_lm(
         return _LOADED[key]
     quiet_transformers()
     if mspec.name.startswith("tiny-random"):
-        _, _, seed = mspec.name.partition(":")
-        lm = tiny_random_lm(int(seed or 0), policy)
+        lm = tiny_random_lm(tiny_seed(mspec.name), policy)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -369,9 +370,6 @@ def load_lm(
             **kw,
         )
         model = model.to(policy.device).eval()
-        commit = getattr(model.config, "_commit_hash", None)
-        if commit and stem.startswith("hf:"):
-            stem = f"hf:{mspec.name}@{commit}"
         lm = LoadedLM(model, tok, f"{stem}:{policy.dtype}", mspec.name, policy)
     if lm.tokenizer.pad_token_id is None:
         lm.tokenizer.pad_token = lm.tokenizer.eos_token

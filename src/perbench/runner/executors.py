@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 class LocalExecutor:
     name = "local"
+    #: units compute in the driver's process
+    remote = False
 
     def open(self) -> None:
         """Nothing to join: the units run in this process."""
@@ -45,6 +47,8 @@ FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PERBENCH_QUIET", "PE
 
 class RayExecutor:
     name = "ray"
+    #: units compute in Ray workers: the driver loads no model weights for them
+    remote = True
     #: retries of a unit whose worker process died (a unit raising an error is not retried)
     max_retries = 3
     #: seconds between checks that the head still answers while units run
@@ -110,7 +114,7 @@ class RayExecutor:
         check_feasible(todo, ray.nodes())
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
         task = ray.remote(run_unit)
-        config = work.s.cfg.to_dict()
+        config = work.s.worker_config()  # the plan's unit dtype pinned
         bench = ray.put(work.s.bench)
         refs: dict[str, Any] = {}
         # a unit may read any result of its closure (an upstream unit reads the train features its fit read): the

@@ -23,9 +23,8 @@ def method_notes(h: Any, bench: Benchmark) -> dict[str, Any]:
     seen = None if h.baseline else profile_access(h.probe, bench)
     if seen is not None:
         out["profile"] = seen
-    notes = getattr(h.fitted(), "fit_notes", None)
-    if callable(notes):
-        out["fit_notes"] = notes()
+    if callable(getattr(h.cls, "fit_notes", None)):  # only then the fitted model: reloading one may load weights
+        out["fit_notes"] = h.fitted().fit_notes()  # type: ignore[attr-defined]
     return out
 
 

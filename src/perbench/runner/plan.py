@@ -67,7 +67,7 @@ class Needs:
 
 def needs_of(kind: str, resources: Mapping[str, Mapping[str, float]] | None, cuda: bool) -> Needs:
     """The needs of a unit of resource ``kind``: the config's ``resources[kind]`` over the defaults, which fit one
-    node with one GPU (a unit takes the GPU when the run's device is CUDA, so units on one GPU run in turn)."""
+    node with one GPU (a unit takes the GPU when the units' device is CUDA, so units on one GPU run in turn)."""
     given = (resources or {}).get(kind, {})
     return Needs(
         cpus=float(given.get("num_cpus", 1.0)),

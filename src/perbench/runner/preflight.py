@@ -4,7 +4,8 @@
   knowledge, each defined in the room that owns it -- model names (``models/checks.py``), the systems the config
   expands to and the keys that name them (``systems.py``), the adaptive rounds' quality (``runner/adaptive.py``).
   Each error names the file, line and key, as the config's own checks do;
-- :func:`check_setup` (before the data loads): ``out_dir`` is a folder (not a file), the device exists;
+- :func:`check_setup` (before the data loads): ``out_dir`` is a folder (not a file), the device exists (and
+  ``unit_device``, where the executor computes units in this process);
 - :func:`check_models` (after the data loads, before any weights load; ``perbench validate --config`` runs it
   too): every response fits ``max_length`` tokens of the tokenizers that will read it, and ``max_new_tokens``
   fits the context of every policy that decodes. The tokenizers and configs load alone, without weights.
@@ -48,13 +49,23 @@ def check_setup(cfg: RunConfig) -> None:
                     f"{cfg.where(key)}: {p} is a file, not a folder; out_dir names the folder that holds run folders"
                 )
             break
-    if cfg.device != "auto":
-        from perbench.device import resolve_device
+    from perbench.device import resolve_device
 
+    if cfg.device != "auto":
         try:
             resolve_device(cfg.device, cfg.dtype)
         except ConfigError as e:
             raise ConfigError(f"{cfg.where('device')}: {e}") from None
+    if cfg.unit_device not in (None, "auto"):  # checked here only where the units compute here
+        from perbench import registry
+
+        if not getattr(registry.executors.get(cfg.executor), "remote", False):
+            try:
+                resolve_device(cfg.unit_device, cfg.unit_dtype or cfg.dtype)
+            except ConfigError as e:
+                raise ConfigError(
+                    f"{cfg.where('unit_device')}: {e} (the {cfg.executor} executor computes units here)"
+                ) from None
     from perbench.runner.rl_checks import check_rl
 
     check_rl(cfg)

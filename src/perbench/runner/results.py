@@ -69,8 +69,9 @@ def model_info(lm: Any) -> dict[str, Any] | None:
         "name": lm.name,
         "fingerprint": lm.fingerprint,
         "chat_template_hash": lm.chat_template_hash,
-        "device": lm.policy.device,
-        "dtype": lm.policy.dtype,
+        # where the units computed under it (a driver whose units compute elsewhere loads it nowhere itself)
+        "device": getattr(lm, "planned", lm.policy).device,
+        "dtype": getattr(lm, "planned", lm.policy).dtype,
     }
 
 

