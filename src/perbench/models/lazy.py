@@ -13,7 +13,7 @@ from typing import Any
 
 from perbench.device import DevicePolicy
 from perbench.models.identity import TINY_HIDDEN, TINY_RANDOM, ModelSpec, model_fingerprint, model_label
-from perbench.models.loader import LoadedLM, from_pretrained_error, load_lm, load_tokenizer, text_config
+from perbench.models.loader import LoadedLM, from_pretrained_error, load_lm, load_tokenizer, padded_left, text_config
 
 
 class LazyLM(LoadedLM):
@@ -78,11 +78,7 @@ class LazyLM(LoadedLM):
         if self._lm is not None:
             return self._lm.tokenizer
         if self._tokenizer is None:  # the object load_lm shares (the same files): padded as load_lm pads it
-            tok = load_tokenizer(self.spec)
-            if tok.pad_token_id is None:
-                tok.pad_token = tok.eos_token
-            tok.padding_side = "left"
-            self._tokenizer = tok
+            self._tokenizer = padded_left(load_tokenizer(self.spec))
         return self._tokenizer
 
     @property

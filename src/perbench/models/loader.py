@@ -289,6 +289,14 @@ def _tokenizer(name: str, target: str, kw: dict[str, Any]) -> Any:
     return _TOKENIZERS[key]
 
 
+def padded_left(tok: Any) -> Any:
+    """``tok`` set to pad on the left (with its EOS token where it has no pad token), as generation needs."""
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
 def load_tokenizer(spec: str | ModelSpec) -> Any:
     """The tokenizer of ``spec`` alone (no weights): what a run checks its token limits with before any model
     loads."""
@@ -371,9 +379,7 @@ def load_lm(
         )
         model = model.to(policy.device).eval()
         lm = LoadedLM(model, tok, f"{stem}:{policy.dtype}", mspec.name, policy)
-    if lm.tokenizer.pad_token_id is None:
-        lm.tokenizer.pad_token = lm.tokenizer.eos_token
-    lm.tokenizer.padding_side = "left"
+    padded_left(lm.tokenizer)
     from perbench.calls import count_forwards
 
     count_forwards(lm.model)
