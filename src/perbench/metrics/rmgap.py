@@ -1,6 +1,7 @@
 """RMGAP's three published metrics, computed as its authors compute them, from pairs loaded by
-:func:`perbench.data.benchmarks.rmgap.load_rmgap` (``meta``: ``domain``, ``list_id`` = one prompt, ``rmgap_instance``,
-``rmgap_group``, ``chosen_key``, ``rejected_key``) and the reward model's per-pair scores.
+:func:`perbench.data.benchmarks.rmgap.load_rmgap` (``meta``: ``subset`` = the domain, ``list_id`` = one prompt,
+``paraphrase_of`` = its prompt group, ``response_order`` = the chosen and rejected responses' places in key order:
+what a sealed pair keeps) and the reward model's per-pair scores.
 
 Per prompt the four responses have one score each. Per domain:
 
@@ -29,17 +30,21 @@ from perbench.data.records import PreferencePair
 PROMPTS_PER_GROUP = 3
 
 
+ORDER = "response_order"
+
+
 def _prompt_scores(
     pairs: Sequence[PreferencePair], s_chosen: Any, s_rejected: Any
-) -> dict[str, tuple[PreferencePair, dict[str, float]]]:
-    """Per prompt (``list_id``): its first pair and every response's score by key."""
-    out: dict[str, tuple[PreferencePair, dict[str, float]]] = {}
+) -> dict[str, tuple[PreferencePair, dict[int, float]]]:
+    """Per prompt (``user``, ``list_id``): its first pair and every response's score by its place in key order."""
+    out: dict[str, tuple[PreferencePair, dict[int, float]]] = {}
     for p, sw, sl in zip(pairs, s_chosen, s_rejected, strict=True):
-        if p.meta.get("rmgap_instance") is None:
+        if p.meta.get(ORDER) is None:
             continue
-        _, scores = out.setdefault(str(p.meta["list_id"]), (p, {}))
-        scores.setdefault(str(p.meta["chosen_key"]), float(sw))
-        scores[str(p.meta["rejected_key"])] = float(sl)
+        winner, loser = (int(i) for i in p.meta[ORDER])
+        _, scores = out.setdefault(f"{p.user_id}\x00{p.meta['list_id']}", (p, {}))
+        scores.setdefault(winner, float(sw))
+        scores[loser] = float(sl)
     return out
 
 
@@ -52,16 +57,16 @@ def rmgap_metrics(pairs: Sequence[PreferencePair], s_chosen: Any, s_rejected: An
     wins: dict[str, float] = defaultdict(float)
     total: dict[str, int] = defaultdict(int)
     bon: dict[str, list[float]] = defaultdict(list)
-    rankings: dict[str, dict[tuple[str, str], list[list[str] | None]]] = defaultdict(lambda: defaultdict(list))
+    rankings: dict[str, dict[tuple[str, str], list[list[int] | None]]] = defaultdict(lambda: defaultdict(list))
     unscored = 0
     for first, scores in prompts.values():
-        domain = str(first.meta["domain"])
-        group = (str(first.meta["rmgap_instance"]), str(first.meta["rmgap_group"]))
+        domain = str(first.meta.get("subset"))
+        group = (first.user_id, str(first.meta.get("paraphrase_of")))
         if any(math.isnan(v) for v in scores.values()):
             unscored += 1
             rankings[domain][group].append(None)
             continue
-        winner = str(first.meta["chosen_key"])
+        winner = int(first.meta[ORDER][0])
         losers = np.array([v for k, v in scores.items() if k != winner])
         beaten = losers < scores[winner]
         wins[domain] += float(beaten.sum())

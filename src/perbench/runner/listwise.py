@@ -79,13 +79,17 @@ def listwise(
                 p = pairs[index]
                 cells.add(method, names.ties, p.user_id, prompt_key(p.prompt), value)
             out["rewardbench2_ties"] = {**summary, "rule": "RewardBench 2 Ties composite", "metric": names.ties}
-    rb2_lists = got if tie == "half" else best_of_k_lists(
-        pairs, scores["chosen"], scores["rejected"], tie="half", judge_outcomes=outcome if judge else None
+    rb2_lists = (
+        got
+        if tie == "half"
+        else best_of_k_lists(
+            pairs, scores["chosen"], scores["rejected"], tie="half", judge_outcomes=outcome if judge else None
+        )
     )
     subsets = _by_subset(pairs, rb2_lists, out.get("rewardbench2_ties", {}).get("score"))
     if subsets:
         out["rewardbench2"] = subsets
-    if any(p.meta.get("rmgap_instance") is not None for p in pairs):
+    if any(p.meta.get("response_order") is not None for p in pairs):
         out["rmgap"] = (
             {"na": "not applicable: a pairwise judge gives no score per response (RMGAP ranks the four responses)"}
             if judge
@@ -113,7 +117,7 @@ def _by_subset(pairs: Sequence[PreferencePair], lists: Sequence[Any], ties: floa
     per: dict[str, list[float]] = {}
     for v in lists:
         subset = pairs[v.first].meta.get("subset")
-        if subset is not None:
+        if subset is not None and pairs[v.first].meta.get("response_order") is None:  # RMGAP's domains: its own
             per.setdefault(str(subset), []).append(v.value)
     if not per:
         return {}

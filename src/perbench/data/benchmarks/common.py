@@ -106,10 +106,10 @@ def finish(
     **extra: Any,
 ) -> Benchmark:
     """Deduplicate (counted), drop users left without pairs (counted), and build the benchmark, with its
-    ``personalization_only`` subset: the pairs whose mirror (another user's pair the other way round, same prompt
-    and split) it holds, found by ``mirrors`` (default the ``file`` loader's :func:`mirrored_ids`), on which any
-    user-agnostic scorer gets exactly ½ (ties ½). ``dedup=False``: repeats are kept (a benchmark whose lists share
-pairs on purpose), degenerate pairs are still dropped."""
+        ``personalization_only`` subset: the pairs whose mirror (another user's pair the other way round, same prompt
+        and split) it holds, found by ``mirrors`` (default the ``file`` loader's :func:`mirrored_ids`), on which any
+        user-agnostic scorer gets exactly ½ (ties ½). ``dedup=False``: repeats are kept (a benchmark whose lists share
+    pairs on purpose), degenerate pairs are still dropped."""
     pairs = dedup_pairs(pairs, skipped, dedup=dedup)
     kept = {p.user_id for p in pairs}
     for uid in sorted(set(users) - kept):

@@ -11,8 +11,10 @@ rows with ``group_id`` / ``chosen``) is a located error naming this one.
 
 Pairs: per prompt, the group's winner against each other response (responses in key order, as RMGAP scores them);
 the three pairs of a prompt form a list (``meta["list_id"]``: best-of-4), the three prompts of a group are
-paraphrases (``meta["paraphrase_of"]``). ``meta`` keeps ``domain``, the instance, the group and the response keys,
-from which :mod:`perbench.metrics.rmgap` computes RMGAP's Pair, BoN and Consistency as the authors do. The
+paraphrases (``meta["paraphrase_of"]``); ``meta["subset"]`` is the domain and ``meta["response_order"]`` the
+chosen and rejected responses' places in key order, from which :mod:`perbench.metrics.rmgap` computes RMGAP's
+Pair, BoN and Consistency as the authors do (the instance, group and keys are kept too, for reports; they do
+not reach methods). The
 preference is stated in the prompt, so every pair belongs to one user (``user``, default ``anyone``); the
 personalization-only subset matches a pair (a ≻ b) under one prompt group with a pair (b ≻ a) of the same instance
 under another group: a prompt-agnostic scorer gets exactly ½ on it.
@@ -125,6 +127,8 @@ def load_rmgap(
                         continue
                     meta: dict[str, Any] = {
                         "source": row.where,
+                        "subset": domain,
+                        "response_order": [keys.index(winner), keys.index(loser)],
                         "domain": domain,
                         "list_id": f"{rid}:{group}:{k}",
                         "paraphrase_of": f"{rid}:{group}",
@@ -148,6 +152,4 @@ def load_rmgap(
         "listwise": "one list per prompt (meta list_id), three paraphrases per prompt group (meta paraphrase_of)",
         "user_context": describe_user_context("pairs_only", {user: User(user)}, included=[], note="no user context"),
     }
-    return finish(
-        name or "rmgap", pairs, users, skipped, meta, mirrors=lambda ps: mirrored_ids(ps, rmgap_mirror_key)
-    )
+    return finish(name or "rmgap", pairs, users, skipped, meta, mirrors=lambda ps: mirrored_ids(ps, rmgap_mirror_key))
