@@ -54,6 +54,11 @@ def test_personalllm_columns_hold_on_every_row(tmp_path: Path) -> None:
     assert err.value.line == 3 and err.value.field == "response_1_gemma_2b"
     skipped = registry.benchmarks.get("personalllm")(tmp_path / "pl.jsonl", on_error="skip", n_users=2)
     assert skipped.meta["rows_with_errors"] == 1
+    rows = personalllm_rows()
+    rows[1].update({f"response_{j}_beaver_7b": 1.0 for j in range(1, 5)})  # a reward model row 1 lacks
+    with pytest.raises(DataError) as err:
+        registry.benchmarks.get("personalllm")(write_jsonl(tmp_path / "pl2.jsonl", rows))
+    assert err.value.line == 2 and err.value.field == "response_1_beaver_7b"
 
 
 def test_lamp4_counts_inputs_without_the_instruction(tmp_path: Path) -> None:

@@ -106,6 +106,7 @@ def load_personalllm(
     n_resp, rms = 0, list(reward_models or [])
     rows_read = 0
     first_where = ""
+    first_found: list[str] = []
     for row, hf_split in _rows(source, fmt):
         rows_read += 1
         if not n_resp:
@@ -116,6 +117,7 @@ def load_personalllm(
             if missing:
                 raise row.error(f"response_1_{missing[0]}", f"no such reward-model score column; found {found}")
             rms = rms or found
+            first_found = found
             first_where = row.where
             if standardisation == "published":
                 unknown = sorted(set(rms) - set(PUBLISHED_STANDARDISATION))
@@ -130,9 +132,12 @@ def load_personalllm(
             if got_resp != n_resp:
                 where = f"response_{max(got_resp, n_resp)}"
                 raise row.error(where, f"{got_resp} responses; {first_where} has {n_resp}")
-            absent = sorted(set(rms) - set(got_rms))
+            absent = sorted(set(first_found) - set(got_rms))
             if absent:
-                raise row.error(f"response_1_{absent[0]}", f"no score column here; {first_where} has {rms}")
+                raise row.error(f"response_1_{absent[0]}", f"no score column here; {first_where} has {first_found}")
+            new = sorted(set(got_rms) - set(first_found))
+            if new:
+                raise row.error(f"response_1_{new[0]}", f"a reward model {first_where} has no score columns for")
             prompt = row.text("prompt")
             texts = [row.text(f"response_{i}", allow_empty=True) for i in range(1, n_resp + 1)]
             scores = np.empty((n_resp, len(rms)))
