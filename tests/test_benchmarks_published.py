@@ -313,7 +313,7 @@ QWEN_STYLE = (
 )  # renders the three chat roles only, as Qwen2.5-Instruct's template does: any other turn vanishes
 
 
-def test_chat_roles_are_mapped_by_one_helper_and_unknown_ones_refused() -> None:
+def test_chat_roles_are_mapped_in_one_place_and_unknown_ones_refused() -> None:
     from perbench.data.benchmarks.common import CHAT_ROLES, chat_role
     from perbench.data.rows import Row
 
@@ -352,7 +352,7 @@ def test_synthesizeme_model_turns_survive_two_chat_templates(tiny_lm: Any, tmp_p
     assert "MODELTURN" not in qwen.apply_chat_template(raw, tokenize=False)
 
 
-def test_prism_reads_model_turns_through_the_shared_helper(tmp_path: Path) -> None:
+def test_prism_reads_model_turns_through_the_shared_role_map(tmp_path: Path) -> None:
     from tests.fixtures_upstream import prism_conversations, write_prism
 
     convs = prism_conversations({f"user{u}": 6 for u in range(8)})
