@@ -41,15 +41,24 @@ def rb2_rows() -> Rows:
 
 
 def synthesizeme_rows() -> Rows:
-    """3 users × (3 train, 1 val, 2 test) rows; contexts are chat lists, responses ``{role, content}``."""
+    """3 users × (3 train, 1 val, 2 test) rows; contexts are chat lists, responses ``{role, content}``. As in
+    PersonalRewardBench, the assistant's earlier turns are written ``role: "model"``: the last test row of every user
+    has a three-turn context."""
     rows: Rows = []
     for u in range(3):
         for k, split in enumerate(["train", "train", "train", "val", "test", "test"]):
             q = f"User {u} question {k}: what should I cook tonight?"
+            context = [{"role": "user", "content": q}]
+            if k == 5:
+                context = [
+                    {"role": "user", "content": f"User {u} opener: I have rice and eggs."},
+                    {"role": "model", "content": f"MODELTURN{u}: fried rice is quick with those."},
+                    {"role": "user", "content": q},
+                ]
             rows.append(
                 {
                     "user_id": f"user{u}",
-                    "context": [{"role": "user", "content": q}],
+                    "context": context,
                     "chosen": {"role": "assistant", "content": f"A {'short' if u else 'long detailed'} answer {k}."},
                     "rejected": {"role": "assistant", "content": f"A {'long detailed' if u else 'short'} answer {k}."},
                     "split": split,
@@ -62,25 +71,55 @@ def synthesizeme_rows() -> Rows:
     return rows
 
 
+RMGAP_KEYS = ("response1", "response2", "response3", "response4")
 RMGAP_STYLES = ("concise", "detailed", "bulleted", "casual")
 
 
 def rmgap_rows() -> Rows:
-    """2 prompt groups × 3 paraphrases; each instance four styled responses, the preferred one named by style."""
+    """Three instances in RMGAP's release layout (``data/test.jsonl``, its README and schema test): four ``{key, text}``
+    responses, four prompt groups each naming a ``winner`` key and holding three paraphrased prompts (base + two
+    rewrites). Instances 0 and 2 (Chat) give every group another winner; instance 1 (Writing) two groups the same one;
+    two Chat instances and one Writing instance make the macro mean over domains differ from the micro mean."""
     rows: Rows = []
-    for g, (topic, best) in enumerate([("water my plants", "concise"), ("learn chess", "bulleted")]):
-        for k, prompt in enumerate([f"How do I {topic}?", f"What is the best way to {topic}?", f"Tips to {topic}?"]):
-            rows.append(
-                {
-                    "id": f"{g}-{k}",
-                    "group_id": f"g{g}",
-                    "prompt": prompt,
-                    "responses": [
-                        {"style": s, "text": f"{s.title()} answer about how to {topic}."} for s in RMGAP_STYLES
-                    ],
-                    "chosen": best,
-                }
-            )
+    instances = [
+        ("Chat", "water my plants", RMGAP_KEYS),
+        ("Writing", "write a thank-you note", RMGAP_KEYS[:3] + RMGAP_KEYS[:1]),
+        ("Chat", "plan a picnic", RMGAP_KEYS[1:] + RMGAP_KEYS[:1]),
+    ]
+    for i, (domain, topic, winners) in enumerate(instances):
+        responses = [
+            {"key": k, "text": f"{s.title()} answer about how to {topic}."}
+            for k, s in zip(RMGAP_KEYS, RMGAP_STYLES, strict=True)
+        ]
+        groups = [
+            {
+                "group": g + 1,
+                "winner": w,
+                "prompts": [
+                    {
+                        "role": "base",
+                        "text": f"How do I {topic} (case {g})? I like {RMGAP_STYLES[RMGAP_KEYS.index(w)]} answers.",
+                    },
+                    {
+                        "role": "rewrite",
+                        "text": f"Best way to {topic} (case {g}), in a {RMGAP_STYLES[RMGAP_KEYS.index(w)]} way?",
+                    },
+                    {"role": "rewrite", "text": f"Tips to {topic} (g{g}), {RMGAP_STYLES[RMGAP_KEYS.index(w)]} please."},
+                ],
+            }
+            for g, w in enumerate(winners)
+        ]
+        rows.append(
+            {
+                "id": f"rmgap-{i}",
+                "domain": domain,
+                "source": "fixture",
+                "models": {k: "gen" for k in RMGAP_KEYS},
+                "responses": responses,
+                "prompt_groups": groups,
+                "style_assignments": {f"r{j + 1}": {"tone": s} for j, s in enumerate(RMGAP_STYLES)},
+            }
+        )
     return rows
 
 

@@ -55,13 +55,15 @@ def test_counts_match_the_fixtures_by_construction(tmp_path: Path) -> None:
     assert len(sm.train_pairs()) == 9 and len(sm.test_pairs()) == 6 and sm.skipped.counts["val_row_not_used"] == 3
     assert registry.benchmarks.get("synthesizeme")(tmp_path / "sm.jsonl", val="train").train_pairs().__len__() == 12
     gap = registry.benchmarks.get("rmgap")(write_jsonl(tmp_path / "gap.jsonl", rmgap_rows()))
-    assert len(gap.pairs) == 6 * 3 and len(paraphrase_units(gap.pairs)) == 2 * 3
+    # 3 instances × 4 prompt groups × 3 paraphrases × 3 losers; one unit per (group, winner, loser)
+    assert len(gap.pairs) == 3 * 4 * 3 * 3 and len(paraphrase_units(gap.pairs)) == 3 * 4 * 3
     pl = registry.benchmarks.get("personalllm")(write_jsonl(tmp_path / "pl.jsonl", personalllm_rows()), n_users=5)
     assert len(pl.pairs) == 4 * 5 * 3 and len(pl.train_pairs()) == 3 * 5 * 3
     assert all(u.answer_key and set(u.answer_key["weights"]) == {"gemma_2b", "llama3_sfairx", "oasst_deberta_v3"}
                for u in pl.users.values())  # fmt: skip
     lamp = registry.benchmarks.get("lamp_gen")(write_lamp4(tmp_path / "LaMP_4"))
-    assert len(lamp.pairs) == 5 and len(lamp.references) == 5 and lamp.pairs[0].prompt.startswith("Article 100")
+    # 5 questions, and each user's 2 profile items as train pairs (LaMP's protocol gives the profile)
+    assert len(lamp.pairs) == 5 + 5 * 2 and len(lamp.references) == 5 and lamp.pairs[0].prompt.startswith("Article 100")
     train_golds = {p.chosen for p in lamp.pairs if p.split == "train"}
     assert all(p.rejected in train_golds and p.rejected != p.chosen for p in lamp.pairs)
     long = registry.benchmarks.get("lamp_gen")(write_jsonl(tmp_path / "ll.jsonl", longlamp_rows()), task="LongLaMP")
@@ -97,9 +99,15 @@ def _edit(rows: list[dict[str, Any]], i: int, **change: Any) -> list[dict[str, A
         ("rewardbench2", _edit(rb2_rows(), 2, rejected=[]), "rejected"),
         ("synthesizeme", _edit(synthesizeme_rows(), 4, split="holdout"), "split"),
         ("synthesizeme", _edit(synthesizeme_rows(), 2, chosen={"role": "assistant"}), "chosen.content"),
+        ("synthesizeme", _edit(synthesizeme_rows(), 5, context=[{"role": "narrator", "content": "x"}]), "context.0.role"),  # noqa: E501
         ("synthesizeme", _edit(synthesizeme_rows(), 5, context=[{"role": "bot", "content": "x"}]), "context.0.role"),
-        ("rmgap", _edit(rmgap_rows(), 3, chosen="formal"), "chosen"),
-        ("rmgap", _edit(rmgap_rows(), 1, responses=["only one"]), "responses"),
+        ("synthesizeme", _edit(synthesizeme_rows(), 4, chosen={"role": "user", "content": "x"}), "chosen.role"),
+        ("rmgap", _edit(rmgap_rows(), 1, domain="Reasonning"), "domain"),
+        ("rmgap", _edit(rmgap_rows(), 1, responses=[{"key": "response1", "text": "only one"}]), "responses"),
+        ("rmgap", _edit(rmgap_rows(), 0, prompt_groups=None, group_id="g0", chosen="concise"), "prompt_groups"),
+        ("rewardbench2", _edit(rb2_rows(), 0, subset="Facts"), "subset"),
+        ("rewardbench2", _edit(rb2_rows(), 4, chosen=["one"], num_correct=1), "chosen"),
+        ("personalllm", _edit(personalllm_rows(), 2, response_5="a fifth"), "response_5"),
         ("personalllm", _edit(personalllm_rows(), 2, response_3_gemma_2b="high"), "response_3_gemma_2b"),
     ],
 )  # fmt: skip
@@ -169,25 +177,6 @@ def test_best_of_four_on_rewardbench2_rows_and_the_tie_rule(tmp_path: Path) -> N
         judged = best_of_k_lists(regular, s_w, s_l, tie=tie, judge_outcomes=pair_outcomes(s_w, s_l, tie))  # type: ignore[arg-type]
         assert [v.value for v in judged] == [v.value for v in (strict if tie == "strict" else half)]
     assert not best_of_k_lists([p for p in bench.pairs if p.meta.get("ties_kind") == "tied"], s_w[:0], s_l[:0])
-
-
-def test_rmgap_pair_bon_and_consistency_on_its_own_rows(tmp_path: Path) -> None:
-    """Pair, BoN and Consistency on RMGAP-layout rows under a scorer that ranks styles concise > detailed > bulleted
-    > casual, except that one paraphrase lifts 'detailed' to the top."""
-    bench = registry.benchmarks.get("rmgap")(write_jsonl(tmp_path / "gap.jsonl", rmgap_rows()))
-    rank = {"concise": 3.0, "detailed": 2.0, "bulleted": 1.0, "casual": 0.0}
-
-    def score(p: PreferencePair, text: str) -> float:
-        style = p.meta["chosen_style"] if text == p.chosen else p.meta["rejected_style"]
-        return 5.0 if (style == "detailed" and p.prompt == "Tips to water my plants?") else rank[style]
-
-    s_w, s_l = scored(bench.pairs, score)
-    outcome = pair_outcomes(s_w, s_l)
-    assert outcome.mean() == pytest.approx(11 / 18)  # Pair
-    assert np.mean([v.value for v in best_of_k_lists(bench.pairs, s_w, s_l)]) == pytest.approx(2 / 6)  # BoN
-    units = paraphrase_units(bench.pairs)
-    assert all(len(u) == 3 for u in units)
-    assert consistency_values(units, outcome).mean() == pytest.approx(3 / 6)  # Consistency
 
 
 # ------------------------------------------------------------------------------------- rubric paraphrases
@@ -321,14 +310,21 @@ def test_a_tiny_run_on_each_fixture(name: str, tmp_path: Path) -> None:
                                              if (p.user_id, p.meta.get("list_id")) == ls)]  # fmt: skip
     if regular:
         assert length["all"]["best_of_k"]["lists"] == len(regular)
+    assert isinstance(length["all"]["ties"], int)  # the tied-pair count on every benchmark
     if name == "rewardbench2":
-        assert length["all"]["ties"]["prompts_with_both"] == 2
-        subsets = length["all"]["by_subset"]
-        assert set(subsets) == {"Factuality", "Math", "Ties", "mean_over_subsets"}
+        assert res["config"]["tie_policy"] == "half"  # RewardBench 2's own rule unless the config says otherwise
+        assert length["all"]["rewardbench2_ties"]["prompts_with_both"] == 2
+        subsets = length["all"]["rewardbench2"]
+        assert set(subsets) == {"Factuality", "Math", "Ties", "mean_over_subsets", "rule"}
         parts = [subsets[s] for s in ("Factuality", "Math", "Ties")]
         assert subsets["mean_over_subsets"] == pytest.approx(sum(parts) / 3)
+    else:
+        assert res["config"]["tie_policy"] == "strict"
     if name == "rmgap":
-        assert length["all"]["paraphrase_consistency"]["units"] == 6
+        assert length["all"]["paraphrase_consistency"]["units"] == 36
+        assert length["all"]["rmgap"]["Consistency"]["Avg"] == 1.0  # length ignores the prompt
+    if bench.subsets.get("personalization_only"):
+        assert length["pers_only"]["accuracy"] == 0.5
     if bench.train_pairs():
         assert "rm_accuracy" in res["upstream"]["global_bt"]
     else:
@@ -361,8 +357,9 @@ def test_listwise_and_consistency_are_per_system_predictors(pool: Path, tmp_path
         acc = res["upstream"][m]["rm_accuracy"]
         assert acc["all"]["paraphrase_consistency"]["units"] > 0, m
         assert acc["paraphrased"]["n_pairs"] == 2 * acc["all"]["n_pairs"] and "users" not in acc["paraphrased"], m
-        assert acc["on_rewardbench2"]["best_of_k"]["lists"] == 3 and acc["on_rewardbench2"]["ties"]["score"] is not None
-        assert acc["on_rmgap"]["paraphrase_consistency"]["units"] == 6 and acc["on_rmgap"]["best_of_k"]["lists"] == 6
+        on_rb2 = acc["on_rewardbench2"]
+        assert on_rb2["best_of_k"]["lists"] == 3 and on_rb2["rewardbench2_ties"]["score"] is not None
+        assert acc["on_rmgap"]["paraphrase_consistency"]["units"] == 36 and acc["on_rmgap"]["best_of_k"]["lists"] == 36
     cells = [json.loads(x) for x in (got.run_dir / "cells.jsonl").read_text().splitlines()]
     metrics = {c["metric"] for c in cells}
     for metric in ("rm_consistency", "rm_acc_paraphrased", "rm_acc_on_rewardbench2@bok", "rm_acc_on_rewardbench2@ties",
@@ -421,10 +418,11 @@ def test_personalllm_reward_models_give_every_text_its_exact_per_user_reward(
 
     src, folders = personalllm_with_models
     load = registry.benchmarks.get("personalllm")
-    assert SimulatedUsers.of(load(src, n_users=3)) is None  # without the models: upstream only
+    observed = {"standardisation": "observed"}  # rm_a, rm_b have no published constants
+    assert SimulatedUsers.of(load(src, n_users=3, **observed)) is None  # without the models: upstream only
     with pytest.raises(ValueError, match="no path for"):
-        load(src, n_users=3, reward_model_paths={"rm_a": folders["rm_a"]})
-    bench = load(src, n_users=3, reward_model_paths=folders)
+        load(src, n_users=3, reward_model_paths={"rm_a": folders["rm_a"]}, **observed)
+    bench = load(src, n_users=3, reward_model_paths=folders, **observed)
     truth = SimulatedUsers.of(bench)
     assert truth is not None
     for p in bench.pairs:
@@ -439,7 +437,8 @@ def test_best_of_n_is_scored_by_the_simulated_users_reward(
     from perbench.api import run
 
     src, folders = personalllm_with_models
-    bench = {"name": "personalllm", "source": str(src), "n_users": 3, "reward_model_paths": folders}
+    bench = {"name": "personalllm", "source": str(src), "n_users": 3, "reward_model_paths": folders,
+             "standardisation": "observed"}  # fmt: skip
     cfg = _tiny(bench, tmp_path / "runs", decoders=["zero_shot", {"name": "best_of_n", "n": 2}], max_new_tokens=6,
                 max_test_prompts=1, max_gen_users=2)  # fmt: skip
     res = run(cfg).results

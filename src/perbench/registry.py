@@ -254,7 +254,13 @@ benchmarks.register(
     "rewardbench2",
     "perbench.data.benchmarks.rewardbench2:load_rewardbench2",
     help="RewardBench 2: best-of-4 lists over six domains, Ties by its own composite (one general user)",
-    defaults={"rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct", "policy": "Qwen/Qwen2.5-0.5B-Instruct", "k": 10, "w": 1.0},
+    defaults={
+        "rm_backbone": "Qwen/Qwen2.5-0.5B-Instruct",
+        "policy": "Qwen/Qwen2.5-0.5B-Instruct",
+        "k": 10,
+        "w": 1.0,
+        "tie_policy": "half",  # RewardBench 2's rule since v2: a tie at the top scores 1/#max
+    },
 )
 benchmarks.register(
     "rmgap",

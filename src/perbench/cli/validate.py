@@ -60,6 +60,12 @@ def command(args: argparse.Namespace) -> int:
 
     if args.benchmark:
         return _validate_named(args)
+    if args.config:
+        from perbench.config import RunConfig
+
+        run_cfg = RunConfig.from_yaml(config_path(args.config))
+        if run_cfg.benchmark.name != "file":
+            return _validate_named_run(args, run_cfg)
     source, options, cfg = _validate_options(args)
     takes = inspect.signature(validate_file).parameters
     any_keyword = any(p.kind is p.VAR_KEYWORD for p in takes.values())
@@ -72,15 +78,13 @@ def command(args: argparse.Namespace) -> int:
 
 
 def _validate_named(args: argparse.Namespace) -> int:
-    """``perbench validate --benchmark NAME FILE [--param k=v ...]``: a registered benchmark's own loader."""
+    """``perbench validate --benchmark NAME [FILE] [--param k=v ...]``: a registered benchmark's own loader."""
     import yaml
 
     from perbench import registry
     from perbench.data.loaders import format_validation
     from perbench.data.validate_named import validate_named
 
-    if not args.file:
-        raise ConfigError(f"validate --benchmark {args.benchmark}: give the data FILE (or folder)")
     loader = registry.benchmarks.get(args.benchmark)
     params: dict[str, Any] = {}
     for item in args.param or []:
@@ -90,7 +94,42 @@ def _validate_named(args: argparse.Namespace) -> int:
         params[key.strip()] = yaml.safe_load(value)
     if args.on_error is not None:
         params["on_error"] = args.on_error
-    report = validate_named(args.benchmark, loader, str(args.file), params)
+    # no FILE: the loader's own source (a hub id), as a run without ``source`` reads it
+    report = validate_named(args.benchmark, loader, str(args.file) if args.file else None, params)
+    print(format_validation(report))
+    return 0 if report.get("ok") else 1
+
+
+def _validate_named_run(args: argparse.Namespace, cfg: Any) -> int:
+    """``perbench validate --config RUN.yaml`` for a named benchmark: its loader with the config's parameters (FILE,
+    when given, in place of its source), then the checks the run makes before any model loads."""
+    from perbench import registry
+    from perbench.data.checks import check_benchmark
+    from perbench.data.loaders import format_validation
+    from perbench.data.validate_named import validate_named
+    from perbench.runner import preflight
+    from perbench.runner.state import needs_models
+
+    name = cfg.benchmark.name
+    loader = registry.benchmarks.get(name)
+    params = dict(cfg.benchmark.params)
+    if args.on_error is not None:
+        params["on_error"] = args.on_error
+    if args.file:
+        first = next(iter(inspect.signature(loader).parameters), None)
+        if first is not None:
+            params.pop(first, None)
+    needs_train = any(registry.reward_models.get(m.name).needs_train_pairs for m in cfg.methods)
+    preflight.check_config(cfg)
+
+    def checks(bench: Any) -> list[str]:
+        preflight.check_setup(cfg)
+        notes = check_benchmark(bench, needs_train=needs_train)
+        if needs_models(cfg):
+            preflight.check_models(cfg, bench)
+        return notes
+
+    report = validate_named(name, loader, str(args.file) if args.file else None, params, checks=checks)
     print(format_validation(report))
     return 0 if report.get("ok") else 1
 

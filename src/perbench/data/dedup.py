@@ -2,44 +2,53 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from perbench.data.pairs import PreferencePair, content_hash, is_blank, normalize_text, pair_identity, prompt_identity
 from perbench.data.skips import SkipReport
 
+#: what a pair's mirror must share with it and whose it must not be: (the question asked, who asks it)
+MirrorKey = Callable[[PreferencePair], tuple[str, str]]
 
-def mirror_units(pairs: Sequence[PreferencePair]) -> list[list[int]]:
+
+def by_prompt_and_user(pair: PreferencePair) -> tuple[str, str]:
+    return prompt_identity(pair.prompt), pair.user_id
+
+
+def mirror_units(pairs: Sequence[PreferencePair], key: MirrorKey = by_prompt_and_user) -> list[list[int]]:
     """The pairs (by index) grouped as deduplication, splits and caps must keep them together.
 
     A pair (u, x, a ≻ b) is matched, one to one and in order, with the earliest unmatched pair (v, x, b ≻ a) of
     another user in the same split: its *mirror*. On a benchmark whose pairs come in such mirrors any
     user-agnostic scorer gets exactly ½ (ties ½), and only while both halves stay together. A unit is a matched
     pair of indices or one unmatched index, in the order of its first index. Texts compare as
-    :func:`normalize_text`.
+    :func:`normalize_text`. ``key``: what "same prompt" and "another user" mean (default the prompt and the user;
+    a benchmark whose preference is stated in the prompt, like RMGAP's prompt groups, passes its own).
     """
     waiting: dict[tuple[str, bool], list[int]] = {}
     partner: dict[int, int] = {}
+    owners = [key(p) for p in pairs]
     for i, p in enumerate(pairs):
         a, b = normalize_text(p.chosen), normalize_text(p.rejected)
         if a == b:
             continue
         lo, hi = sorted((a, b))
-        key = content_hash(p.split, prompt_identity(p.prompt), lo, hi)
+        h = content_hash(p.split, owners[i][0], lo, hi)
         forward = a < b
-        queue = waiting.get((key, not forward), [])
-        j = next((k for k, q in enumerate(queue) if pairs[q].user_id != p.user_id), None)
+        queue = waiting.get((h, not forward), [])
+        j = next((k for k, q in enumerate(queue) if owners[q][1] != owners[i][1]), None)
         if j is None:
-            waiting.setdefault((key, forward), []).append(i)
+            waiting.setdefault((h, forward), []).append(i)
         else:
             q = queue.pop(j)
             partner[q], partner[i] = i, q
     return [[i, partner[i]] if i in partner else [i] for i in range(len(pairs)) if partner.get(i, len(pairs)) > i]
 
 
-def mirrored_ids(pairs: Sequence[PreferencePair]) -> frozenset[str]:
+def mirrored_ids(pairs: Sequence[PreferencePair], key: MirrorKey = by_prompt_and_user) -> frozenset[str]:
     """Ids of the pairs whose mirror another user holds in the same split: the personalization-only subset, on
     which any user-agnostic scorer gets exactly ½ (ties ½)."""
-    return frozenset(pairs[i].pair_id for unit in mirror_units(pairs) if len(unit) == 2 for i in unit)
+    return frozenset(pairs[i].pair_id for unit in mirror_units(pairs, key) if len(unit) == 2 for i in unit)
 
 
 def degenerate_reason(pair: PreferencePair) -> str | None:

@@ -34,10 +34,10 @@ from typing import Any
 from perbench.data.records import Benchmark, PreferencePair, ProfileItem, Reference, User
 
 #: the pair metadata a sealed pair keeps: the structure listwise metrics group pairs by (a list, RewardBench 2's
-#: Ties prompts and domain, the original of a paraphrased pair), never a source path, a candidate id or a label;
-#: ids among them are re-keyed like pair ids
+#: Ties prompts and domain, the original of a paraphrased pair, RMGAP's order of a list's responses -- its
+#: tie-break), never a source path, a candidate id or a label; ids among them are re-keyed like pair ids
 METHOD_META: frozenset[str] = frozenset(
-    {"list_id", "ties_kind", "ties_prompt", "subset", "paraphrase_of", "paraphrase"}
+    {"list_id", "ties_kind", "ties_prompt", "subset", "paraphrase_of", "paraphrase", "response_order"}
 )
 USER_PREFIX = "user-"
 PAIR_PREFIX = "pair-"

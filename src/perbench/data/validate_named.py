@@ -13,15 +13,31 @@ from perbench.data.records import Benchmark
 from perbench.errors import PerbenchError
 
 
+def user_summary(bench: Benchmark) -> str:
+    """The users as counts: how many, seen and unseen, and how many have test pairs."""
+    tested = len({p.user_id for p in bench.pairs if p.split == "test"})
+    return (
+        f"{len(bench.users)} user(s): {len(bench.seen_users)} seen, {len(bench.unseen_users)} unseen; "
+        f"{tested} with test pairs"
+    )
+
+
 def validate_named(
-    name: str, loader: Callable[..., Benchmark], source: str, params: Mapping[str, Any] | None = None
+    name: str,
+    loader: Callable[..., Benchmark],
+    source: str | None,
+    params: Mapping[str, Any] | None = None,
+    *,
+    checks: Callable[[Benchmark], list[str]] | None = None,
 ) -> dict[str, Any]:
-    """Load ``source`` with ``loader`` (the registry's ``name``) and ``params``, run the checks every run makes."""
-    report = blank_report(source, f"benchmark {name}", (params or {}).get("on_error", "raise"))
+    """Load ``source`` (None: the loader's own default, e.g. a hub id) with ``loader`` (the registry's ``name``) and
+    ``params``, and run the checks every run makes (``checks``: a run config's own pre-run checks instead)."""
+    report = blank_report(str(source or (params or {}).get("source") or name), f"benchmark {name}",
+                          (params or {}).get("on_error", "raise"))  # fmt: skip
     try:
-        bench = loader(source, **dict(params or {}))
-        notes = check_benchmark(bench, needs_train=False)
-    except (PerbenchError, OSError, ValueError) as e:
+        bench = loader(**dict(params or {})) if source is None else loader(source, **dict(params or {}))
+        notes = checks(bench) if checks is not None else check_benchmark(bench, needs_train=False)
+    except (PerbenchError, OSError, ValueError, TypeError) as e:
         report["fatal"] = report["first_error"] = str(e)
         return report
     meta = bench.meta
@@ -31,9 +47,9 @@ def validate_named(
         **benchmark_counts(bench),
         notes=notes,
         warnings=data_warnings(bench, None),
-        split_policy=meta.get("split_policy"),
-        seen_policy=meta.get("seen_policy"),
-        user_policy=meta.get("users"),
+        split_policy=meta.get("split_policy") or "the benchmark's own",
+        seen_policy=meta.get("seen_policy") or "the benchmark's own",
+        user_policy=f"{meta['users']} -- {user_summary(bench)}" if meta.get("users") else user_summary(bench),
         references=len(bench.references),
         weighting=bench.weighting,
         pair_sets={n: len(ps) for n, ps in bench.pair_sets.items()},

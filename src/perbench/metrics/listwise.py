@@ -6,9 +6,10 @@ A benchmark with several rejected responses per prompt (RewardBench 2, RMGAP) is
 
 - **Best-of-k accuracy** (:func:`best_of_k_lists`): a list with one chosen response and k − 1 rejected ones is won
   when the chosen response scores strictly above all k − 1 others (RewardBench 2's four-way accuracy, RMGAP's BoN).
-  For a reward model the list's scores go through :func:`perbench.metrics.onpolicy.best_of_k_accuracy` with truth
-  1 for the chosen response and 0 for the rest (``half``: a chosen response tied with m others at the top wins
-  with probability 1/(m + 1)). RewardBench 2's Ties lists are left to its own rule. A pairwise judge has no score
+  For a reward model this is :func:`perbench.metrics.onpolicy.best_of_k_accuracy` with truth 1 for the chosen
+  response and 0 for the rest, k the list's size (``half``: a chosen response tied with m others at the top wins
+  with probability 1/(m + 1)), computed directly in time linear in the list (lists of thousands of responses).
+  RewardBench 2's Ties lists are left to its own rule. A pairwise judge has no score
   per response; its list is won when it prefers the chosen response in every pair (``half``: a tie of m pairs and
   no loss counts 1/(m + 1), the same rule).
 - **RewardBench 2 Ties** (:func:`ties_prompt_scores`): per prompt id, a ``ref`` list (one correct answer) and a
@@ -32,7 +33,6 @@ import numpy as np
 import numpy.typing as npt
 
 from perbench.data.records import PreferencePair, normalize_text
-from perbench.metrics.onpolicy import best_of_k_accuracy
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -62,6 +62,19 @@ def lists_of(pairs: Sequence[PreferencePair]) -> dict[str, list[int]]:
     return out
 
 
+def _top_of_list(top: float, others: FloatArray, tie: str) -> float:
+    """The chosen response (score ``top``) against every other of its list: 1 strictly above all; tied at the top
+    with m others 1/(m + 1) under ``half`` (RewardBench 2's 1/#max), 0 under ``strict``; else 0. This is
+    :func:`~perbench.metrics.onpolicy.best_of_k_accuracy` with k the list's size and one correct response, in
+    O(list size) however long the list."""
+    if tie not in ("strict", "half"):
+        raise ValueError(f"tie_policy must be 'strict' or 'half', got {tie!r}")
+    if (others > top).any():
+        return 0.0
+    tied = int((others == top).sum())
+    return 1.0 if tied == 0 else (1.0 / (tied + 1) if tie == "half" else 0.0)
+
+
 def _judge_list(outcome: FloatArray, tie: str) -> float:
     if (outcome == 0).any():
         return 0.0
@@ -87,14 +100,11 @@ def best_of_k_lists(
             out.append(ListValue(idx[0], _judge_list(np.asarray(judge_outcomes, np.float64)[idx], tie), len(idx) + 1))
             continue
         top = float(np.mean(np.asarray(s_chosen, np.float64)[idx]))
-        scores = np.array([[top, *np.asarray(s_rejected, np.float64)[idx]]])
-        truth = np.zeros_like(scores)
-        truth[0, 0] = 1.0
-        if np.isnan(scores).any():
+        others = np.asarray(s_rejected, np.float64)[idx]
+        if np.isnan(top) or np.isnan(others).any():
             out.append(ListValue(idx[0], 0.0, len(idx) + 1))  # an unscored response loses, as a NaN pair does
             continue
-        got = best_of_k_accuracy(scores, truth, k=scores.shape[1], tie_policy=tie)
-        out.append(ListValue(idx[0], float(got.value[0]), len(idx) + 1))
+        out.append(ListValue(idx[0], _top_of_list(top, others, tie), len(idx) + 1))
     return out
 
 

@@ -5,7 +5,13 @@ predictors of benchmark validity) and as a summary for results.json.
 Cell metrics: on the run's benchmark ``rm_bok_acc`` (one row per list), ``rm_ties`` (one row per Ties prompt id)
 and ``rm_consistency`` (one row per preference asked under several phrasings); on an ``upstream_benchmarks`` entry
 NAME the same with the suffixes ``rm_acc_on_NAME@bok``, ``@ties`` and ``@consistency`` (bootstrapped in NAME's
-stratum). A pair set without lists, Ties rows or paraphrases gets none of them: no row, nothing averaged in."""
+stratum). A pair set without lists, Ties rows or paraphrases gets none of them: no row, nothing averaged in.
+
+Published metrics under their published names, computed by their authors' rules whatever the run's tie policy:
+``rewardbench2`` (per subset best-of-4 with RewardBench 2's tie rule -- a tie at the top scores 1/#max -- the Ties
+composite, and their unweighted mean) and ``rmgap`` (Pair, BoN, Consistency per domain and their macro ``Avg``,
+:mod:`perbench.metrics.rmgap`). ``rewardbench2_ties`` is the Ties composite with its parts; ``ties`` in an
+``rm_accuracy`` entry stays the count of tied pairs."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import numpy as np
 
 from perbench.data.records import PreferencePair, prompt_key
 from perbench.metrics.listwise import best_of_k_lists, consistency_values, paraphrase_units, ties_prompt_scores
+from perbench.metrics.rmgap import rmgap_metrics
 from perbench.runner.cells import Cells
 
 BOK, TIES, CONSISTENCY = "rm_bok_acc", "rm_ties", "rm_consistency"
@@ -65,16 +72,29 @@ def listwise(
         }
     if any(p.meta.get("ties_kind") for p in pairs):
         if judge:
-            out["ties"] = {"na": "not applicable: a pairwise judge gives no score per response"}
+            out["rewardbench2_ties"] = {"na": "not applicable: a pairwise judge gives no score per response"}
         else:
             per, summary = ties_prompt_scores(pairs, scores["chosen"], scores["rejected"])
             for index, value in per.values():
                 p = pairs[index]
                 cells.add(method, names.ties, p.user_id, prompt_key(p.prompt), value)
-            out["ties"] = {**summary, "rule": "RewardBench 2 Ties composite", "metric": names.ties}
-    subsets = _by_subset(pairs, got, out.get("ties", {}).get("score"))
+            out["rewardbench2_ties"] = {**summary, "rule": "RewardBench 2 Ties composite", "metric": names.ties}
+    rb2_lists = (
+        got
+        if tie == "half"
+        else best_of_k_lists(
+            pairs, scores["chosen"], scores["rejected"], tie="half", judge_outcomes=outcome if judge else None
+        )
+    )
+    subsets = _by_subset(pairs, rb2_lists, out.get("rewardbench2_ties", {}).get("score"))
     if subsets:
-        out["by_subset"] = subsets
+        out["rewardbench2"] = subsets
+    if any(p.meta.get("response_order") is not None for p in pairs):
+        out["rmgap"] = (
+            {"na": "not applicable: a pairwise judge gives no score per response (RMGAP ranks the four responses)"}
+            if judge
+            else rmgap_metrics(pairs, scores["chosen"], scores["rejected"])
+        )
     units = paraphrase_units(pairs)
     if units:
         values = consistency_values(units, outcome)
@@ -92,12 +112,12 @@ def listwise(
 
 
 def _by_subset(pairs: Sequence[PreferencePair], lists: Sequence[Any], ties: float | None) -> dict[str, Any]:
-    """Per ``meta["subset"]`` (RewardBench 2's domains): best-of-k accuracy, the Ties score for Ties, and their
-    unweighted mean (RewardBench 2's headline reads it so: every domain counts alike)."""
+    """Per ``meta["subset"]`` (RewardBench 2's domains): best-of-4 accuracy under RewardBench 2's tie rule, the Ties
+    score for Ties, and their unweighted mean (RewardBench 2's headline reads it so: every domain counts alike)."""
     per: dict[str, list[float]] = {}
     for v in lists:
         subset = pairs[v.first].meta.get("subset")
-        if subset is not None:
+        if subset is not None and pairs[v.first].meta.get("response_order") is None:  # RMGAP's domains: its own
             per.setdefault(str(subset), []).append(v.value)
     if not per:
         return {}
@@ -105,6 +125,7 @@ def _by_subset(pairs: Sequence[PreferencePair], lists: Sequence[Any], ties: floa
     if ties is not None:
         out["Ties"] = ties
     out["mean_over_subsets"] = float(np.mean(list(out.values())))
+    out["rule"] = "RewardBench 2's: a list scores 1/#max when its chosen response ties for the top, else 0"
     return out
 
 

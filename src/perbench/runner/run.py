@@ -43,12 +43,29 @@ def run(config: RunConfig | str | Path | None = None, *, finish: Finish | None =
         cfg = RunConfig.from_yaml(config)
     if overrides:
         cfg = cfg.override(**overrides)
+    cfg = benchmark_tie_policy(cfg)
     check_config(cfg)  # here too: a seed's run is a copy that no longer knows the config's lines
     if cfg.seeds:
         from perbench.runner.seeds import run_seeds
 
         return run_seeds(cfg, lambda one: Runner(one, finish).run(), finish)
     return Runner(cfg, finish).run()
+
+
+def benchmark_tie_policy(cfg: RunConfig) -> RunConfig:
+    """The benchmark's own tie rule (its registry default ``tie_policy``, e.g. RewardBench 2's ``half``) when the
+    config does not set one."""
+    from dataclasses import fields
+
+    from perbench import registry
+
+    if "tie_policy" in cfg._origins or cfg.benchmark.name not in registry.benchmarks.names():
+        return cfg
+    rule = registry.benchmarks.entry(cfg.benchmark.name).defaults.get("tie_policy")
+    default = next(f.default for f in fields(RunConfig) if f.name == "tie_policy")
+    if rule is None or cfg.tie_policy != default or rule == cfg.tie_policy:
+        return cfg
+    return cfg.override(f"benchmark {cfg.benchmark.name}'s default", tie_policy=rule)
 
 
 class Runner:

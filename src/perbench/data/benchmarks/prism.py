@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perbench.data.benchmarks.common import chat_role
 from perbench.data.policies import assign_unseen
 from perbench.data.reading import read_rows
 from perbench.data.records import (
@@ -43,7 +44,6 @@ from perbench.data.rows import DataError, ErrorSink, OnError, Row, check_text, t
 from perbench.data.user_context import describe_user_context
 
 PROFILE_FIELDS: tuple[str, ...] = ("self_description", "system_string")
-MODEL_ROLES = ("model", "assistant")
 
 
 @dataclass
@@ -80,7 +80,7 @@ def parse_history(row: Row, path: str = "conversation_history") -> list[_Turn]:
             raise row.error(where, f"expected an utterance object, got {type_name(utt)}")
         if utt.get("role") is None:
             raise row.error(f"{where}.role", "missing")
-        role = check_text(row, f"{where}.role", utt["role"]).strip().lower()
+        role = chat_role(row, f"{where}.role", utt["role"])
         if utt.get("content") is None:
             raise row.error(f"{where}.content", "missing")
         content = check_text(row, f"{where}.content", utt["content"])
@@ -93,7 +93,7 @@ def parse_history(row: Row, path: str = "conversation_history") -> list[_Turn]:
                 raise row.error(f"{where}.turn", f"a second user utterance in turn {number}")
             turn = by_number[number] = _Turn(number, content)
             turns.append(turn)
-        elif role in MODEL_ROLES:
+        elif role == "assistant":
             if number_value is not None:
                 if number_value not in by_number:
                     raise row.error(
@@ -113,7 +113,7 @@ def parse_history(row: Row, path: str = "conversation_history") -> list[_Turn]:
                 _Response(content, chosen, utt.get("score"), utt.get("model_name"), utt.get("within_turn_id"))
             )
         else:
-            raise row.error(f"{where}.role", f"expected 'user' or 'model', got {role!r}")
+            raise row.error(f"{where}.role", f"expected a user or a model turn, got {utt['role']!r}")
     return sorted(turns, key=lambda t: t.number)
 
 

@@ -10,6 +10,12 @@ Outside Ties a row holds exactly one chosen response. Ties rows are ``ref:N`` (o
 (several) and every correct answer is paired with every incorrect one; they are scored by RewardBench 2's own
 composite (``meta["ties_kind"]``, ``meta["ties_prompt"]``). Every pair belongs to one user (``user``, default
 ``anyone``): the benchmark measures general quality, has no train pairs, and is evaluation-only.
+
+RewardBench 2's rules, applied: a subset is one of the six (any letter case, written in RewardBench 2's); a ``tied``
+row holds at least two correct answers; a Ties prompt id without both its ``ref`` and its ``tied`` row is counted
+(``meta["ties_incomplete"]``: the composite scores only ids with both). Lists share pairs on purpose (a ``ref``
+answer is also one of its ``tied`` answers), so pairs are not deduplicated across lists. Scored with RewardBench 2's
+tie rule by default (the registry's ``tie_policy: half``: a tie at the top scores 1/#max).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from perbench.data.user_context import describe_user_context
 
 RB2_HUB_ID = "allenai/reward-bench-2"
 RB2_SUBSETS: tuple[str, ...] = ("Factuality", "Precise IF", "Math", "Safety", "Focus", "Ties")
+_CANONICAL = {s.lower(): s for s in RB2_SUBSETS}
 _TIES_ID = re.compile(r"^(ref|tied):(\d+)$")
 
 
@@ -43,9 +50,10 @@ def load_rewardbench2(
 
     ``subsets``: keep only these (the others are counted as ``subset_not_selected``)."""
     if subsets is not None:
-        unknown = sorted(set(subsets) - set(RB2_SUBSETS))
+        unknown = sorted(s for s in subsets if str(s).strip().lower() not in _CANONICAL)
         if unknown:
             raise ValueError(f"unknown RewardBench 2 subset(s) {unknown}; use {list(RB2_SUBSETS)}")
+        subsets = [_CANONICAL[str(s).strip().lower()] for s in subsets]
     skipped = SkipReport()
     sink = ErrorSink(on_error, skipped)
     pairs: list[PreferencePair] = []
@@ -58,7 +66,10 @@ def load_rewardbench2(
             if row_id in first_at:
                 raise row.error("id", f"duplicate id {row_id!r} (first at {first_at[row_id]})")
             prompt = row.text("prompt")
-            subset = row.text("subset").strip()
+            raw_subset = row.text("subset").strip()
+            if raw_subset.lower() not in _CANONICAL:
+                raise row.error("subset", f"{raw_subset!r} is none of RewardBench 2's subsets {list(RB2_SUBSETS)}")
+            subset = _CANONICAL[raw_subset.lower()]
             chosen = text_list(row, "chosen")
             rejected = text_list(row, "rejected")
             num_correct = int_field(row, "num_correct", minimum=1)
@@ -69,6 +80,10 @@ def load_rewardbench2(
                 raise row.error("id", f"a Ties row's id must be 'ref:N' or 'tied:N', got {row_id!r}")
             if ties is None and len(chosen) != 1:
                 raise row.error("chosen", f"outside Ties a row holds one chosen response, got {len(chosen)}")
+            if ties is not None and ties.group(1) == "ref" and len(chosen) != 1:
+                raise row.error("chosen", f"a Ties 'ref' row holds one correct answer, got {len(chosen)}")
+            if ties is not None and ties.group(1) == "tied" and len(chosen) < 2:
+                raise row.error("chosen", f"a Ties 'tied' row holds several correct answers, got {len(chosen)}")
         except DataError as e:
             sink(e)
             continue
@@ -84,6 +99,11 @@ def load_rewardbench2(
                 pid = f"rb2:{row_id}:{i}:{j}" if ties is not None else f"rb2:{row_id}:{j}"
                 pairs.append(PreferencePair(pid, user, prompt, c, r, "test", dict(base)))
     users = {user: User(user, seen=False, meta={"general": True})}
+    kinds: dict[int, set[str]] = {}
+    for p in pairs:
+        if p.meta.get("ties_kind"):
+            kinds.setdefault(int(p.meta["ties_prompt"]), set()).add(str(p.meta["ties_kind"]))
+    incomplete = sorted(pid for pid, got in kinds.items() if got != {"ref", "tied"})
     meta = {
         "source": str(source),
         "split": split,
@@ -95,6 +115,11 @@ def load_rewardbench2(
         "evaluation_only": True,
         "split_policy": "every pair test",
         "listwise": "one list per row (meta list_id); Ties rows scored by RewardBench 2's composite",
+        "ties_incomplete": {
+            "prompts": len(incomplete),
+            "ids": incomplete[:20],
+            "note": "Ties prompt ids without both a ref and a tied row: left out of the composite",
+        },
         "user_context": describe_user_context("pairs_only", {user: User(user)}, included=[], note="no user context"),
     }
-    return finish(name or "rewardbench2", pairs, users, skipped, meta)
+    return finish(name or "rewardbench2", pairs, users, skipped, meta, dedup=False)

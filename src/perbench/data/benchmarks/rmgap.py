@@ -1,16 +1,23 @@
-"""RMGAP (2026): instances with four stylistically distinct responses, in prompt groups of paraphrases.
+"""RMGAP (2026): instances with four stylistically distinct responses, each judged under four prompt groups of three
+paraphrased prompts, as the release ``data/test.jsonl`` writes them.
 
-The release describes 1,097 instances, each with four responses in distinct styles, and prompt groups of three
-paraphrases of one request; its metrics are Pair (pairwise accuracy), BoN (the preferred response above all three
-others) and Consistency across paraphrases. Row fields read (our reading of that description; a file that names
-them otherwise loads with ``mapping=``, e.g. ``{"group_id": "group"}``): ``id``, ``group_id`` (the paraphrase
-group), ``prompt``, ``responses`` (a list of strings or of ``{style, text}`` objects, at least two), ``chosen``
-(the preferred response: its index or its style name) and optionally ``user`` (whose preference it is; default
-one user ``anyone``) and ``split``.
+A row (the repository's "Dataset Format" and its schema test): ``id``, ``domain`` (``Chat``, ``Writing``,
+``Reasoning`` or ``Safety``), ``source``, ``responses`` (four ``{key, text}`` objects with distinct keys),
+``prompt_groups`` (four ``{group, winner, prompts}`` objects: ``winner`` is a response key, ``prompts`` three
+``{text}`` objects -- the base prompt and two rewrites) and ``style_assignments`` (the responses' styles; read by
+nothing, like ``source`` and ``models``). The loader applies the release's own rules: four responses, four groups,
+three prompts each, a canonical domain, a winner among the keys, no empty text. A file in another layout (e.g. flat
+rows with ``group_id`` / ``chosen``) is a located error naming this one.
 
-Pairs: the chosen response against each other one, sharing ``meta["list_id"]`` (the row id: best-of-k) and
-``meta["paraphrase_of"]`` (the group: paraphrase consistency). The styles are the answer key of nothing: they are
-kept in ``pair.meta`` (``chosen_style``, ``rejected_style``) for reports only.
+Pairs: per prompt, the group's winner against each other response (responses in key order, as RMGAP scores them);
+the three pairs of a prompt form a list (``meta["list_id"]``: best-of-4), the three prompts of a group are
+paraphrases (``meta["paraphrase_of"]``); ``meta["subset"]`` is the domain and ``meta["response_order"]`` the
+chosen and rejected responses' places in key order, from which :mod:`perbench.metrics.rmgap` computes RMGAP's
+Pair, BoN and Consistency as the authors do (the instance, group and keys are kept too, for reports; they do
+not reach methods). The
+preference is stated in the prompt, so every pair belongs to one user (``user``, default ``anyone``); the
+personalization-only subset matches a pair (a ≻ b) under one prompt group with a pair (b ≻ a) of the same instance
+under another group: a prompt-agnostic scorer gets exactly ½ on it.
 """
 
 from __future__ import annotations
@@ -20,67 +27,83 @@ from pathlib import Path
 from typing import Any
 
 from perbench.data.benchmarks.common import finish, rows_of
-from perbench.data.records import Benchmark, PreferencePair, SkipReport, Split, User
-from perbench.data.rows import DataError, ErrorSink, OnError, Row, check_text, parse_split, type_name
+from perbench.data.records import Benchmark, PreferencePair, SkipReport, User, mirrored_ids
+from perbench.data.rows import DataError, ErrorSink, OnError, Row, check_ident, check_text, type_name
 from perbench.data.user_context import describe_user_context
 
-RMGAP_FIELDS = ("id", "group_id", "prompt", "responses", "chosen", "user", "split")
+RMGAP_DOMAINS = ("Chat", "Writing", "Reasoning", "Safety")
+RESPONSES, GROUPS, PROMPTS = 4, 4, 3
+LAYOUT = (
+    "RMGAP's data/test.jsonl layout: {id, domain, responses: [{key, text}] x4, "
+    "prompt_groups: [{group, winner: <a response key>, prompts: [{text}] x3}] x4}"
+)
 
 
-def _responses(row: Row, path: str) -> list[tuple[str, str]]:
-    """-> [(style, text)]; a plain string's style is its position."""
+def _objects(row: Row, path: str, n: int) -> list[Mapping[str, Any]]:
     values = row.seq(path)
-    if len(values) < 2:
-        raise row.error(path, f"expected at least two responses, got {len(values)}")
-    out = []
+    if len(values) != n:
+        raise row.error(path, f"expected {n} entries (the release's rule), got {len(values)}")
     for i, v in enumerate(values):
-        if isinstance(v, str):
-            out.append((str(i), check_text(row, f"{path}.{i}", v, allow_empty=True)))
-        elif isinstance(v, Mapping):
-            if v.get("text") is None:
-                raise row.error(f"{path}.{i}.text", "missing")
-            style = v.get("style", i)
-            out.append((str(style), check_text(row, f"{path}.{i}.text", v["text"], allow_empty=True)))
-        else:
-            raise row.error(f"{path}.{i}", f"expected a string or a {{style, text}} object, got {type_name(v)}")
-    styles = [s for s, _ in out]
-    if len(set(styles)) != len(styles):
-        raise row.error(path, f"two responses share a style: {styles}")
-    return out
+        if not isinstance(v, Mapping):
+            raise row.error(f"{path}.{i}", f"expected an object, got {type_name(v)}")
+    return list(values)
 
 
-def _chosen_index(row: Row, field: str, responses: list[tuple[str, str]]) -> int:
-    value = row.require(field)
-    if isinstance(value, bool):
-        raise row.error(field, f"expected an index or a style name, got {type_name(value)}")
-    if isinstance(value, int):
-        if not 0 <= value < len(responses):
-            raise row.error(field, f"index {value} out of range for {len(responses)} responses")
-        return value
-    if isinstance(value, str):
-        styles = [s for s, _ in responses]
-        if value in styles:
-            return styles.index(value)
-        raise row.error(field, f"no response has style {value!r} (styles: {styles})")
-    raise row.error(field, f"expected an index or a style name, got {type_name(value)}")
+def _field(row: Row, path: str, obj: Mapping[str, Any], key: str) -> Any:
+    if obj.get(key) is None:
+        raise row.error(f"{path}.{key}", "missing")
+    return obj[key]
+
+
+def parse_rmgap_row(row: Row) -> tuple[str, str, dict[str, str], list[tuple[str, str, list[str]]]]:
+    """-> (id, domain, {key: text}, [(group, winner key, [3 prompt texts])]); located errors on every rule."""
+    if not row.has("prompt_groups"):
+        flat = [f for f in ("group_id", "chosen", "prompt") if row.has(f)]
+        why = f" (this row is flat: it has {', '.join(flat)})" if flat else ""
+        raise row.error("prompt_groups", f"missing{why}; expected {LAYOUT}")
+    rid = row.ident("id")
+    domain = row.text("domain").strip()
+    if domain not in RMGAP_DOMAINS:
+        raise row.error("domain", f"{domain!r} is not one of RMGAP's domains {list(RMGAP_DOMAINS)}")
+    texts: dict[str, str] = {}
+    for i, r in enumerate(_objects(row, "responses", RESPONSES)):
+        key = check_ident(row, f"responses.{i}.key", _field(row, f"responses.{i}", r, "key"))
+        if key in texts:
+            raise row.error(f"responses.{i}.key", f"duplicate response key {key!r}")
+        texts[key] = check_text(row, f"responses.{i}.text", _field(row, f"responses.{i}", r, "text"))
+    groups: list[tuple[str, str, list[str]]] = []
+    for g, group in enumerate(_objects(row, "prompt_groups", GROUPS)):
+        where = f"prompt_groups.{g}"
+        winner = check_ident(row, f"{where}.winner", _field(row, where, group, "winner"))
+        if winner not in texts:
+            raise row.error(f"{where}.winner", f"{winner!r} is none of the response keys {sorted(texts)}")
+        prompts = [
+            check_text(row, f"{where}.prompts.{k}.text", _field(row, f"{where}.prompts.{k}", p, "text"))
+            for k, p in enumerate(_objects(row, f"{where}.prompts", PROMPTS))
+        ]
+        name = str(group["group"]) if group.get("group") is not None else str(g)
+        if name in {n for n, _, _ in groups}:
+            raise row.error(f"{where}.group", f"duplicate group {name!r}")
+        groups.append((name, winner, prompts))
+    return rid, domain, texts, groups
+
+
+def rmgap_mirror_key(pair: PreferencePair) -> tuple[str, str]:
+    """RMGAP's preferences live in the prompt groups: a mirror is the same instance under another group."""
+    return str(pair.meta["rmgap_instance"]), str(pair.meta["rmgap_group"])
 
 
 def load_rmgap(
     source: str | Path,
     *,
-    mapping: Mapping[str, str] | None = None,
     split: str | None = None,
+    user: str = "anyone",
     fmt: str | None = None,
     name: str | None = None,
     on_error: OnError = "raise",
 ) -> Benchmark:
-    """Load RMGAP rows from a JSONL/JSON/Parquet file, a ``save_to_disk`` folder or the hub. ``mapping``: our field
-    name -> the file's (see the module docstring)."""
-    names = {f: f for f in RMGAP_FIELDS}
-    for ours, theirs in (mapping or {}).items():
-        if ours not in names:
-            raise ValueError(f"mapping: unknown RMGAP field {ours!r}; known: {list(RMGAP_FIELDS)}")
-        names[ours] = theirs
+    """Load RMGAP's release (``data/test.jsonl``, a Parquet/JSON export, a ``save_to_disk`` folder or a hub id) in its
+    published nested layout (the module docstring)."""
     skipped = SkipReport()
     sink = ErrorSink(on_error, skipped)
     pairs: list[PreferencePair] = []
@@ -89,45 +112,44 @@ def load_rmgap(
     for row in rows_of(source, fmt=fmt, split=split):
         rows_read += 1
         try:
-            row_id = row.ident(names["id"])
-            if row_id in first_at:
-                raise row.error(names["id"], f"duplicate id {row_id!r} (first at {first_at[row_id]})")
-            group = row.ident(names["group_id"])
-            prompt = row.text(names["prompt"])
-            responses = _responses(row, names["responses"])
-            best = _chosen_index(row, names["chosen"], responses)
-            user = row.ident(names["user"]) if row.has(names["user"]) else "anyone"
-            pair_split: Split = (
-                parse_split(row, names["split"], row.get(names["split"])) if row.has(names["split"]) else "test"
-            )
+            rid, domain, texts, groups = parse_rmgap_row(row)
+            if rid in first_at:
+                raise row.error("id", f"duplicate id {rid!r} (first at {first_at[rid]})")
         except DataError as e:
-            sink(e)
+            sink(e, n=GROUPS * PROMPTS * (RESPONSES - 1))
             continue
-        first_at[row_id] = row.where
-        style_w, chosen = responses[best]
-        for j, (style_l, rejected) in enumerate(responses):
-            if j == best:
-                continue
-            meta: dict[str, Any] = {
-                "source": row.where,
-                "list_id": row_id,
-                "paraphrase_of": f"group:{group}",
-                "chosen_style": style_w,
-                "rejected_style": style_l,
-            }
-            pairs.append(PreferencePair(f"rmgap:{row_id}:{j}", user, prompt, chosen, rejected, pair_split, meta))
-    ids = sorted({p.user_id for p in pairs})
-    has_train = any(p.split == "train" for p in pairs)
-    users = {u: User(u, seen=has_train) for u in ids}
+        first_at[rid] = row.where
+        keys = sorted(texts)
+        for group, winner, prompts in groups:
+            for k, prompt in enumerate(prompts):
+                for loser in keys:
+                    if loser == winner:
+                        continue
+                    meta: dict[str, Any] = {
+                        "source": row.where,
+                        "subset": domain,
+                        "response_order": [keys.index(winner), keys.index(loser)],
+                        "domain": domain,
+                        "list_id": f"{rid}:{group}:{k}",
+                        "paraphrase_of": f"{rid}:{group}",
+                        "rmgap_instance": rid,
+                        "rmgap_group": group,
+                        "chosen_key": winner,
+                        "rejected_key": loser,
+                    }
+                    pid = f"rmgap:{rid}:{group}:{k}:{loser}"
+                    pairs.append(PreferencePair(pid, user, prompt, texts[winner], texts[loser], "test", meta))
+    users = {user: User(user, seen=False, meta={"general": True})}
     meta = {
         "source": str(source),
+        "layout": LAYOUT,
         "rows_read": rows_read,
         "rows_with_errors": sink.count,
-        "fields": names,
-        "split_policy": "the row's split field, else test",
-        "seen_policy": "seen when the file has train rows, else evaluation-only (unseen, no shots)",
-        "evaluation_only": not has_train,
-        "listwise": "one list per row (meta list_id), paraphrase groups (meta paraphrase_of)",
-        "user_context": describe_user_context("pairs_only", users, included=["the user's own train pairs"]),
+        "users": f"one user ({user!r}): the preference is stated in each prompt group",
+        "split_policy": "every pair test (RMGAP releases one test set)",
+        "seen_policy": "evaluation-only: the one user is unseen, no few-shot pairs",
+        "evaluation_only": True,
+        "listwise": "one list per prompt (meta list_id), three paraphrases per prompt group (meta paraphrase_of)",
+        "user_context": describe_user_context("pairs_only", {user: User(user)}, included=[], note="no user context"),
     }
-    return finish(name or "rmgap", pairs, users, skipped, meta)
+    return finish(name or "rmgap", pairs, users, skipped, meta, mirrors=lambda ps: mirrored_ids(ps, rmgap_mirror_key))

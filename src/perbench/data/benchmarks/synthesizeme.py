@@ -8,6 +8,12 @@ with the response) and ``split`` (``train`` / ``val`` / ``test``, per row). The 
 ``prediction_*``, ``reasoning_*``, ``agreement``, ``chosen_score`` ...) are read by nothing: some of them are other
 models' verdicts on the same pair.
 
+Roles: PersonalRewardBench writes the assistant's turns as ``role: "model"``; every role is mapped to the chat role
+it means (:func:`~perbench.data.benchmarks.common.chat_role`: ``model`` -> ``assistant``), an unknown one is a
+located error, so a chat template never drops or invents a turn. A ``chosen`` / ``rejected`` written as a
+conversation must continue the row's ``context`` (else it answers another question: a located error), and a response
+is the assistant's turn.
+
 Split mapping: a user's ``train`` rows are their train pairs (fit for a seen user, few-shot shots for an unseen
 one), ``test`` rows evaluate, and ``val`` rows (SynthesizeMe's selection set) are not used unless ``val="train"``
 (otherwise counted ``val_row_not_used``). Every user is seen unless ``unseen_fraction`` holds out a seeded share.
@@ -20,10 +26,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from perbench.data.benchmarks.common import finish, response_text, row_ref, rows_of
+from perbench.data.benchmarks.common import chat_messages, finish, response_text, row_ref, rows_of
 from perbench.data.policies import assign_unseen
-from perbench.data.records import Benchmark, PreferencePair, SkipReport, Split, User
-from perbench.data.rows import DataError, ErrorSink, OnError, parse_messages
+from perbench.data.records import Benchmark, Message, PreferencePair, SkipReport, Split, User
+from perbench.data.rows import DataError, ErrorSink, OnError, Row
 from perbench.data.user_context import describe_user_context
 
 SYNTHESIZEME_HUB_IDS = {
@@ -31,6 +37,16 @@ SYNTHESIZEME_HUB_IDS = {
     "chatbot_arena": "MichaelR207/chatbot_arena_personalized_0125",
 }
 _SPLITS: dict[str, Split | None] = {"train": "train", "val": None, "validation": None, "test": "test"}
+
+
+def _response(row: Row, field: str, context: tuple[Message, ...]) -> str:
+    """The response of ``field``; written as a conversation, it must continue ``context``."""
+    value = row.require(field)
+    if isinstance(value, list | tuple) and len(value) > 1:
+        before = chat_messages(row, field, value, allow_empty_last=True)[:-1]
+        if before != context[: len(before)] or len(before) != len(context):
+            raise row.error(field, "the conversation before this response is not the row's context")
+    return response_text(row, field, value)
 
 
 def load_synthesizeme(
@@ -59,13 +75,13 @@ def load_synthesizeme(
         rows_read += 1
         try:
             user = row.ident("user_id")
-            context = parse_messages(row, "context", row.require("context"))
+            context = chat_messages(row, "context", row.require("context"))
             if context[-1].role != "user":
                 raise row.error(
                     f"context.{len(context) - 1}.role", f"the last turn must be 'user', got {context[-1].role!r}"
                 )
-            chosen = response_text(row, "chosen", row.require("chosen"))
-            rejected = response_text(row, "rejected", row.require("rejected"))
+            chosen = _response(row, "chosen", context)
+            rejected = _response(row, "rejected", context)
             raw_split = row.text("split").strip().lower()
             if raw_split not in _SPLITS:
                 raise row.error("split", f"unknown split {raw_split!r}; expected train, val or test")
