@@ -26,12 +26,14 @@ from perbench.errors import ConfigError
 def check_config(cfg: RunConfig) -> None:
     """The rules of the rooms for ``cfg`` (see the module docstring); the config checked itself when it was made."""
     from perbench.models.checks import check_model_names
+    from perbench.rewards.isolated import check_isolated
     from perbench.runner.adaptive import check_adaptive
     from perbench.systems import check_system_names, check_systems
 
     check_model_names(cfg)
     check_system_names(cfg, check_systems(cfg))
     check_adaptive(cfg)
+    check_isolated(cfg)
 
 
 def check_setup(cfg: RunConfig) -> None:
