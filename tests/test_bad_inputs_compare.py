@@ -69,11 +69,8 @@ def test_a_stated_margin_decides_both_orders_alike(runs: dict[str, Path], tmp_pa
         analysis = json.loads((out / "analysis.json").read_text())["analysis"]
         margins.append({k: v.get("margin") for k, v in analysis["ranking"].items()})
     assert margins[0] == margins[1] and margins[0] and set(margins[0].values()) == {0.05}, margins
-    assert "--equivalence-margin -1.0: a margin is a finite number >= 0" in one_line_error(
-        cli(
-            "compare", str(runs["plain"]), str(runs["wide"]), "--out", str(tmp_path / "c"), "--equivalence-margin", "-1"
-        )  # fmt: skip
-    )
+    bad = ["compare", str(runs["plain"]), str(runs["wide"]), "--out", str(tmp_path / "c"), "--equivalence-margin"]
+    assert "--equivalence-margin -1.0: a margin is a finite number >= 0" in one_line_error(cli(*bad, "-1"))
 
 
 def test_mixed_tie_rules_are_refused(runs: dict[str, Path], tmp_path: Path, cli: Any) -> None:
