@@ -3,6 +3,7 @@ record in results.json, and a run directory whose cells lost their digest and ha
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,36 @@ def test_compare_on_cells_that_lost_their_digest_and_half_their_rows(finished: P
                  ["plan", str(finished)]):  # fmt: skip
         err = one_line_error(cli(*argv))
         assert err.startswith(f"{finished}/cells.jsonl: results.json (of the current schema) has no record"), err
+
+
+def test_sigterm_to_a_supervised_run_ends_its_child_too(tmp_path: Path) -> None:
+    """``perbench run --executor ray`` runs in a child its first process watches (``cluster.supervise``): a SIGTERM to
+    the watcher reaches the child, and the watcher exits as the signal's (128 + 15)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg = _config(tmp_path, {"name": "file", "source": str(_data(tmp_path))})
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    code = "import sys; from perbench.runner.cluster import supervise; sys.exit(supervise(sys.argv[1:]))"
+    parent = subprocess.Popen([sys.executable, "-c", code, "run", str(cfg)], env=env, stderr=subprocess.DEVNULL)
+    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+    child = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not child and time.monotonic() < deadline and parent.poll() is None:
+            child = int((children.read_text().split() or ["0"])[0])
+            time.sleep(0.02)
+        assert child, "the watcher started no child"
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=60) == 128 + signal.SIGTERM
+        with pytest.raises(ProcessLookupError):  # ended, and reaped by its watcher
+            os.kill(child, 0)
+    finally:
+        parent.kill()
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
