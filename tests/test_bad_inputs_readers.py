@@ -248,7 +248,7 @@ def test_an_altered_unit_value_is_set_aside_and_recomputed(
         db.close()
     assert altered > 0
     again = cli("run", str(cfg))
-    assert again.rc == 0 and "is not the one stored (its checksum does not match its bytes" in again.err, again
+    assert again.rc == 0 and "is not the one stored (its checksum does not match its key and bytes" in again.err, again
     assert "set it aside (recomputed)" in again.err
     assert _results(area)["upstream"] == first  # recomputed, not reused
     db = sqlite3.connect(area["runs"] / "r" / "units.sqlite")

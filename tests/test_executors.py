@@ -379,6 +379,42 @@ def test_a_task_is_handed_its_closures_keys_after_they_finished_and_every_attemp
     assert work.executed == labels and work.s.stores.units.store.get_json("s") == 2
 
 
+def test_a_unit_another_run_finished_after_the_plan_is_not_submitted_once_its_lease_is_claimed(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two runs share a cache: the other finishes ``fit:m`` and releases its lease after this run planned it as
+    missing. Claiming the free lease, the driver looks again and reuses the unit instead of computing it twice."""
+    from perbench.cache import encode_json
+    from perbench.runner.executors import RayExecutor
+    from perbench.runner.plan import Plan, Unit
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Stores, UnitResult
+    from perbench.runner.work import Work
+
+    monkeypatch.setenv("PERBENCH_QUIET", "1")
+    cfg = tiny_config(tiny_pool, tmp_path)
+    work = Work(RunState(cfg, None, load_benchmark(cfg), Stores.in_memory()), [])
+    units = [Unit("features", "train", "ka"), Unit("fit", "m", "kb", ("ka",)), Unit("upstream", "m", "kc", ("kb",))]
+    results = {
+        "features:train": UnitResult("ka", {"features": {"phi": b"1"}}),
+        "upstream:m": UnitResult("kc", {"units": {"s": encode_json(2)}}),
+    }
+    claim = work.leases.claim
+
+    def finished_meanwhile(key: str) -> bool:
+        if key == "kb":  # the other run stored it, and released the lease, just before this claim
+            work.s.stores.absorb(units[1], UnitResult("kb", {"units": {"w": encode_json(1)}}))
+        return claim(key)
+
+    monkeypatch.setattr(work.leases, "claim", finished_meanwhile)
+    fake = FakeRay(results)
+    RayExecutor()._run(fake, Plan(units), work)
+    assert ("submit", "fit:m") not in fake.events and work.executed == ["features:train", "upstream:m"]
+    assert work.skipped == ["fit:m"] and fake.handed["upstream:m"][0]["kb"] == {"units": ["w"]}
+
+
 def test_the_object_store_line_asks_twice_the_largest_result_plus_the_benchmark() -> None:
     from perbench.runner.footprint import describe
 

@@ -428,7 +428,7 @@ def test_an_altered_or_unsealed_value_is_set_aside(tmp_path: Path, capfd: pytest
     assert calls.n == 4
     err = capfd.readouterr().err
     assert f"{path}: the value under key altered is not the one stored (its checksum does not match" in err
-    assert "1 value(s) carry no checksum (written by an older version)" in err and "key old" in err
+    assert "1 value(s) written by an older version carry no checksum of their key" in err and "key old" in err
     assert sorted(units.store.set_aside) == ["altered", "old"]
     kept = sqlite3.connect(path).execute("SELECT key, value FROM set_aside ORDER BY key").fetchall()
     assert [k for k, _ in kept] == ["altered", "old"] and kept[1][1] == b'{"answer": 40}'

@@ -8,8 +8,11 @@ Everything in a store can be recomputed, so damage is repaired rather than repor
 - a file that is not a SQLite database, or is truncated or corrupt, is moved aside to
   ``<name>.corrupt-<timestamp>`` (with a one-line warning naming it) and an empty store takes its place;
 - a value that cannot be decoded is deleted (with a warning naming the file and the key) and reads as missing;
-- every value carries a checksum (:mod:`perbench.sealed`), checked on read: one that fails it (or has none) is
-  moved to the ``set_aside`` table with a warning and reads as missing (recomputed).
+- every value carries a checksum over its key and its bytes (:func:`bind`; the digest of :mod:`perbench.sealed`),
+  checked on read: one that fails it is moved to the ``set_aside`` table with a warning and reads as missing
+  (recomputed). Binding the key catches two values swapped between keys (each intact) as well as altered bytes.
+  Values of older versions (no checksum, or one over the bytes alone) cannot be told from another key's value, so
+  they are set aside and recomputed too (one warning per store), never migrated.
 
 Errors the user must fix (disk full, read-only or unwritable folder, a store locked for too long) are raised as
 :class:`~perbench.errors.StoreError` naming the file, the cause and the fix.
@@ -24,6 +27,7 @@ written, so a caller can tell which entries a piece of work touched.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -39,7 +43,7 @@ import numpy as np
 
 from perbench.errors import StoreError
 from perbench.io import _default, os_error_message, refuse_links, warn
-from perbench.sealed import UNSEALED, seal, unseal
+from perbench.sealed import DIGEST_SIZE, MAGIC, UNSEALED, Unsealed
 from perbench.sqlite_file import header_problem, is_corrupt, retry_busy, store_error
 
 T = TypeVar("T")
@@ -47,6 +51,42 @@ T = TypeVar("T")
 _CHUNK = 500  # keys per IN (...) query, under SQLite's default variable limit
 #: the path of a store kept in memory (SQLite's own name for it)
 MEMORY = ":memory:"
+
+
+#: the first bytes of a value bound to its key: the format after :data:`perbench.sealed.MAGIC` (the checksum of
+#: the bytes alone), whose values are read as :data:`UNBOUND`
+BOUND = MAGIC[:-1] + b"\x02"
+_HEAD = len(BOUND) + DIGEST_SIZE
+#: the problem of a value whose checksum covers its bytes but not its key (written by an older version)
+UNBOUND = "its checksum does not cover its key (written by an older version), so it cannot be checked"
+#: values of older versions: set aside with one warning per store
+_OLD = (UNSEALED, UNBOUND)
+
+
+def _key_digest(key: str, payload: bytes) -> bytes:
+    k = key.encode("utf-8", "surrogatepass")
+    h = hashlib.blake2b(len(k).to_bytes(8, "big") + k, digest_size=DIGEST_SIZE)
+    h.update(payload)
+    return h.digest()
+
+
+def bind(key: str, payload: bytes) -> bytes:
+    """``payload`` as a store keeps it under ``key``: a checksum of the key and the bytes in front."""
+    return BOUND + _key_digest(key, payload) + payload
+
+
+def unbind(key: str, raw: bytes) -> Unsealed:
+    """The payload of the value stored under ``key`` after checking that its checksum covers this key and these
+    bytes; else why it cannot be trusted."""
+    if raw.startswith(BOUND) and len(raw) >= _HEAD:
+        payload = raw[_HEAD:]
+        if _key_digest(key, payload) == raw[len(BOUND) : _HEAD]:
+            return Unsealed(payload)
+        return Unsealed(
+            None,
+            "its checksum does not match its key and bytes: the value was altered or damaged, or is another key's",
+        )
+    return Unsealed(None, UNBOUND if raw.startswith(MAGIC) else UNSEALED)
 
 
 class CorruptValueError(ValueError):
@@ -197,7 +237,7 @@ class Store:
         bad: dict[str, tuple[bytes, str]] = {}
         stored: dict[str, bytes] = self._do("read", read, dict)
         for k, raw in stored.items():
-            got = unseal(raw)
+            got = unbind(k, raw)
             if got.payload is None:
                 bad[k] = (raw, str(got.problem))
             else:
@@ -218,13 +258,14 @@ class Store:
         self._write(write)
         self.set_aside += list(bad)
         for k, (_, why) in bad.items():
-            if why != UNSEALED:
+            if why not in _OLD:
                 warn(f"{self.path}: the value under key {k} is not the one stored ({why}); set it aside (recomputed)")
-        old = [k for k, (_, why) in bad.items() if why == UNSEALED]
+        old = [k for k, (_, why) in bad.items() if why in _OLD]
         if old and not self.unsealed_seen:  # once per store: a whole cache of an older version is set aside
             warn(
-                f"{self.path}: {len(old)} value(s) carry no checksum (written by an older version) and cannot be "
-                f"checked; set them aside (recomputed), e.g. key {old[0]}; later ones are set aside without a warning"
+                f"{self.path}: {len(old)} value(s) written by an older version carry no checksum of their key and "
+                f"cannot be checked; set them aside (recomputed), e.g. key {old[0]}; later ones are set aside "
+                "without a warning"
             )
         self.unsealed_seen = self.unsealed_seen or bool(old)
 
@@ -248,7 +289,7 @@ class Store:
 
     def put_many_bytes(self, items: Mapping[str, bytes], *, counts: Mapping[str, int] | None = None) -> None:
         """Store ``items`` and add ``counts`` to the tally, in one transaction."""
-        rows = [(k, seal(v)) for k, v in items.items()]
+        rows = [(k, bind(k, v)) for k, v in items.items()]
 
         def write(db: sqlite3.Connection) -> None:
             db.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", rows)

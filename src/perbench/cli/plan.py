@@ -63,27 +63,44 @@ def command(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError(f"plan: {e}") from None
     print(_plan_text(got, run_dir))
-    store = _object_store_text(results)
+    store = _object_store_text(results, run_dir / "results.json")
     if store:
         print(store)
     return 0
 
 
-def _object_store_text(results: dict[str, Any]) -> str:
+def _object_store_text(results: dict[str, Any], path: Path) -> str:
     """A Ray run's object store: what its plan estimated before it ran, and what its units' results measured
-    (results grow with the texts: a larger run of the same grid needs proportionally more)."""
-    est = (results.get("plan") or {}).get("object_store")
-    if not isinstance(est, dict):
+    (results grow with the texts: a larger run of the same grid needs proportionally more). A record without
+    its fields (hand-edited, or partial) is named in a note on stderr, and its line left out."""
+    est = (results.get("plan") or {}).get("object_store") if isinstance(results.get("plan"), dict) else None
+    if est is None:
+        return ""
+    fields = {"largest_mb": (int, float), "per_node_mb": (int, float), "largest": (str,)}
+    bad = [f for f, kinds in fields.items() if not isinstance(est, dict) or not _is(est.get(f), kinds)]
+    if bad:
+        print(
+            f"note: {path}: plan.object_store: no valid {', '.join(bad)} (a partial or edited record): "
+            "its estimate is not shown",
+            file=sys.stderr,
+        )
         return ""
     line = (
         f"  object store (Ray): estimated {est['largest_mb']:g} MB for the largest unit result ({est['largest']}), "
         f"{est['per_node_mb']:g} MB per node"
     )
-    made = ((results.get("work") or {}).get("remote") or {}).get("result_mb") or {}
+    work = results.get("work")
+    remote = work.get("remote") if isinstance(work, dict) else None
+    got = remote.get("result_mb") if isinstance(remote, dict) else None
+    made = {str(k): v for k, v in got.items() if _is(v, (int, float))} if isinstance(got, dict) else {}
     if made:
         big = max(made, key=made.__getitem__)
         line += f"; measured {made[big]:g} MB ({big}), {sum(made.values()):.3g} MB in all"
     return line
+
+
+def _is(value: Any, kinds: tuple[type, ...]) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def _plan_text(got: dict[str, Any], run_dir: Path) -> str:

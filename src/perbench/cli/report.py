@@ -23,5 +23,7 @@ def command(args: argparse.Namespace) -> int:
     for d in args.run_dirs:
         print(render_run_dir(d))
     if len(args.run_dirs) > 1:
-        return write_comparison(args.run_dirs, args.out, args.metric, args.n_boot, args.seed)
+        return write_comparison(
+            args.run_dirs, args.out, args.metric, args.n_boot, args.seed, margin=args.equivalence_margin
+        )
     return 0

@@ -144,6 +144,7 @@ def _accuracy_text(entry: dict[str, Any]) -> str:
 def _print_summary(results: dict[str, Any]) -> None:
     """The run's headline numbers on stdout. It runs after results.json is written, so it reads every field as
     optional: a method that is not applicable (no train pairs, an evaluation-only benchmark) shows its reason."""
+    from perbench.metrics.rm_accuracy import invalid_pairs
     from perbench.report.extract import _d, rl_summary
     from perbench.report.fmt import ci_text, num
     from perbench.runner.results import print_headroom, print_validity
@@ -156,6 +157,7 @@ def _print_summary(results: dict[str, Any]) -> None:
             units = _d(_d(bench.get("skipped")).get("units"))
             reasons = ", ".join(f"{r}: {n} {units.get(r, 'pair')}(s)" for r, n in counts.items())
             print(f"Skipped while loading {name}: {reasons}")
+    invalid = invalid_pairs(_d(results.get("upstream")))
     print("\nRM accuracy (seen / unseen):")
     for label, r in _d(results.get("upstream")).items():
         r = _d(r)
@@ -163,7 +165,9 @@ def _print_summary(results: dict[str, Any]) -> None:
             print(f"  {label:<28} not applicable: {r.get('not_applicable') or 'no accuracy computed'}")
             continue
         acc = _d(r.get("rm_accuracy"))
-        print(f"  {label:<28} {' / '.join(_accuracy_text(_d(acc.get(g))) for g in ('seen', 'unseen'))}")
+        bad = invalid.get(label)
+        flag = f"  ({bad} pairs with an invalid (NaN) score: counted wrong, never a candidate)" if bad else ""
+        print(f"  {label:<28} {' / '.join(_accuracy_text(_d(acc.get(g))) for g in ('seen', 'unseen'))}{flag}")
     downstream = _d(results.get("downstream"))
     if downstream:
         # rows may cover different cells (an rl row: its trained users only); a paired gain compares like with like

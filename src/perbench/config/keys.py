@@ -90,6 +90,7 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
         registry.executors.entry(v["executor"])
     except registry.UnknownNameError as e:
         raise at("executor").error(str(e)) from None
+    _check_benchmark_name(v["benchmark"], data.get("benchmark"), at("benchmark"))
     labels = [m.label() for m in v["methods"] + v["baselines"]]
     seen: set[str] = set()
     for i, label in enumerate(labels):
@@ -124,6 +125,26 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
                 f"with seeds each seed's run folder is RUN_NAME-seedN: {len(longest.encode('utf-8', 'surrogatepass'))} "
                 f"bytes for seed {max(seeds)}; file systems allow at most {NAME_MAX}: choose a shorter run_name"
             )
+
+
+#: what separates the parts of a cell's group (``benchmark|policy|seedN``): no benchmark name may hold it
+GROUP_SEPARATOR = "|"
+
+
+def _check_benchmark_name(comp: Any, raw: Any, where: Where) -> None:
+    """A benchmark's ``name:`` (the file loader's) holds no :data:`GROUP_SEPARATOR`: readers of the cells split
+    the group on it, so ``x|y`` would read as benchmark ``x`` of policy ``y|…``."""
+    name = comp.params.get("name")
+    if not (isinstance(name, str) and GROUP_SEPARATOR in name):
+        return
+    if isinstance(raw, Mapping) and isinstance(raw.get(comp.name), Mapping):  # {file: {name: …}}
+        where = where.at(comp.name, raw).at("name", raw[comp.name])
+    elif isinstance(raw, Mapping):
+        where = where.at("name", raw)
+    raise where.error(
+        f"{name!r} holds {GROUP_SEPARATOR!r}, which separates the parts of a cell's group (benchmark|policy|seed); "
+        "choose a name without it"
+    )
 
 
 def _check_systems_block(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> None:

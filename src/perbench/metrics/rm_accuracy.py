@@ -3,7 +3,7 @@ user-weighted (macro) means, and bootstrap CIs that resample users."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -68,6 +68,21 @@ def accuracy_summary(
         "ci_resamples": "users × prompts" if prompts is not None else "users",
         "per_user": per_user,
     }
+
+
+def invalid_pairs(upstream: Mapping[str, Any]) -> dict[str, int]:
+    """Per system of a run's ``upstream`` section, the test pairs it gave an invalid (NaN) score or answer (seen
+    and unseen users: the ``all`` group where there is one); systems without any are left out."""
+    out: dict[str, int] = {}
+    for label, entry in upstream.items():
+        acc = entry.get("rm_accuracy") if isinstance(entry, Mapping) else None
+        if not isinstance(acc, Mapping):
+            continue
+        groups = ["all"] if isinstance(acc.get("all"), Mapping) else ["seen", "unseen"]
+        n = sum(int(acc[g].get("invalid") or 0) for g in groups if isinstance(acc.get(g), Mapping))
+        if n:
+            out[str(label)] = n
+    return out
 
 
 def rm_accuracy(

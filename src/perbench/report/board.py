@@ -96,6 +96,9 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     for m in refs:
         unranked = roles.get(m, "deployable") == "deployable" and m in systems
         note = '<span class="note">not ranked: no better than a random pick</span>' if unranked else ref
+        if roles.get(m) == "invalid":
+            bad = _d(a.get("invalid_scores")).get(m)
+            note = f'<span class="note">never a candidate: {esc(str(bad))} pairs with an invalid (NaN) score</span>'
         rows.append(row(m, "–", note))
     for m, what in ((ORACLE_PICK, "oracle pick"), (RANDOM_PICK, "random pick")):
         e = _d(room.get("oracle" if m == ORACLE_PICK else "random_pick"))

@@ -7,6 +7,7 @@ gets its own leaderboard (an analysis of its cells alone) when there are several
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,35 @@ def _setting(runs: Sequence[RunData], key: str, default: Any) -> Any:
     return default
 
 
+def _one_setting(runs: Sequence[RunData], key: str, fix: str) -> None:
+    """``key`` of every run's config is the same (unset counts as the default): pooling runs that differ would
+    decide under one run's value (whichever came first), so they are refused, naming each run's value and ``fix``."""
+    values = {str(r.path): _d(r.results.get("config")).get(key) for r in runs}
+    if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+        said = ", ".join(f"{p}/results.json: config.{key}: {'unset' if v is None else v}" for p, v in values.items())
+        raise ConfigError(f"the runs differ in {key} ({said}); {fix}")
+
+
 def analyze_runs(
-    runs: Sequence[RunData], metric: str | None = None, n_boot: int | None = None, seed: int = 0
+    runs: Sequence[RunData],
+    metric: str | None = None,
+    n_boot: int | None = None,
+    seed: int = 0,
+    equivalence_margin: float | None = None,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The pooled analysis of every run's cells, and one analysis per benchmark when there are several."""
+    """The pooled analysis of every run's cells, and one analysis per benchmark when there are several. Runs
+    whose tie rules differ are refused (their cells count a tie differently); so are runs whose equivalence
+    margins (or fractions) differ, unless ``equivalence_margin`` gives the one to use."""
     from perbench.metrics.analysis import analyze
 
     missing = [str(r.path) for r in runs if not r.cells]
     if missing:
         raise ConfigError(f"no cells.jsonl (or it is empty) in: {', '.join(missing)}; rerun them with this version")
+    _one_setting(runs, "tie_policy", "their cells count a tie differently: rerun one of them with the other's rule")
+    if equivalence_margin is None:
+        fix = "a comparison would take one run's: pass --equivalence-margin to decide under one stated margin"
+        _one_setting(runs, "equivalence_margin", fix)
+        _one_setting(runs, "equivalence_fraction", fix)
     owner: dict[str, int] = {}
     for k, r in enumerate(runs):
         for g in sorted({str(c.get("group")) for c in r.cells or []}):
@@ -56,7 +77,9 @@ def analyze_runs(
         "reference_method": _setting(runs, "reference_method", "global_bt"),
         "n_boot": boot,
         "seed": seed,
-        "equivalence_margin": _setting(runs, "equivalence_margin", None),
+        "equivalence_margin": (
+            equivalence_margin if equivalence_margin is not None else _setting(runs, "equivalence_margin", None)
+        ),
         "equivalence_fraction": _setting(runs, "equivalence_fraction", None),
         "verdict_predictor": _setting(runs, "verdict_predictor", None),
         "roles": pooled_roles(runs),
@@ -180,8 +203,10 @@ def compare_runs(
     metric: str | None = None,
     n_boot: int | None = None,
     seed: int = 0,
+    equivalence_margin: float | None = None,
 ) -> Path:
-    """Analyse the pooled cells of ``run_dirs``; write report.html, leaderboard.md, analysis.json and plots/."""
+    """Analyse the pooled cells of ``run_dirs``; write report.html, leaderboard.md, analysis.json and plots/
+    (``equivalence_margin``: the margin of every decision, where the runs' own differ)."""
     from perbench.io import atomic_write_text, writing_inside
     from perbench.report.html import build_plots, write_outputs
     from perbench.report.leaderboard import render_markdown
@@ -191,12 +216,18 @@ def compare_runs(
     if n_boot is not None and not 0 <= n_boot <= MAX_BOOTSTRAP:
         raise ConfigError(f"n_boot {n_boot}: bootstrap resamples are an integer in [0, {MAX_BOOTSTRAP}]")
     out_dir = Path(out)
+    for p in (out_dir, *out_dir.parents):
+        if p.is_symlink() and not p.exists():
+            raise ConfigError(
+                f"--out {out}: {p} is a link to {os.readlink(p)}, which does not exist; name a folder for the "
+                "comparison (or create the link's target)"
+            )
     blocked = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
     if blocked is not None:
         raise ConfigError(f"--out {out}: {blocked} is a file, not a folder; name a folder for the comparison")
     runs = [load_run(d) for d in run_dirs]
     refuse_run_dir(out_dir, [r.path for r in runs])
-    analysis, per = analyze_runs(runs, metric, n_boot, seed)
+    analysis, per = analyze_runs(runs, metric, n_boot, seed, equivalence_margin)
     cells = [c for r in runs for c in r.cells or []]
     figs = build_plots(analysis, None, cells)
     html = render_comparison(runs, analysis, per, figs, out_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from perbench.metrics.rm_accuracy import invalid_pairs
 from perbench.report import extract
 from perbench.report.extract import _d, _l
 from perbench.report.fmt import esc, metric_label, na_span, num, table, value_ci
@@ -58,6 +59,7 @@ def upstream_section(results: Mapping[str, Any]) -> str:
         return ""
     present = {g for r in up.values() for g in _d(_d(r).get("rm_accuracy"))}
     groups = [g for g in _GROUPS if g in present] + sorted(g for g in present if g.startswith("on_"))
+    invalid = invalid_pairs(up)
     rows = []
     for label, r in up.items():
         r = _d(r)
@@ -73,8 +75,11 @@ def upstream_section(results: Mapping[str, Any]) -> str:
             e = _d(acc.get(g))
             cells.append(value_ci(e.get("accuracy"), e.get("ci"), na=e.get("not_applicable") or f"no {g} users"))
         cells.append(num(_d(acc.get("all")).get("ties"), pct=False))
+        if invalid:  # pairs a score was NaN for: counted wrong, and the system is never a candidate
+            cells.append(num(invalid.get(label, 0), pct=False))
         rows.append(cells)
-    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(["method", *groups, "ties"], rows) + tie_rule(results)
+    head = ["method", *groups, "ties"] + (["invalid scores (pairs, counted wrong)"] if invalid else [])
+    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(head, rows) + tie_rule(results)
 
 
 def tie_rule(results: Mapping[str, Any]) -> str:

@@ -26,12 +26,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from perbench.data.records import PreferencePair
-from perbench.rewards.base import RewardModel, RMContext, ScoreItem
+from perbench.errors import PerbenchError
+from perbench.rewards.base import FeatureRM, RewardModel, RMContext, ScoreItem
 
 #: modules a child may not import: they define benchmarks, hold the grader's code or read runs
 BLOCKED: tuple[str, ...] = (
@@ -45,6 +46,18 @@ BLOCKED: tuple[str, ...] = (
     "perbench.cli",
 )
 _HEADER = struct.Struct("!Q")
+
+if TYPE_CHECKING:
+    from perbench.config import RunConfig
+
+
+class IsolatedError(PerbenchError, RuntimeError):
+    """An isolated method that failed: the message names the method and the call (``fit``, ``score``, …);
+    ``problem`` is what went wrong, without them."""
+
+    def __init__(self, message: str, problem: str) -> None:
+        super().__init__(message)
+        self.problem = problem
 
 
 def _send(fh: IO[bytes], obj: Any) -> None:
@@ -78,8 +91,44 @@ def resolve(method: str) -> type[RewardModel]:
 
         cls = registry.reward_models.get(method)
     if not (isinstance(cls, type) and issubclass(cls, RewardModel)):
-        raise TypeError(f"isolated: {method!r} is not a RewardModel class")
+        raise TypeError(f"{method!r} is not a RewardModel class")
+    if issubclass(cls, FeatureRM):
+        raise TypeError(
+            f"{method!r} reads the run's backbone features (a FeatureRM), which an isolated process does not get; "
+            "run it as a plain method, or load its own model inside the class"
+        )
     return cls
+
+
+_PROBED: dict[str, str | None] = {}
+
+
+def probe(method: str, params: dict[str, Any] | None = None) -> str | None:
+    """What stops ``method`` from running isolated (its module does not import, the class is no ``RewardModel``
+    or reads the run's features, its constructor refuses ``params``), found by starting the child once and
+    making the method there; None when it starts. Remembered per method and parameters for this process."""
+    key = repr((method, sorted((params or {}).items())))
+    if key not in _PROBED:
+        rm = Isolated(method, params)
+        try:
+            rm._start()
+            _PROBED[key] = None
+        except IsolatedError as e:
+            _PROBED[key] = e.problem
+        finally:
+            rm.close()
+    return _PROBED[key]
+
+
+def check_isolated(cfg: RunConfig) -> None:
+    """The preflight's probe of each isolated method in ``cfg.methods`` (:func:`probe`): a method that cannot
+    start is a ``ConfigError`` at its line, before any data or model loads."""
+    for i, m in enumerate(cfg.methods):
+        if m.name != Isolated.name or not isinstance(m.params.get("method"), str):
+            continue
+        problem = probe(m.params["method"], m.params.get("params"))
+        if problem is not None:
+            raise cfg.locate("methods", i).error(f"isolated method {m.params['method']}: cannot start: {problem}")
 
 
 class Isolated(RewardModel):
@@ -98,11 +147,32 @@ class Isolated(RewardModel):
         if self._proc is None:
             self._start()
         assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
-        _send(self._proc.stdin, (op, args))
-        ok, value = _recv(self._proc.stdout)
+        try:
+            _send(self._proc.stdin, (op, args))
+            ok, value = _recv(self._proc.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError) as e:
+            raise self._error(op, self._exited(e)) from None
         if not ok:
-            raise RuntimeError(f"isolated method {self.params['method']}: {value}")
+            raise self._error(op, str(value) if op == "init" else f"raised {value}")
         return value
+
+    def _error(self, op: str, problem: str) -> IsolatedError:
+        call = "cannot start" if op == "init" else op
+        return IsolatedError(f"isolated method {self.params['method']}: {call}: {problem}", problem)
+
+    def _exited(self, e: BaseException) -> str:
+        """Why the child stopped answering: its exit code (its own output went to stderr, above)."""
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+            return f"its process stopped answering ({e}); killed it"
+        self._proc = None
+        what = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return f"its process exited ({what}) before replying; its own messages, if any, are on stderr above"
 
     def _start(self) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="perbench-isolated-")
@@ -120,9 +190,10 @@ class Isolated(RewardModel):
 
     def close(self) -> None:
         if self._proc is not None:
+            proc = self._proc
             with contextlib.suppress(EOFError, OSError, RuntimeError):
                 self._call("close")
-            self._proc.wait(timeout=30)
+            proc.wait(timeout=30)
             self._proc = None
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -140,7 +211,11 @@ class Isolated(RewardModel):
         self._call("adapt", user_id, list(shots))
 
     def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
-        return np.asarray(self._call("score", list(items)), dtype=np.float64)
+        out = np.asarray(self._call("score", list(items)), dtype=np.float64)
+        if out.shape != (len(items),):
+            got = "a scalar" if out.ndim == 0 else f"an array of shape {out.shape}"
+            raise self._error("score", f"returned {got} for {len(items)} items; return one number per item")
+        return out
 
     def state(self) -> dict[str, np.ndarray]:
         return dict(self._call("state"))

@@ -16,7 +16,9 @@ object) to one :class:`ClusterError` that names the unit and the node and says t
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -320,12 +322,26 @@ def supervise(argv: list[str]) -> int:
         status = Path(folder) / "status"
         env = {**os.environ, STATUS_ENV: str(status)}
         proc = subprocess.Popen([sys.executable, "-m", "perbench.cli", *argv], env=env)
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except KeyboardInterrupt:  # the child got the same signal: it stops on its own, then this returns
-                continue
+        got: list[int] = []
+
+        def forward(signum: int, frame: object) -> None:  # SIGTERM / SIGHUP end the run, not just its watcher
+            got.append(signum)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+
+        old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            while True:
+                try:
+                    rc = proc.wait()
+                    break
+                except KeyboardInterrupt:  # the child got the same signal: it stops on its own, then this returns
+                    continue
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+        if got and rc == -got[0]:  # the child ended by the signal this process was sent: as a shell reports it
+            return 128 + got[0]
         state = status.read_text(encoding="utf-8") if status.exists() else ""
     if state.startswith("connected"):
         print(

@@ -162,22 +162,33 @@ class RayExecutor:
         bar = UnitProgress(todo)
         watch = cluster.HeadWatch(ray, self.watch_s, self.watch_misses)
         try:
+
+            def reuse(unit: Unit, marker: dict[str, Any]) -> None:
+                """Another run finished ``unit``: reused, as a unit found finished (never submitted)."""
+                done[unit.key] = marker
+                queue.remove(unit)
+                work.skipped.append(unit.label)
+                if unit.key in elsewhere:
+                    work.waited.append(unit.label)
+                elsewhere.discard(unit.key)
+                bar.finished(unit, pending.values())
+                release(unit)
+
             while queue or pending:
                 for unit in list(queue):
                     if unit.key in elsewhere:
                         marker = stores.finished(unit)
-                        if marker is not None:  # the other run finished it: reused, as a unit found finished
-                            done[unit.key] = marker
-                            queue.remove(unit)
-                            elsewhere.discard(unit.key)
-                            work.skipped.append(unit.label)
-                            work.waited.append(unit.label)
-                            bar.finished(unit, pending.values())
-                            release(unit)
+                        if marker is not None:
+                            reuse(unit, marker)
                             continue
                     if not all(d in done for d in unit.deps):  # its task is handed what they hold
                         continue
                     if work.leases.claim(unit.key):
+                        marker = stores.finished(unit)  # finished by another run since the plan looked: not again
+                        if marker is not None:
+                            work.leases.release(unit.key)
+                            reuse(unit, marker)
+                            continue
                         queue.remove(unit)
                         elsewhere.discard(unit.key)
                         submit(unit)

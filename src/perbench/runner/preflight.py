@@ -2,7 +2,8 @@
 
 - :func:`check_config` (first; ``perbench validate --config`` runs it too): the config rules that need a room's
   knowledge, each defined in the room that owns it -- model names (``models/checks.py``), the systems the config
-  expands to and the keys that name them (``systems.py``), the adaptive rounds' quality (``runner/adaptive.py``).
+  expands to and the keys that name them (``systems.py``), the adaptive rounds' quality (``runner/adaptive.py``),
+  each isolated method's child started once (``rewards/isolated.py``: import, class, constructor).
   Each error names the file, line and key, as the config's own checks do;
 - :func:`check_setup` (before the data loads): ``out_dir`` is a folder (not a file), the device exists (and
   ``unit_device``, where the executor computes units in this process);
@@ -26,12 +27,14 @@ from perbench.errors import ConfigError
 def check_config(cfg: RunConfig) -> None:
     """The rules of the rooms for ``cfg`` (see the module docstring); the config checked itself when it was made."""
     from perbench.models.checks import check_model_names
+    from perbench.rewards.isolated import check_isolated
     from perbench.runner.adaptive import check_adaptive
     from perbench.systems import check_system_names, check_systems
 
     check_model_names(cfg)
     check_system_names(cfg, check_systems(cfg))
     check_adaptive(cfg)
+    check_isolated(cfg)
 
 
 def check_setup(cfg: RunConfig) -> None:

@@ -225,10 +225,13 @@ def analyze_cells(
     cfg: RunConfig,
     adaptive: Mapping[str, Any] | None = None,
     systems: Mapping[str, Mapping[str, Any]] | None = None,
+    invalid: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The selection analysis of a run's cells (method table, rankings, correlations, verdict). The config's
     ``baselines`` are reference lines; ``adaptive[metric]`` says why adaptive rounds stopped; ``systems``:
-    results.json's ``systems.members`` (what the verdict's tie-break reads) (see ``analyze``)."""
+    results.json's ``systems.members`` (what the verdict's tie-break reads) (see ``analyze``); ``invalid``: the
+    systems that gave invalid (NaN) scores, with their pair counts (``rm_accuracy.invalid_pairs``): never a
+    candidate, and the verdict says so."""
     from perbench.metrics.analysis import analyze
 
     metrics = {c["metric"] for c in cells}
@@ -242,10 +245,16 @@ def analyze_cells(
         equivalence_margin=cfg.equivalence_margin,
         equivalence_fraction=cfg.equivalence_fraction,
         verdict_predictor=cfg.verdict_predictor,
-        roles={b.label(): "baseline" for b in cfg.baselines},
+        roles={**{m: "invalid" for m in invalid or {}}, **{b.label(): "baseline" for b in cfg.baselines}},
         adaptive=adaptive,
         systems=systems,
     )
+    if invalid:
+        analysis["invalid_scores"] = dict(sorted(invalid.items()))
+        said = "; ".join(f"{m} ({n} pairs)" for m, n in sorted(invalid.items()))
+        verdict = analysis.get("verdict")
+        if isinstance(verdict, dict) and isinstance(verdict.get("text"), str):
+            verdict["text"] += f" Never a candidate, for returning invalid (NaN) scores: {said}."
     return analysis
 
 

@@ -159,7 +159,9 @@ class Runner:
         with state.timed("analysis"):
             adaptive = {rec["metric"]: rec["summary"] for rec in state.adaptive.values()}
             members = systems_section(state)["members"]
-            analysis = analyze_cells(state.cells.rows, cfg, adaptive, members)
+            from perbench.metrics.rm_accuracy import invalid_pairs
+
+            analysis = analyze_cells(state.cells.rows, cfg, adaptive, members, invalid_pairs(upstream))
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         if store_need is not None:

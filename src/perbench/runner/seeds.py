@@ -8,6 +8,7 @@ pooled ``cells.jsonl``, a ``results.json`` whose analysis table gives the mean o
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ def run_seeds(
     gets the pooled run in its directory."""
     import yaml
 
+    from perbench.metrics.rm_accuracy import invalid_pairs
     from perbench.runner.cells import Cells, read_cells
     from perbench.runner.results import analyze_cells, print_verdict
     from perbench.runner.state import log
@@ -46,7 +48,10 @@ def run_seeds(
             pooled.rows += read_cells(r.run_dir / "cells.jsonl")
         pooled.write(parent / "cells.jsonl")
         first = runs[0].results
-        analysis = analyze_cells(pooled.rows, cfg, systems=(first.get("systems") or {}).get("members"))
+        invalid: Counter[str] = Counter()
+        for r in runs:
+            invalid.update(invalid_pairs(r.results.get("upstream") or {}))
+        analysis = analyze_cells(pooled.rows, cfg, systems=(first.get("systems") or {}).get("members"), invalid=invalid)
         results: dict[str, Any] = {
             **first,
             "config": cfg.to_dict(),

@@ -319,6 +319,11 @@ def load_benchmark(cfg: RunConfig) -> Benchmark:
         raise  # located in the data
     except (ConfigError, ValueError, TypeError) as e:  # a parameter the loader refuses: located in the config
         raise ConfigError(f"{cfg.where('benchmark')}: {cfg.benchmark.name}: {e}") from None
+    if "|" in bench.name:  # a file's own name (a `name:` with one is refused with the config)
+        raise ConfigError(
+            f"{cfg.where('benchmark')}: the benchmark is named {bench.name!r} (after its file, without `name:`): '|' "
+            "separates the parts of a cell's group (benchmark|policy|seed); give it a name without one (name: …)"
+        )
     # before any model loads: no pairs, no test pairs, or nothing to train on are errors, not zeros
     needs_train = any(registry.reward_models.get(m.name).needs_train_pairs for m in cfg.methods)
     check_benchmark(bench, needs_train=needs_train)  # its notes land in bench.meta["notes"]

@@ -5,7 +5,9 @@
   ``baselines:``);
 - ``oracle``: an upper bound told the answer key (``icl_judge_oracle``);
 - ``decoder``: a decoder without a reward model (``zero_shot``, ``icl``, ``icl_rag``): its metrics are its own
-  ``DECODER:*``.
+  ``DECODER:*``;
+- ``invalid``: a reward model that returned invalid (NaN) scores for some pairs (the run passes it): its numbers
+  count those pairs as wrong and are shown, but it is never a candidate.
 
 A pooled decoder's two reference lines have fixed roles: ``random_pick`` (the pool mean: the exact Best-of-1, what a
 pick with no information gets) is a baseline, ``oracle_pick`` (Best-of-n by the exact metric) an oracle.
@@ -20,8 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-DEPLOYABLE, BASELINE, ORACLE, DECODER = "deployable", "baseline", "oracle", "decoder"
-ROLES = (DEPLOYABLE, BASELINE, ORACLE, DECODER)
+DEPLOYABLE, BASELINE, ORACLE, DECODER, INVALID = "deployable", "baseline", "oracle", "decoder", "invalid"
+ROLES = (DEPLOYABLE, BASELINE, ORACLE, DECODER, INVALID)
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 #: the null and the ceiling of a pooled decoder (cells written by ``runner/pooled.py``)
 RANDOM_PICK, ORACLE_PICK = "random_pick", "oracle_pick"
