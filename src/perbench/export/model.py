@@ -76,7 +76,7 @@ class ExportedRM:
         everyone."""
         return self.user_agnostic or user in self._seen or user in self.adapted_users
 
-    def _user(self, value: Any, where: str) -> str:
+    def check_user(self, value: Any, where: str = "user") -> str:
         """A row's user as the internal id: a string (or an integer, as a dataset column may hold), known or
         warned about (raised under ``strict``)."""
         if isinstance(value, bool) or not isinstance(value, str | int | np.integer):
@@ -116,7 +116,7 @@ class ExportedRM:
             raise ValueError(f"score: {len(prompts)} prompts but {len(rows)} users")
         items = [
             ScoreItem(
-                self._user(u, f"score: users[{i}]"),
+                self.check_user(u, f"score: users[{i}]"),
                 prompt_from_json(p, f"score: prompts[{i}]"),
                 response_text(r, f"score: responses[{i}]"),
             )
@@ -129,7 +129,7 @@ class ExportedRM:
         run's opaque one)."""
         out = []
         for i, p in enumerate(pairs):
-            uid = p.user_id if p.user_id in self._source else self._user(p.user_id, f"score_pairs: pairs[{i}]")
+            uid = p.user_id if p.user_id in self._source else self.check_user(p.user_id, f"score_pairs: pairs[{i}]")
             out.append(p if uid == p.user_id else _with_user(p, uid, p.split))
         return self.rm.score_pairs(out)
 
