@@ -138,6 +138,8 @@ def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, mpu_export: Path
     cells = perbench.read_cells(run_dir)
     users = sorted(set(cells[cells.metric == "rm_acc_seen"].user))[:2]  # the ids the report shows
     assert all(rm.known(u) for u in users)
+    source = [rm.source_id(u) for u in users]  # the ids of the benchmark's own files (the export's own names)
+    assert set(source) <= set(rm.seen_users)
     data = Dataset.from_list(
         [
             {"prompt": [{"role": "user", "content": f"Tip number {i} for sleeping well?"}], "user_id": u}
@@ -178,7 +180,7 @@ def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, mpu_export: Path
     ) == [float(direct[0])]
     # each row its own user's reward: two users, one text, two scores, each as score() gives it alone
     two = reward(["Tip?", "Tip?"], ["Sleep early.", "Sleep early."], user_id=users)
-    assert two == [float(v) for v in rm.score(["Tip?"] * 2, ["Sleep early."] * 2, users)] and two[0] != two[1]
+    assert two == [float(v) for v in rm.score(["Tip?"] * 2, ["Sleep early."] * 2, source)] and two[0] != two[1]
     with pytest.warns(UserWarning, match="'nobody' is unknown"):
         reward(["Tip?"], ["Sleep early."], user_id=["nobody"])
     with pytest.raises(ValueError, match="no 'user_id' column"):
@@ -207,8 +209,9 @@ def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:
 def test_load_rm_writes_nothing_outside_the_export(
     mpu_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The unseen users' parameters come from the folder and scored features stay in memory: loading and scoring
-    leave the cache (and the folder) as they were."""
+    """The unseen users' parameters come from the folder: loading writes nothing, anywhere. Scoring loads the
+    backbone (load_lm keeps its model files in the cache's models/, as every use of it does) and keeps the features
+    it computes in memory: no feature or unit store is written."""
     import hashlib
 
     cache = tmp_path / "cache"
@@ -219,9 +222,10 @@ def test_load_rm_writes_nothing_outside_the_export(
 
     before = tree()
     rm = perbench.load_rm(mpu_export)
+    assert not cache.exists() or not any(cache.rglob("*"))
     user = rm.manifest["adapted_users"][0]
     assert rm.known(user) and np.isfinite(rm.score(["Hi?"], ["Hello."], user)).all()
-    assert not cache.exists() or not any(cache.rglob("*"))
+    assert {p.relative_to(cache).parts[0] for p in cache.rglob("*")} <= {"models"}
     assert tree() == before
 
 

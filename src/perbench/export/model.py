@@ -71,9 +71,15 @@ class ExportedRM:
         """The id ``user`` (a source id) has inside the fitted state; any other id is its own."""
         return self.user_ids.get(user, user)
 
+    def source_id(self, user: str) -> str:
+        """The source's id of ``user``: itself, or the source id a run's opaque id stands for (results written
+        before reports named users by their source ids show the opaque ones)."""
+        return self._source.get(user, user)
+
     def known(self, user: str) -> bool:
         """Whether ``user`` has their own parameters (a seen user, or adapted). A user-agnostic system knows
         everyone."""
+        user = self.source_id(user)
         return self.user_agnostic or user in self._seen or user in self.adapted_users
 
     def check_user(self, value: Any, where: str = "user") -> str:
@@ -84,7 +90,7 @@ class ExportedRM:
                 f"{where}: a user id is a string, got {'None' if value is None else type(value).__name__} "
                 f"{value!r}"[:160]
             )
-        user = str(value)
+        user = self.source_id(str(value))
         if not self.known(user):
             msg = (
                 f"{self.label}: user {user!r} is unknown to this system (neither seen nor adapted): scored with the "
