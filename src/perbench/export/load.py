@@ -138,16 +138,18 @@ def _manifest(folder: Path, mpath: Path) -> dict[str, Any]:
 
 
 def _check_packages(packages: Mapping[str, Any], mpath: Path) -> None:
-    from packaging.version import InvalidVersion, Version
+    import re
 
     here = package_versions()
     theirs = packages.get("perbench")
     if not isinstance(theirs, str):
         raise _fail(mpath, "packages.perbench", f"expected the version that wrote the export, got {json.dumps(theirs)}")
-    try:
-        newer = Version(theirs) > Version(str(here["perbench"]))
-    except InvalidVersion:
-        raise _fail(mpath, "packages.perbench", f"not a version: {theirs!r}") from None
+    def release(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", v.partition("+")[0])[:3])
+
+    if not release(theirs):
+        raise _fail(mpath, "packages.perbench", f"not a version: {theirs!r}")
+    newer = release(theirs) > release(str(here["perbench"]))
     if newer:
         raise _fail(mpath, "packages.perbench", f"written by perbench {theirs}, newer than this one ({here['perbench']}); "
                     "upgrade perbench")  # fmt: skip
