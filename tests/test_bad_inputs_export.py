@@ -20,7 +20,7 @@ from tests.fixtures_export import copy_export, mpu_export, run_dir, tiny_pool  #
 def test_score_takes_only_the_texts_the_user_meant(mpu_export: Path) -> None:  # noqa: F811
     rm = perbench.load_rm(mpu_export)
     u = rm.seen_users[0]
-    with pytest.raises(ValueError, match="prompts must be a list .* got one string"):
+    with pytest.raises(ValueError, match=r"prompts must be a list .* got one string"):
         rm.score("How are you today?", ["fine"], u)
     with pytest.raises(ValueError, match="responses must be a list"):
         rm.score(["Q?"], "fine", u)
@@ -34,7 +34,9 @@ def test_score_takes_only_the_texts_the_user_meant(mpu_export: Path) -> None:  #
         rm.score([[{"role": "user"}]], ["A"], u)
     # a message list or one {role, content} message is the conversation it spells, as reward_func reads it
     text = rm.score(["Q?"], ["Fine, thanks."], u)
-    as_messages = rm.score([{"role": "user", "content": "Q?"}], [[{"role": "assistant", "content": "Fine, thanks."}]], u)
+    as_messages = rm.score(
+        [{"role": "user", "content": "Q?"}], [[{"role": "assistant", "content": "Fine, thanks."}]], u
+    )
     as_message = rm.score(["Q?"], [{"role": "assistant", "content": "Fine, thanks."}], u)
     assert text[0] == as_messages[0] == as_message[0]
     assert rm.reward_func()(["Q?"], [[{"role": "assistant", "content": "Fine, thanks."}]], user_id=[u]) == [text[0]]
@@ -64,7 +66,7 @@ def test_adapt_refuses_a_known_user_and_shots_without_a_preference(mpu_export: P
     seen = rm.seen_users[0]
     shot = {"prompt": "Q?", "chosen": "A long, careful answer.", "rejected": "No."}
     before = rm.score(["Q?"], ["A"], seen)
-    with pytest.raises(ValueError, match="was fit on this user; .*replace=True"):
+    with pytest.raises(ValueError, match=r"was fit on this user; .*replace=True"):
         rm.adapt(seen, [shot])
     assert rm.score(["Q?"], ["A"], seen)[0] == before[0]  # untouched
     rm.adapt(seen, [shot], replace=True)
@@ -123,7 +125,10 @@ def _tamper(src: Path, dst: Path, edit: str) -> Path:
     ],
 )
 def test_a_tampered_export_is_refused_naming_file_and_field(
-    mpu_export: Path, tmp_path: Path, edit: str, message: str  # noqa: F811
+    mpu_export: Path,  # noqa: F811
+    tmp_path: Path,
+    edit: str,
+    message: str,
 ) -> None:
     out = _tamper(mpu_export, tmp_path / "rm", edit)
     with pytest.raises(ConfigError, match=f"load_rm: {out / 'perbench_rm.json'}: {message}"):
@@ -138,15 +143,18 @@ def test_the_backbone_fingerprint_is_required_unless_trusted(mpu_export: Path, t
     m["backbone"].pop("fingerprint")
     m["digest"] = digest(out, m)  # consistent, but nothing says which backbone
     (out / MANIFEST).write_text(json.dumps(m))
-    with pytest.raises(ConfigError, match="backbone.fingerprint: missing"):
+    with pytest.raises(ConfigError, match=r"backbone\.fingerprint: missing"):
         perbench.load_rm(out)
     assert perbench.load_rm(out, trust_backbone=True).known(m["seen_users"][0])
-    with pytest.raises(ConfigError, match="backbone.fingerprint: the backbone tiny-random:1 has fingerprint"):
+    with pytest.raises(ConfigError, match=r"backbone\.fingerprint: the backbone tiny-random:1 has fingerprint"):
         perbench.load_rm(mpu_export, backbone="tiny-random:1")
 
 
 def test_export_says_why_it_cannot_export(
-    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    run_dir: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a run whose benchmark file moved away: the reason (a path read from the current folder) is in the error
     moved = tmp_path / "run"

@@ -21,7 +21,7 @@ from tests.fixtures_export import mpu_export, run_dir, tiny_pool  # noqa: F401 -
 SYSTEMS = ["global_bt", "mpu", "mpu(train_fraction=0.5)", "pref", "length", "random"]
 
 
-def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:
+def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:  # noqa: F811
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for line in (run_dir / "samples.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -31,7 +31,7 @@ def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:
 
 
 @pytest.mark.parametrize("label", SYSTEMS)
-def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, tmp_path: Path, label: str) -> None:
+def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, tmp_path: Path, label: str) -> None:  # noqa: F811
     from perbench.runner.run import seal_all
     from perbench.runner.state import load_benchmark
 
@@ -77,7 +77,7 @@ def _as_user(p: Any, user: str) -> Any:
     return replace(p, user_id=user)
 
 
-def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     from perbench.runner.state import load_benchmark
 
     out = tmp_path / "mpu"
@@ -114,7 +114,7 @@ def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pyte
         perbench.load_rm(out, backbone="tiny-random:1")
 
 
-def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, mpu_export: Path, tmp_path: Path) -> None:
+def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, mpu_export: Path, tmp_path: Path) -> None:  # noqa: F811  # noqa: F811
     """The dataset's user_id column holds the ids the report and the cells name users by: each row gets its own
     user's reward; an id the system does not know warns."""
     pytest.importorskip("trl")
@@ -187,7 +187,7 @@ def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, mpu_export: Path
         reward(["Tip?"], ["Sleep early."], persona=["a"])
 
 
-def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:
+def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:  # noqa: F811
     cells = perbench.read_cells(run_dir)
     lines = (run_dir / "cells.jsonl").read_text().splitlines()
     assert len(cells) == len(lines)
@@ -207,7 +207,9 @@ def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:
 
 
 def test_load_rm_writes_nothing_outside_the_export(
-    mpu_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mpu_export: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The unseen users' parameters come from the folder: loading writes nothing, anywhere. Scoring loads the
     backbone (load_lm keeps its model files in the cache's models/, as every use of it does) and keeps the features
@@ -218,7 +220,9 @@ def test_load_rm_writes_nothing_outside_the_export(
     monkeypatch.setenv("PERBENCH_CACHE", str(cache))
 
     def tree() -> dict[str, str]:
-        return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(mpu_export.rglob("*")) if f.is_file()}
+        return {
+            str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(mpu_export.rglob("*")) if f.is_file()
+        }
 
     before = tree()
     rm = perbench.load_rm(mpu_export)

@@ -31,9 +31,7 @@ def test_cells_as_parquet_beside_jsonl_and_over_many_runs(run_dir: Path, tmp_pat
     from_jsonl = perbench.read_cells(only_jsonl)
     assert list(from_parquet.columns) == list(CELL_COLUMNS)
     cols = [c for c in CELL_COLUMNS if c != "run"]
-    pd.testing.assert_frame_equal(
-        from_parquet[cols].astype(object), from_jsonl[cols].astype(object), check_dtype=False
-    )
+    pd.testing.assert_frame_equal(from_parquet[cols].astype(object), from_jsonl[cols].astype(object), check_dtype=False)
     both = perbench.read_cells([run_dir, only_jsonl])
     assert len(both) == 2 * len(from_parquet) and set(both.run) == {run_dir.name, "jsonl-only"}
     # a Parquet file changed after the run is refused, as a changed cells.jsonl is
@@ -75,7 +73,11 @@ def test_read_systems_matches_the_leaderboard(run_dir: Path) -> None:  # noqa: F
         pct = "acc" in first_metric or "sat" in first_metric or "%" in first_metric
         if shown and s["value"] is not None and not pd.isna(s["value"]):
             assert float(shown.group(1)) == pytest.approx(100 * s["value"] if pct else s["value"], abs=0.051)
-        acc = re.match(r"([-\d.]+)", cells[header.split(" | ").index("RM acc. seen")]) if "RM acc. seen" in header else None
+        acc = (
+            re.match(r"([-\d.]+)", cells[header.split(" | ").index("RM acc. seen")])
+            if "RM acc. seen" in header
+            else None
+        )
         if acc:
             assert float(acc.group(1)) == pytest.approx(100 * s["rm_acc_seen"], abs=0.051)
     results = json.loads((run_dir / "results.json").read_text())

@@ -203,7 +203,8 @@ def run_lock(run_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         # never follows a link (one planted after the check above fails here with ELOOP)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags, 0o666)
     except OSError as e:
         if e.errno == errno.ELOOP:
             refuse_links(path, run_dir)

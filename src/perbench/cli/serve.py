@@ -11,15 +11,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "serve",
         parents=[common],
         help="serve an exported system over HTTP (OpenRLHF's --remote_rm_url, and a JSON shape with user ids)",
-        description="Serve a folder written by `perbench export` as an HTTP reward service. POST /score "
-        '{"prompts", "responses", "users"} -> {"rewards", "known"}; POST /get_reward (OpenRLHF --remote_rm_url) '
-        '{"query", "prompts", "labels"} -> {"rewards"}, each row\'s user its label; GET /health. See docs/export.md.',
+        description="Serve a folder written by `perbench export` as an HTTP reward service (docs/export.md):\n"
+        '  POST /score       {"prompts", "responses", "users"} -> {"rewards", "known"}\n'
+        '  POST /get_reward  {"query", "prompts", "labels"} -> {"rewards"}  (OpenRLHF --remote_rm_url;\n'
+        "                    each row's user is its label)\n"
+        "  GET  /health",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  perbench serve rm/ --port 5000\n  openrlhf ... --remote_rm_url http://127.0.0.1:5000/get_reward "
+        epilog="example:\n  perbench serve rm/ --port 5000\n"
+        "  openrlhf ... --remote_rm_url http://127.0.0.1:5000/get_reward "
         "--label_key user_id",
     )
     p.add_argument("export_dir", metavar="EXPORT", help="a folder written by `perbench export`")
-    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)"
+    )
     p.add_argument("--port", type=int, default=5000, help="the port (default 5000; 0: any free port, printed)")
     p.add_argument("--user", help="the user of rows that name none (OpenRLHF requests without labels)")
     p.add_argument("--strict", action="store_true", help="refuse (400) rows whose user the system does not know")

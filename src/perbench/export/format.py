@@ -69,7 +69,8 @@ def digest(folder: Path, manifest: Mapping[str, Any]) -> str:
     """sha256 over the digested files (each one's name and bytes; a missing optional file hashes as absent) and the
     manifest without its ``digest``: a file edited, swapped for another export's, or removed changes it."""
     h = hashlib.sha256(b"perbench-export\x00")
-    files = manifest.get("files") if isinstance(manifest.get("files"), Mapping) else {}
+    files = manifest.get("files")
+    files = files if isinstance(files, Mapping) else {}
     for key in DIGESTED:
         name = files.get(key)
         h.update(f"{key}\x00{name}\x00".encode())
@@ -84,7 +85,9 @@ def digest(folder: Path, manifest: Mapping[str, Any]) -> str:
 
 
 def message_from_json(value: Any, where: str) -> Message:
-    if not (isinstance(value, Mapping) and isinstance(value.get("role"), str) and isinstance(value.get("content"), str)):
+    if not (
+        isinstance(value, Mapping) and isinstance(value.get("role"), str) and isinstance(value.get("content"), str)
+    ):
         raise ValueError(f"{where}: a message is a {{role, content}} mapping of strings, got {_shown(value)}")
     return Message(str(value["role"]), str(value["content"]))
 

@@ -90,7 +90,9 @@ def load_rm(
     try:
         rm.load_state(state)
     except (KeyError, ValueError, RuntimeError, TypeError) as e:
-        raise _fail(folder / files["state"], None, f"does not hold a {m['method']} state ({type(e).__name__}: {e})")
+        raise _fail(
+            folder / files["state"], None, f"does not hold a {m['method']} state ({type(e).__name__}: {e})"
+        ) from None
     out = ExportedRM(rm, m, folder, strict=strict)
     _restore_unseen(out, folder, m, mpath)
     return out
@@ -130,7 +132,9 @@ def _manifest(folder: Path, mpath: Path) -> dict[str, Any]:
     _check_packages(m["packages"], mpath)
     want = digest(folder, m)
     if m["digest"] != want:
-        missing = [m["files"][k] for k in ("state", "adapted", "users", "shots") if not (folder / m["files"][k]).is_file()]
+        missing = [
+            m["files"][k] for k in ("state", "adapted", "users", "shots") if not (folder / m["files"][k]).is_file()
+        ]
         why = f"{', '.join(missing)} missing" if missing else "a file was edited or taken from another export"
         raise _fail(mpath, "digest", f"the folder does not match the digest its manifest records ({why}); export "
                     "the system again")  # fmt: skip
@@ -144,6 +148,7 @@ def _check_packages(packages: Mapping[str, Any], mpath: Path) -> None:
     theirs = packages.get("perbench")
     if not isinstance(theirs, str):
         raise _fail(mpath, "packages.perbench", f"expected the version that wrote the export, got {json.dumps(theirs)}")
+
     def release(v: str) -> tuple[int, ...]:
         return tuple(int(x) for x in re.findall(r"\d+", v.partition("+")[0])[:3])
 
@@ -151,7 +156,8 @@ def _check_packages(packages: Mapping[str, Any], mpath: Path) -> None:
         raise _fail(mpath, "packages.perbench", f"not a version: {theirs!r}")
     newer = release(theirs) > release(str(here["perbench"]))
     if newer:
-        raise _fail(mpath, "packages.perbench", f"written by perbench {theirs}, newer than this one ({here['perbench']}); "
+        raise _fail(mpath, "packages.perbench", f"written by perbench {theirs}, newer than this one "
+                    f"({here['perbench']}); "
                     "upgrade perbench")  # fmt: skip
     differ = [f"{k} {packages.get(k)} (here {v})" for k, v in here.items() if k != "perbench" and packages.get(k) != v]
     if differ:
@@ -198,11 +204,14 @@ def _extractor(bb: Any, override: str | None, device: str | None, mpath: Path, t
                         "(load_rm(..., trust_backbone=True) accepts the backbone as found)")  # fmt: skip
         if lm.fingerprint != want:
             raise _fail(mpath, "backbone.fingerprint", f"the backbone {model} has fingerprint {lm.fingerprint}, but "
-                        f"the system was fit on {want}; load the same model (backbone=...) or export again")  # fmt: skip
+                        f"the system was fit on {want}; load the same model (backbone=...) or export again"
+                        )  # fmt: skip
     for key in ("max_length", "feature_batch_size"):
         if not isinstance(bb.get(key), int) or isinstance(bb.get(key), bool) or bb[key] < 1:
             raise _fail(mpath, f"backbone.{key}", f"expected a positive integer, got {json.dumps(bb.get(key))}")
-    return FeatureExtractor(lm, Store(MEMORY), batch_size=int(bb["feature_batch_size"]), max_length=int(bb["max_length"]))
+    return FeatureExtractor(
+        lm, Store(MEMORY), batch_size=int(bb["feature_batch_size"]), max_length=int(bb["max_length"])
+    )
 
 
 def _users(path: Path, internal: Mapping[str, str]) -> dict[str, Any]:
@@ -252,7 +261,9 @@ def _restore_unseen(out: ExportedRM, folder: Path, m: Mapping[str, Any], mpath: 
             row = json.loads(line)
             p = pair_from_json(row, f"{shots_path}:{i}")
         except (ValueError, json.JSONDecodeError) as e:
-            raise ConfigError(f"load_rm: {shots_path}:{i}: {e}" if isinstance(e, json.JSONDecodeError) else f"load_rm: {e}") from None
+            raise ConfigError(
+                f"load_rm: {shots_path}:{i}: {e}" if isinstance(e, json.JSONDecodeError) else f"load_rm: {e}"
+            ) from None
         if p.user_id not in unseen:
             raise _fail(shots_path, None, f"line {i}: user_id: {p.user_id!r} is not one of the export's unseen users")
         by_user.setdefault(p.user_id, []).append(p)
@@ -273,8 +284,9 @@ def _restore_unseen(out: ExportedRM, folder: Path, m: Mapping[str, Any], mpath: 
             import torch
 
             rm.adapted[uid] = torch.from_numpy(np.array(adapted[user]))
-            if isinstance(getattr(rm, "shots", None), dict):  # PReF keeps each user's shots for active selection
-                rm.shots[uid] = [p.__class__(p.pair_id, uid, p.prompt, p.chosen, p.rejected, "train") for p in pairs]
+            kept = getattr(rm, "shots", None)
+            if isinstance(kept, dict):  # PReF keeps each user's shots for active selection
+                kept[uid] = [p.__class__(p.pair_id, uid, p.prompt, p.chosen, p.rejected, "train") for p in pairs]
             out.adapted_users.add(user)
         else:
             out.adapt(user, pairs, replace=True)

@@ -87,8 +87,9 @@ class ExportedRM:
         warned about (raised under ``strict``)."""
         if isinstance(value, bool) or not isinstance(value, str | int | np.integer):
             raise ValueError(
-                f"{where}: a user id is a string, got {'None' if value is None else type(value).__name__} "
-                f"{value!r}"[:160]
+                f"{where}: a user id is a string, got {'None' if value is None else type(value).__name__} {value!r}"[
+                    :160
+                ]
             )
         user = self.source_id(str(value))
         if not self.known(user):
@@ -97,7 +98,9 @@ class ExportedRM:
                 f"method's fallback, not personalized; adapt() them first"
             )
             if self.strict:
-                raise UnknownUserError(msg + f". Known users: {', '.join(self.users[:8])}{' …' if len(self.users) > 8 else ''}")
+                raise UnknownUserError(
+                    msg + f". Known users: {', '.join(self.users[:8])}{' …' if len(self.users) > 8 else ''}"
+                )
             if user not in self._warned:
                 self._warned.add(user)
                 warnings.warn(msg + " (load_rm(..., strict=True) raises instead)", UnknownUserWarning, stacklevel=3)

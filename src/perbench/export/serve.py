@@ -188,7 +188,9 @@ def make_server(
         def do_POST(self) -> None:
             path = self.path.rstrip("/")
             if path not in ("/score", "/get_reward", ""):
-                self._reply(404, {"error": f"no such path {self.path}; POST /score (perbench) or /get_reward (OpenRLHF)"})
+                self._reply(
+                    404, {"error": f"no such path {self.path}; POST /score (perbench) or /get_reward (OpenRLHF)"}
+                )
                 return
             try:
                 n = int(self.headers.get("Content-Length") or 0)
@@ -200,7 +202,9 @@ def make_server(
                 job = perbench_job(rm, body) if path == "/score" else openrlhf_job(rm, body, user)
                 rewards = batcher.score(job)
             except (BadRequest, json.JSONDecodeError, UnicodeDecodeError) as e:
-                self._reply(400, {"error": f"{type(e).__name__ if not isinstance(e, BadRequest) else 'bad request'}: {e}"})
+                self._reply(
+                    400, {"error": f"{type(e).__name__ if not isinstance(e, BadRequest) else 'bad request'}: {e}"}
+                )
                 return
             except Exception as e:  # a failure of the model itself: a 500 that says what, the server keeps serving
                 self._reply(500, {"error": f"{type(e).__name__}: {e}"})

@@ -176,4 +176,3 @@ def _source_ids(run: Path, bench: Benchmark, results: dict[str, Any]) -> dict[st
             f"the run's users (e.g. {missing[0]}); the file does not belong to this run's data"
         )
     return got
-

@@ -137,4 +137,3 @@ def _readme(label: str, manifest: dict[str, Any]) -> str:
         f"users, digest), {STATE} (the fitted parameters), {ADAPTED} (each unseen user's adapted parameters), "
         f"{USERS} (each user's id and profile items), {SHOTS} (the unseen users' adaptation shots).\n"
     )
-

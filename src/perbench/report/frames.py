@@ -271,8 +271,8 @@ def read_systems(run_dir: str | Path) -> Any:
     path = _run_file(run_dir, "results.json")
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: not JSON ({err})") from None
     results = _dict(results)
     a = _dict(results.get("analysis"))
     tab, ranking, verdict = _dict(a.get("table")), _dict(a.get("ranking")), _dict(a.get("verdict"))
