@@ -28,7 +28,7 @@ SHOTS = "shots.jsonl"
 #: the files the manifest's ``digest`` covers, in the order they are hashed (the manifest itself, less its digest,
 #: comes last)
 DIGESTED = ("state", "adapted", "users", "shots")
-#: the packages whose versions an export records (and its reader compares)
+#: the packages whose versions an export records and its reader compares (what the scores depend on)
 PACKAGES = ("perbench", "numpy", "safetensors", "torch", "transformers")
 
 
@@ -54,15 +54,11 @@ def join_state(arrays: Mapping[str, np.ndarray], strings: Mapping[str, Sequence[
 
 
 def package_versions() -> dict[str, str | None]:
-    from importlib import metadata
+    """The versions of :data:`PACKAGES` here (None: not installed), as results.json's provenance records them."""
+    from perbench.runner.results import package_versions as every
 
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    have = every()
+    return {name: have.get(name) for name in PACKAGES}
 
 
 def digest(folder: Path, manifest: Mapping[str, Any]) -> str:

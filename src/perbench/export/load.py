@@ -98,15 +98,20 @@ def load_rm(
     return out
 
 
+def _json(path: Path, kind: type, what: str) -> Any:
+    try:
+        value = read_json(path)
+    except ValueError as e:
+        raise ConfigError(f"load_rm: {e}") from None
+    if not isinstance(value, kind):
+        raise _fail(path, None, f"expected {what}, got {type(value).__name__}")
+    return value
+
+
 def _manifest(folder: Path, mpath: Path) -> dict[str, Any]:
     if not mpath.is_file():
         raise ConfigError(f"load_rm: {mpath} does not exist (write one with `perbench export`)")
-    try:
-        m = read_json(mpath)
-    except ValueError as e:
-        raise ConfigError(f"load_rm: {e}") from None
-    if not isinstance(m, dict):
-        raise _fail(mpath, None, f"expected a JSON object, got {type(m).__name__}")
+    m: dict[str, Any] = _json(mpath, dict, "a JSON object")
     v = m.get("format_version")
     if isinstance(v, bool) or not isinstance(v, int):
         raise _fail(mpath, "format_version", f"expected the integer {FORMAT_VERSION}, got {json.dumps(v)}")
@@ -215,12 +220,7 @@ def _extractor(bb: Any, override: str | None, device: str | None, mpath: Path, t
 
 
 def _users(path: Path, internal: Mapping[str, str]) -> dict[str, Any]:
-    try:
-        rows = read_json(path)
-    except ValueError as e:
-        raise ConfigError(f"load_rm: {e}") from None
-    if not isinstance(rows, list):
-        raise _fail(path, None, f"expected a JSON list of users, got {type(rows).__name__}")
+    rows = _json(path, list, "a JSON list of users")
     views = {}
     for i, row in enumerate(rows):
         try:
