@@ -145,7 +145,8 @@ def test_the_backbone_fingerprint_is_required_unless_trusted(mpu_export: Path, t
     (out / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ConfigError, match=r"backbone\.fingerprint: missing"):
         perbench.load_rm(out)
-    assert perbench.load_rm(out, trust_backbone=True).known(m["seen_users"][0])
+    with pytest.warns(UserWarning, match="backbone.fingerprint: missing.*trusted as asked"):
+        assert perbench.load_rm(out, trust_backbone=True).known(m["seen_users"][0])
     with pytest.raises(ConfigError, match=r"backbone\.fingerprint: the backbone tiny-random:1 has fingerprint"):
         perbench.load_rm(mpu_export, backbone="tiny-random:1")
 

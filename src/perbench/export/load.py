@@ -203,14 +203,18 @@ def _extractor(bb: Any, override: str | None, device: str | None, mpath: Path, t
     model = override or str(bb["model"])
     lm = LazyLM(model, DevicePolicy(str(bb.get("device") or "cpu"), dtype), resolve_device(device, dtype))
     want = bb.get("fingerprint")
-    if not trust:
-        if not isinstance(want, str) or not want:
-            raise _fail(mpath, "backbone.fingerprint", "missing: nothing says which backbone the system was fit on "
-                        "(load_rm(..., trust_backbone=True) accepts the backbone as found)")  # fmt: skip
-        if lm.fingerprint != want:
-            raise _fail(mpath, "backbone.fingerprint", f"the backbone {model} has fingerprint {lm.fingerprint}, but "
-                        f"the system was fit on {want}; load the same model (backbone=...) or export again"
-                        )  # fmt: skip
+    if not isinstance(want, str) or not want:
+        problem = "missing: nothing says which backbone the system was fit on"
+        if not trust:
+            raise _fail(mpath, "backbone.fingerprint", f"{problem} (load_rm(..., trust_backbone=True) accepts the "
+                        "backbone as found)")  # fmt: skip
+        warnings.warn(f"load_rm: {mpath}: backbone.fingerprint: {problem}; trusted as asked", stacklevel=3)
+    elif lm.fingerprint != want:
+        problem = f"the backbone {model} has fingerprint {lm.fingerprint}, but the system was fit on {want}"
+        if not trust:
+            raise _fail(mpath, "backbone.fingerprint", f"{problem}; load the same model (backbone=...) or export "
+                        "again")  # fmt: skip
+        warnings.warn(f"load_rm: {mpath}: backbone.fingerprint: {problem}; trusted as asked", stacklevel=3)
     for key in ("max_length", "feature_batch_size"):
         if not isinstance(bb.get(key), int) or isinstance(bb.get(key), bool) or bb[key] < 1:
             raise _fail(mpath, f"backbone.{key}", f"expected a positive integer, got {json.dumps(bb.get(key))}")
