@@ -42,6 +42,14 @@ def command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port: {args.port} is not a port (0 to 65535)")
     if args.max_batch < 1:
         raise ConfigError(f"--max-batch: {args.max_batch}: expected a positive number of rows")
+    import warnings
+
+    # a warning (an unknown user, once per user) as one line of the server's log, not Python's two
+    def one_line(message: Warning | str, *_: object, **__: object) -> str:
+        text = str(message).replace(" (load_rm(..., strict=True) raises instead)", " (--strict refuses such rows)")
+        return f"perbench serve: warning: {text}\n"
+
+    warnings.formatwarning = one_line
     rm = load_rm(args.export_dir, backbone=args.backbone, device=args.device, strict=args.strict)
     server = make_server(rm, args.host, args.port, user=args.user, max_rows=args.max_batch)
     host, port = server.server_address[:2]
