@@ -99,22 +99,30 @@ def random_linear_rm(extractor, seed: int = 0, scale: float = 1.0):  # type: ign
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """A headless Chromium or Chrome binary on PATH (``PERBENCH_CHROMIUM`` names another). The tests never
-    install one: `.ci/run` does (``apt-get install -y chromium`` where it runs as root on Debian); without one the
-    layout tests are skipped, saying why."""
+def find_browser() -> str | None:
+    """A headless Chromium or Chrome binary on PATH (``PERBENCH_CHROMIUM`` names another), or None."""
     named = os.environ.get("PERBENCH_CHROMIUM")
     if named:
         found = shutil.which(named)
         if not found:
             pytest.fail(f"PERBENCH_CHROMIUM={named!r} is not an executable on PATH")
         return found
-    for name in BROWSERS:
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip(
-        "no headless Chromium on PATH (looked for " + ", ".join(BROWSERS) + "): the report's layout tests need one; "
-        "install it (Debian: `apt-get install -y chromium`; `.ci/run` does so as root) or set PERBENCH_CHROMIUM"
-    )
+    return next((found for name in BROWSERS if (found := shutil.which(name))), None)
+
+
+#: why the layout tests are skipped on a machine without a browser
+NO_BROWSER = (
+    "no headless Chromium on PATH (looked for " + ", ".join(BROWSERS) + "): the report's layout tests need one; "
+    "install it (Debian: `apt-get install -y chromium`; `.ci/run` does so as root) or set PERBENCH_CHROMIUM"
+)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The browser the report's layout tests drive (:func:`find_browser`). The tests never install one: `.ci/run`
+    does (``apt-get install -y chromium`` where it runs as root on Debian); without one they are skipped, saying
+    why."""
+    found = find_browser()
+    if found is None:
+        pytest.skip(NO_BROWSER)
+    return found

@@ -1,5 +1,6 @@
 """The command line explains itself: every flag of every command has help text, `run --help` groups its flags and
-shows examples, and --batch-size sets the config's batch_size with the same checks as any front door."""
+shows examples, --batch-size sets the config's batch_size with the same checks as any front door, and the
+report's layout tests skip with their reason where no browser is found."""
 
 from __future__ import annotations
 
@@ -55,3 +56,16 @@ def test_batch_size_flag_sets_the_config_key(
     with pytest.raises(SystemExit):
         main(["run", "--batch-size", "many"])
     assert "expected a positive integer or auto" in capsys.readouterr().err
+
+
+def test_without_a_browser_the_layout_tests_skip_saying_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from tests.conftest import NO_BROWSER, find_browser
+
+    monkeypatch.delenv("PERBENCH_CHROMIUM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
+    assert find_browser() is None
+    assert "apt-get install -y chromium" in NO_BROWSER and ".ci/run" in NO_BROWSER
+    browser = tmp_path / "chromium"
+    browser.write_text("#!/bin/sh\n")
+    browser.chmod(0o755)
+    assert find_browser() == str(browser)
