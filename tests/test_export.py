@@ -12,37 +12,16 @@ import numpy as np
 import pytest
 
 import perbench
-from perbench.api import run
 from perbench.cli import main
 from perbench.config import RunConfig
 from perbench.errors import ConfigError
 from perbench.report.frames import CELL_COLUMNS
-from tests.test_end_to_end import tiny_pool  # noqa: F401 - the session fixture
+from tests.fixtures_export import mpu_export, run_dir, tiny_pool  # noqa: F401 - fixtures
 
 SYSTEMS = ["global_bt", "mpu", "mpu(train_fraction=0.5)", "pref", "length", "random"]
 
 
-@pytest.fixture(scope="module")
-def run_dir(tiny_pool: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
-    out = tmp_path_factory.mktemp("export-run")
-    cfg = RunConfig.from_dict(
-        {
-            "benchmark": {"name": "rubrics", "pool": str(tiny_pool)},
-            "policy": "tiny-random",
-            "rm_backbone": "tiny-random",
-            "methods": ["global_bt", "mpu", "pref"],
-            "systems": {"train_fraction": [0.5, 1.0]},
-            "decoders": [],
-            "bootstrap": 20,
-            "shot_curve": [1],
-            "out_dir": str(out),
-            "device": "cpu",
-        }
-    )
-    return run(cfg).run_dir
-
-
-def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:
+def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:  # noqa: F811
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for line in (run_dir / "samples.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -52,7 +31,7 @@ def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:
 
 
 @pytest.mark.parametrize("label", SYSTEMS)
-def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, tmp_path: Path, label: str) -> None:
+def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, tmp_path: Path, label: str) -> None:  # noqa: F811
     from perbench.runner.run import seal_all
     from perbench.runner.state import load_benchmark
 
@@ -66,29 +45,39 @@ def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, 
     rm = perbench.load_rm(out)
     source = load_benchmark(RunConfig.from_yaml(run_dir / "config.yaml"))
     bench = seal_all(source, {})[0]  # the run's methods saw the sealed benchmark (opaque user and pair ids)
+    to_source = bench.meta["source_user_ids"]  # opaque -> source
+    # outside the run, users are the source's: in the manifest, users.json and shots.jsonl alike
+    assert set(rm.seen_users) == set(source.seen_users)
+    assert {u["user_id"] for u in json.loads((out / "users.json").read_text())} == set(source.users)
+    assert "user-" not in (out / "shots.jsonl").read_text() + json.dumps(manifest["seen_users"])
+    assert "dir" not in manifest["run"] and str(run_dir) not in json.dumps(manifest)  # no path of this machine
+    if manifest["adapts_from_shots"]:  # the run's unseen users come adapted (stored, not recomputed)
+        assert set(manifest["adapted_users"]) == {u for u in source.unseen_users if source.fewshot(u, 1)}
+        assert all(rm.known(u) for u in manifest["adapted_users"])
     expected = _pair_scores(run_dir)[label]
     n = 0
     for seen in (True, False):  # the run scored each group of test pairs in one call: so does this
-        pairs = [p for p in bench.test_pairs(seen=seen) if p.pair_id in expected]
+        pairs = [_as_user(p, to_source[p.user_id]) for p in bench.test_pairs(seen=seen) if p.pair_id in expected]
         assert pairs
         chosen, rejected = rm.score_pairs(pairs)
         want = np.array([expected[p.pair_id] for p in pairs])
-        np.testing.assert_array_equal(np.stack([chosen, rejected], 1), want)
+        # φ computed again in other batches than the run's: equal up to float32 rounding
+        np.testing.assert_allclose(np.stack([chosen, rejected], 1), want, rtol=1e-5, atol=1e-5)
         n += len(pairs)
     assert n == len(expected)
-    # the plain API: prompts, responses, users (one row alone: equal up to float32 rounding of another batch)
+    # the plain API: prompts, responses, users (the source's ids)
     p = pairs[0]
     got = rm.score([p.prompt if isinstance(p.prompt, str) else [vars(m) for m in p.prompt]], [p.chosen], p.user_id)
     assert got[0] == pytest.approx(want[0, 0], rel=1e-5, abs=1e-6)
-    # a deployment names its users as its own data does: the source id scores as the run's opaque one
-    by_source = bench.meta["source_user_ids"]  # opaque -> source
-    assert set(rm.seen_users) == set(source.seen_users)
-    got_source = rm.score([p.prompt if isinstance(p.prompt, str) else [vars(m) for m in p.prompt]], [p.chosen],
-                          by_source[p.user_id])  # fmt: skip
-    assert got_source[0] == got[0]
 
 
-def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _as_user(p: Any, user: str) -> Any:
+    from dataclasses import replace
+
+    return replace(p, user_id=user)
+
+
+def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     from perbench.runner.state import load_benchmark
 
     out = tmp_path / "mpu"
@@ -98,7 +87,8 @@ def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pyte
     seen = bench.seen_users[0]
     shots = [{"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in bench.select(user=seen)[:6]]
     assert not rm.known("newcomer")
-    before = rm.score([shots[0]["prompt"]], [shots[0]["chosen"]], "newcomer")
+    with pytest.warns(UserWarning, match="'newcomer' is unknown"):
+        before = rm.score([shots[0]["prompt"]], [shots[0]["chosen"]], "newcomer")
     rm.adapt("newcomer", shots)
     assert rm.known("newcomer")
     after = rm.score([shots[0]["prompt"]], [shots[0]["chosen"]], "newcomer")
@@ -124,7 +114,9 @@ def test_adapt_a_new_user_and_errors(run_dir: Path, tmp_path: Path, capsys: pyte
         perbench.load_rm(out, backbone="tiny-random:1")
 
 
-def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, tmp_path: Path) -> None:
+def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, mpu_export: Path, tmp_path: Path) -> None:  # noqa: F811  # noqa: F811
+    """The dataset's user_id column holds the ids the report and the cells name users by: each row gets its own
+    user's reward; an id the system does not know warns."""
     pytest.importorskip("trl")
     import copy
 
@@ -133,9 +125,7 @@ def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, tmp_path: Path) 
 
     from perbench.models.loader import load_lm
 
-    out = tmp_path / "mpu"
-    assert main(["export", str(run_dir), "--system", "mpu", "--out", str(out)]) == 0
-    rm = perbench.load_rm(out)
+    rm = perbench.load_rm(mpu_export)
     reward = rm.reward_func()
     calls: list[tuple[list[str], list[float]]] = []
 
@@ -145,7 +135,11 @@ def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, tmp_path: Path) 
         return got
 
     counted.__name__ = reward.__name__
-    users = rm.seen_users[:2]
+    cells = perbench.read_cells(run_dir)
+    users = sorted(set(cells[cells.metric == "rm_acc_seen"].user))[:2]  # the ids the report shows
+    assert all(rm.known(u) for u in users)
+    source = [rm.source_id(u) for u in users]  # the ids of the benchmark's own files (the export's own names)
+    assert set(source) <= set(rm.seen_users)
     data = Dataset.from_list(
         [
             {"prompt": [{"role": "user", "content": f"Tip number {i} for sleeping well?"}], "user_id": u}
@@ -184,11 +178,16 @@ def test_reward_func_runs_inside_a_trl_grpo_step(run_dir: Path, tmp_path: Path) 
         [[{"role": "assistant", "content": "Sleep early."}]],
         user_id=[users[0]],
     ) == [float(direct[0])]
+    # each row its own user's reward: two users, one text, two scores, each as score() gives it alone
+    two = reward(["Tip?", "Tip?"], ["Sleep early.", "Sleep early."], user_id=users)
+    assert two == [float(v) for v in rm.score(["Tip?"] * 2, ["Sleep early."] * 2, source)] and two[0] != two[1]
+    with pytest.warns(UserWarning, match="'nobody' is unknown"):
+        reward(["Tip?"], ["Sleep early."], user_id=["nobody"])
     with pytest.raises(ValueError, match="no 'user_id' column"):
         reward(["Tip?"], ["Sleep early."], persona=["a"])
 
 
-def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:
+def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:  # noqa: F811
     cells = perbench.read_cells(run_dir)
     lines = (run_dir / "cells.jsonl").read_text().splitlines()
     assert len(cells) == len(lines)
@@ -205,6 +204,33 @@ def test_cells_and_samples_as_data_frames(run_dir: Path) -> None:
     assert len(ds) == len(scores)
     with pytest.raises(ConfigError, match="no rows of kind 'generation'"):
         perbench.read_samples(run_dir, kind="generation")
+
+
+def test_load_rm_writes_nothing_outside_the_export(
+    mpu_export: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The unseen users' parameters come from the folder: loading writes nothing, anywhere. Scoring loads the
+    backbone (load_lm keeps its model files in the cache's models/, as every use of it does) and keeps the features
+    it computes in memory: no feature or unit store is written."""
+    import hashlib
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PERBENCH_CACHE", str(cache))
+
+    def tree() -> dict[str, str]:
+        return {
+            str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(mpu_export.rglob("*")) if f.is_file()
+        }
+
+    before = tree()
+    rm = perbench.load_rm(mpu_export)
+    assert not cache.exists() or not any(cache.rglob("*"))
+    user = rm.manifest["adapted_users"][0]
+    assert rm.known(user) and np.isfinite(rm.score(["Hi?"], ["Hello."], user)).all()
+    assert {p.relative_to(cache).parts[0] for p in cache.rglob("*")} <= {"models"}
+    assert tree() == before
 
 
 def test_a_stored_phi_is_never_replaced_by_another_forward(tiny_lm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -3,7 +3,9 @@
 Importing this package is light (no torch); heavy modules load on first use:
 ``perbench.run(CONFIG)`` (a config end to end, its report included: what ``perbench run`` does),
 ``perbench.load_rm(DIR)`` (a system written by ``perbench export``), ``perbench.read_cells(RUN_DIR)`` and
-``perbench.read_samples(RUN_DIR)`` (a run's results as pandas data frames).
+``perbench.read_samples(RUN_DIR)`` (a run's results as pandas data frames, one run or many) and
+``perbench.read_systems(RUN_DIR)`` (one row per system: the leaderboard as a frame), ``perbench.bon_pick_texts``
+(each Best-of-N pick with its text).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_rm", "read_cells", "read_samples", "run"]
+__all__ = ["__version__", "bon_pick_texts", "load_rm", "read_cells", "read_samples", "read_systems", "run"]
 
 _LAZY = {
-    "load_rm": "perbench.export.model",
+    "load_rm": "perbench.export.load",
     "read_cells": "perbench.report.frames",
     "read_samples": "perbench.report.frames",
+    "read_systems": "perbench.report.frames",
+    "bon_pick_texts": "perbench.report.frames",
     "run": "perbench.api",
 }
 

@@ -187,14 +187,15 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 @contextmanager
 def run_lock(run_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
-    """Hold ``run_dir/.lock`` (an exclusive ``flock``, holding this process's pid) for the block.
+    """Hold ``run_dir/.lock`` (an exclusive lock through ``filelock``: ``flock`` on POSIX, ``LockFileEx`` on Windows;
+    the file holds this process's pid) for the block.
 
     When another process holds it, print one line naming its pid and wait for it (``wait=True``), or raise a
     StoreError naming the folder and the pid (``wait=False``). The lock goes with its process: a run that is
     killed never leaves a stale lock. Not re-entrant: a process that holds the lock and asks again waits for
     itself.
     """
-    import fcntl  # POSIX only: the rest of this module works anywhere
+    from filelock import lock_descriptor
 
     run_dir = Path(run_dir)
     path = run_dir / ".lock"
@@ -202,7 +203,8 @@ def run_lock(run_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         # never follows a link (one planted after the check above fails here with ELOOP)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags, 0o666)
     except OSError as e:
         if e.errno == errno.ELOOP:
             refuse_links(path, run_dir)
@@ -212,9 +214,8 @@ def run_lock(run_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
         if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
             what = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a plain file"
             raise StoreError(f"{path} is {what}; perbench would write into it: remove it and rerun")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        # the descriptor is ours (opened above without following a link): filelock locks it, as FileLock would
+        if not lock_descriptor(fd, blocking=False):
             holder = _lock_holder(fd)
             if not wait:
                 raise StoreError(
@@ -222,17 +223,22 @@ def run_lock(run_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
                     "run another out_dir or run_name"
                 ) from None
             print(f"another perbench run (pid {holder}) is using {run_dir}; waiting…", file=sys.stderr, flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock_descriptor(fd, blocking=True, poll_interval=0.2)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.lseek(fd, 0, os.SEEK_SET)  # (not os.pwrite: POSIX only)
+        os.write(fd, f"{os.getpid()}\n".encode())
         yield
     finally:
-        os.close(fd)  # closing the last descriptor releases the flock
+        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def _lock_holder(fd: int) -> str:
     """The pid the holder wrote into the lock file ("unknown" in the instant before it writes it)."""
-    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+    except OSError:  # Windows: the holder's lock covers the bytes
+        return "unknown"
     return text if text.isdigit() else "unknown"
 
 

@@ -1,4 +1,4 @@
-"""``perbench`` command line: run, list, validate, build, report, compare, plan, export.
+"""``perbench`` command line: run, list, validate, build, report, compare, plan, export, serve.
 
 One module per subcommand (``add_parser`` wires its arguments, ``command`` runs it); this module holds the
 entry point. Every error a user can act on (a :class:`~perbench.errors.PerbenchError`, or an OS error naming a
@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from perbench.cli import build, compare, export, listing, plan, report, validate
+from perbench.cli import build, compare, export, listing, plan, report, serve, validate
 from perbench.cli import run as run_cmd
 from perbench.cli.listing import offline_unless_set as _offline_unless_set
 from perbench.cli.run import announce_remote_code as _announce_remote_code
@@ -32,6 +32,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "compare": compare.command,
     "plan": plan.command,
     "export": export.command,
+    "serve": serve.command,
 }
 
 
@@ -66,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"perbench {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    for module in (run_cmd, export, listing, validate, build, report, compare, plan):  # the order of --help
+    for module in (run_cmd, export, serve, listing, validate, build, report, compare, plan):  # the order of --help
         module.add_parser(sub, common)
     return parser
 

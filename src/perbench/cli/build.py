@@ -11,14 +11,28 @@ from perbench.errors import ConfigError
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("build", parents=[common], help="build a benchmark: rubrics | pref-lamp")
-    p.add_argument("what", choices=["rubrics", "pref-lamp"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out")
+    p.add_argument("what", choices=["rubrics", "pref-lamp"], help="the benchmark to build")
+    p.add_argument("--seed", type=int, default=0, help="the seed of every sampled choice (default 0)")
+    p.add_argument(
+        "--out",
+        help="where to write it (rubrics: the pool file, default the package's data; pref-lamp: a folder, default "
+        "pref_lamp)",
+    )
     p.add_argument("--policy", default="smollm2", help="(rubrics) the policy that writes the candidate pool")
     p.add_argument("--limit", type=int, help="(rubrics) only the first N prompts")
     p.add_argument("--lamp-dir", help="(pref-lamp) folder with LaMP-5 files")
-    p.add_argument("--layout", default="auto", choices=["auto", "user", "time"])
-    p.add_argument("--negative-pool", default="other_users", choices=["other_users", "same_profile", "both"])
+    p.add_argument(
+        "--layout",
+        default="auto",
+        choices=["auto", "user", "time"],
+        help="(pref-lamp) which LaMP-5 layout the files have: user, time or auto (detected)",
+    )
+    p.add_argument(
+        "--negative-pool",
+        default="other_users",
+        choices=["other_users", "same_profile", "both"],
+        help="(pref-lamp) where the rejected responses are mined (default other_users)",
+    )
 
 
 def command(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "compare", parents=[common], help="pool several runs' cells: one analysis, report.html, leaderboard.md"
     )
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the run directories to pool and compare")
     add_compare_options(p)
 
 

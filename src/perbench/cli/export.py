@@ -12,7 +12,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="write one fitted system of a run as a self-contained folder (perbench.load_rm reads it)",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory (its units.sqlite holds the fits)")
     p.add_argument(
         "--system", required=True, metavar="LABEL", help="the system's label, e.g. mpu or 'lore(train_fraction=0.5)'"
     )

@@ -16,7 +16,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "list", parents=[common], help="list registered benchmarks, methods, decoders, metrics, executors"
     )
-    p.add_argument("kind", nargs="?")
+    p.add_argument("kind", nargs="?", help="what to list: benchmarks, methods, decoders, … (default: everything)")
     p.add_argument("--sizes", action="store_true", help="load built-in benchmarks to show their size (offline)")
 
 

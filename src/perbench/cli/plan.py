@@ -18,7 +18,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="users × prompts needed to separate the leader from each method, or establish equivalence",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory")
     p.add_argument("--metric", help="the metric to plan for (default: the run's verdict metric)")
     p.add_argument(
         "--effect", type=finite, help="the difference to detect: points for a proportion (5 = 5 pts), else units"

@@ -12,7 +12,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "report", parents=[common], help="re-render report.html of run directories (several: also a comparison)"
     )
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several: one comparison)")
     add_compare_options(p)
 
 

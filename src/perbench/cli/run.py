@@ -10,41 +10,80 @@ from typing import Any
 from perbench.cli.shared import config_path
 from perbench.errors import ConfigError
 
+EXAMPLES = """examples:
+  perbench run                                   the default run (the bundled model, rubric users)
+  perbench run my.yaml                           a config file (see `perbench validate --config my.yaml`)
+  perbench run --benchmark prism --methods global_bt,mpu --decoders zero_shot,args
+  perbench run --policy tiny-random --rm-backbone tiny-random --max-test-prompts 4   a quick smoke run
+  perbench run my.yaml --set bootstrap=200 --set 'shot_curve=[1, 5]'                  any config key
+  perbench run my.yaml --device cuda --batch-size auto --executor ray --ray-address auto
+"""
+
+
+def _batch_size(text: str) -> int | str:
+    """``auto`` or a positive integer (the config key's own rule checks the range)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
+
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("run", parents=[common], help="run a config end to end (no CONFIG: the embedded default)")
-    p.add_argument("config", nargs="?", help="YAML run config")
-    p.add_argument("--benchmark", help="benchmark name (see `perbench list benchmarks`)")
-    p.add_argument("--policy", help="policy model: smollm2 | HF id | folder | .gguf | tiny-random")
-    p.add_argument("--rm-backbone", help="RM backbone (same forms as --policy)")
-    p.add_argument("--methods", help="comma-separated reward models")
-    p.add_argument("--decoders", help="comma-separated decoders")
-    p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--max-test-prompts", type=int)
-    p.add_argument("--shots", type=int)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--device")
-    p.add_argument("--dtype")
-    p.add_argument("--unit-device", help="where the units compute, if not --device (Ray workers: cuda)")
-    p.add_argument("--unit-dtype", help="the units' dtype, if not --dtype (auto: bf16 on CUDA, else float32)")
-    p.add_argument("--out-dir")
-    p.add_argument("--run-name", help="the run's folder inside --out-dir (one plain name)")
-    p.add_argument("--executor", help="how the run's units are computed: local | ray (`perbench list executors`)")
-    p.add_argument(
+    p = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run a config end to end (no CONFIG: the embedded default)",
+        description="Run a config end to end: fit the reward models, measure them upstream and downstream, and\n"
+        "write results.json, cells, samples, leaderboard.md and report.html in the run directory.\n"
+        "Every flag overrides the config key of the same name (the config file's, else the default's).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", nargs="?", help="YAML run config, or an embedded config's name (default, all_methods, …)")
+    what = p.add_argument_group("what to compare")
+    what.add_argument("--benchmark", help="benchmark name (see `perbench list benchmarks`); its default models too")
+    what.add_argument("--policy", help="policy model: smollm2 | HF id | folder | .gguf | tiny-random")
+    what.add_argument("--rm-backbone", help="RM backbone (same forms as --policy)")
+    what.add_argument("--methods", help="comma-separated reward models (see `perbench list methods`)")
+    what.add_argument("--decoders", help="comma-separated decoders (see `perbench list decoders`)")
+    size = p.add_argument_group("how much")
+    size.add_argument("--max-new-tokens", type=int, metavar="N", help="tokens each generation may add")
+    size.add_argument("--max-test-prompts", type=int, metavar="N", help="test prompts evaluated downstream")
+    size.add_argument("--shots", type=int, metavar="N", help="pairs each unseen user is adapted from")
+    size.add_argument("--seed", type=int, help="the run's seed (splits, fits, sampling)")
+    size.add_argument(
+        "--batch-size",
+        type=_batch_size,
+        metavar="N|auto",
+        help="generation batch size, or auto (8 on CPU, 32 on CUDA); halves on out-of-memory (config: batch_size)",
+    )
+    where = p.add_argument_group("where it runs")
+    where.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps (default: auto, cuda when present)")
+    where.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (auto: bf16 on CUDA, else float32)")
+    where.add_argument("--unit-device", help="where the units compute, if not --device (Ray workers: cuda)")
+    where.add_argument("--unit-dtype", help="the units' dtype, if not --dtype (auto: bf16 on CUDA, else float32)")
+    where.add_argument("--executor", help="how the run's units are computed: local | ray (`perbench list executors`)")
+    where.add_argument(
         "--ray-address",
         help="with --executor ray: join this Ray cluster (auto | HOST:PORT) instead of starting a local one",
     )
-    p.add_argument(
+    out = p.add_argument_group("output")
+    out.add_argument("--out-dir", metavar="DIR", help="the folder run directories are made in (default: runs)")
+    out.add_argument("--run-name", help="the run's folder inside --out-dir (one plain name; default: a config hash)")
+    other = p.add_argument_group("other")
+    other.add_argument(
         "--trust-remote-code",
         action="store_true",
         help="allow hub_rm models with trust_remote_code: true to run their own Python files (listed first)",
     )
-    p.add_argument(
+    other.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override any config key (value parsed as YAML), repeatable",
+        help="override any config key (value parsed as YAML), repeatable; applied after the flags above",
     )
 
 
@@ -89,6 +128,7 @@ def _run_config(args: argparse.Namespace) -> int:
         "out_dir",
         "run_name",
         "executor",
+        "batch_size",
     ):
         if getattr(args, flag) is not None:
             changes[flag] = getattr(args, flag)

@@ -1,16 +1,14 @@
-"""``perbench.load_rm(DIR)``: an exported system (see :mod:`perbench.export.write`) as a reward model to use
-outside perbench.
+"""An exported system as a reward model to use outside perbench (:func:`perbench.export.load.load_rm` builds it).
 
-The folder's backbone is loaded (``load_lm``) and its fingerprint checked against the one the system was fit on;
-the fitted state is loaded, and every unseen user of the run is adapted again from the shots stored beside it, so
-the scores are the run's. ``score(prompts, responses, users)`` scores texts, ``adapt(user, shots)`` fits a new
-user from their own preference pairs, and ``reward_func()`` is a callable for TRL's ``reward_funcs`` that takes
-each completion's user from a dataset column.
+Users are named as the benchmark's source names them (the ids of its files and of the report); the fitted state
+knows them by the run's opaque ids, and :meth:`ExportedRM.internal` maps one to the other. A user the system has no
+parameters for (neither seen, nor adapted) is scored with the method's documented fallback — with a warning, once
+per user, or an error under ``strict=True``: a mistyped id never trains on an unpersonalized reward without a word.
 """
 
 from __future__ import annotations
 
-import json
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,92 +17,161 @@ import numpy as np
 
 from perbench.data.pairs import Split
 from perbench.data.records import PreferencePair, Prompt
-from perbench.errors import ConfigError
-from perbench.export.format import (
-    FORMAT_VERSION,
-    MANIFEST,
-    join_state,
-    pair_from_json,
-    prompt_from_json,
-    read_json,
-    view_from_json,
-)
+from perbench.errors import PerbenchError
+from perbench.export.format import check_shot, pair_from_json, prompt_from_json, response_text
 from perbench.rewards.base import RewardModel, ScoreItem
+
+
+class UnknownUserError(PerbenchError, LookupError):
+    """A user the exported system has no parameters for, under ``strict=True``."""
+
+
+class UnknownUserWarning(UserWarning):
+    """A user the exported system has no parameters for, scored with the method's fallback."""
 
 
 class ExportedRM:
     """A fitted perbench system: ``label`` (its name in the run), ``method``, ``manifest`` (everything the folder
-    records), ``rm`` (the underlying :class:`~perbench.rewards.base.RewardModel`)."""
+    records), ``rm`` (the underlying :class:`~perbench.rewards.base.RewardModel`), ``strict`` (an unknown user is an
+    error rather than a warning)."""
 
-    def __init__(self, rm: RewardModel, manifest: Mapping[str, Any], path: Path) -> None:
+    def __init__(self, rm: RewardModel, manifest: Mapping[str, Any], path: Path, *, strict: bool = False) -> None:
         self.rm = rm
         self.manifest = dict(manifest)
         self.path = path
+        self.strict = strict
         self.label = str(manifest["label"])
         self.method = str(manifest["method"])
-        self.adapted_users: set[str] = set()
         #: the source's user ids -> the opaque ids the system was fit under (the run's sealed benchmark)
         self.user_ids: dict[str, str] = {str(k): str(v) for k, v in dict(manifest.get("user_ids") or {}).items()}
-
-    def internal(self, user: str) -> str:
-        """The id ``user`` has inside the fitted state: a seen or unseen user of the run by its source id (or its
-        opaque one) maps to the opaque id; any other id is its own."""
-        return self.user_ids.get(user, user)
+        self._source: dict[str, str] = {v: k for k, v in self.user_ids.items()}
+        self._seen: set[str] = {str(u) for u in self.manifest.get("seen_users") or []}
+        #: users (source ids) with parameters of their own besides the seen ones: adapted here or in the run
+        self.adapted_users: set[str] = set()
+        self._warned: set[str] = set()
 
     def __repr__(self) -> str:
         return f"ExportedRM({self.label!r}, method={self.method!r}, path={str(self.path)!r})"
 
     @property
+    def user_agnostic(self) -> bool:
+        return bool(self.manifest.get("user_agnostic"))
+
+    @property
     def seen_users(self) -> list[str]:
-        return list(self.manifest.get("seen_users") or [])
+        """The users the system was fit on, by the source's ids."""
+        return [str(u) for u in self.manifest.get("seen_users") or []]
+
+    @property
+    def users(self) -> list[str]:
+        """Every user with parameters of their own (seen, or adapted), by the source's ids."""
+        return sorted(self._seen | self.adapted_users)
+
+    def internal(self, user: str) -> str:
+        """The id ``user`` (a source id) has inside the fitted state; any other id is its own."""
+        return self.user_ids.get(user, user)
+
+    def source_id(self, user: str) -> str:
+        """The source's id of ``user``: itself, or the source id a run's opaque id stands for (results written
+        before reports named users by their source ids show the opaque ones)."""
+        return self._source.get(user, user)
 
     def known(self, user: str) -> bool:
-        """Whether ``user`` has their own parameters (a seen user, or adapted). Any other user is scored with the
-        method's documented fallback (e.g. the average seen user); a user-agnostic system knows everyone."""
-        if self.manifest.get("user_agnostic"):
-            return True
-        return self.internal(user) in self.adapted_users or user in set(self.seen_users)
+        """Whether ``user`` has their own parameters (a seen user, or adapted). A user-agnostic system knows
+        everyone."""
+        user = self.source_id(user)
+        return self.user_agnostic or user in self._seen or user in self.adapted_users
 
-    def score(self, prompts: Sequence[Any], responses: Sequence[str], users: str | Sequence[str]) -> np.ndarray:
-        """r_u(x, y) for each (prompt, response, user); ``users`` one id for every row, or one per row. A prompt is
-        a string or a list of ``{role, content}`` messages."""
+    def check_user(self, value: Any, where: str = "user") -> str:
+        """A row's user as the internal id: a string (or an integer, as a dataset column may hold), known or
+        warned about (raised under ``strict``)."""
+        if isinstance(value, bool) or not isinstance(value, str | int | np.integer):
+            raise ValueError(
+                f"{where}: a user id is a string, got {'None' if value is None else type(value).__name__} {value!r}"[
+                    :160
+                ]
+            )
+        user = self.source_id(str(value))
+        if not self.known(user):
+            msg = (
+                f"{self.label}: user {user!r} is unknown to this system (neither seen nor adapted): scored with the "
+                f"method's fallback, not personalized; adapt() them first"
+            )
+            if self.strict:
+                raise UnknownUserError(
+                    msg + f". Known users: {', '.join(self.users[:8])}{' …' if len(self.users) > 8 else ''}"
+                )
+            if user not in self._warned:
+                self._warned.add(user)
+                warnings.warn(msg + " (load_rm(..., strict=True) raises instead)", UnknownUserWarning, stacklevel=3)
+        return self.internal(user)
+
+    def score(self, prompts: Sequence[Any], responses: Sequence[Any], users: Any) -> np.ndarray:
+        """r_u(x, y) for each (prompt, response, user); ``users`` one id for every row, or one per row. A prompt is a
+        string, a list of ``{role, content}`` messages or one such message; a response a string, or a
+        conversation whose last message is the completion (as :meth:`reward_func` takes them)."""
+        for name, value in (("prompts", prompts), ("responses", responses)):
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+                got = "one string" if isinstance(value, str | bytes) else type(value).__name__
+                raise ValueError(f"score: {name} must be a list (one per row), got {got}")
         if len(prompts) != len(responses):
             raise ValueError(f"score: {len(prompts)} prompts but {len(responses)} responses")
-        ids = (
-            [self.internal(users)] * len(prompts) if isinstance(users, str) else [self.internal(str(u)) for u in users]
-        )
-        if len(ids) != len(prompts):
-            raise ValueError(f"score: {len(prompts)} prompts but {len(ids)} users")
+        if users is None:
+            raise ValueError("score: users is None; pass one user id for every row, or a list of one per row")
+        rows = [users] * len(prompts) if isinstance(users, str | int) and not isinstance(users, bool) else users
+        if not isinstance(rows, Sequence) or isinstance(rows, bytes):
+            raise ValueError(f"score: users must be a user id or a list of them, got {type(users).__name__}")
+        if len(rows) != len(prompts):
+            raise ValueError(f"score: {len(prompts)} prompts but {len(rows)} users")
         items = [
-            ScoreItem(u, prompt_from_json(p, f"score: prompt {i}"), str(r))
-            for i, (p, r, u) in enumerate(zip(prompts, responses, ids, strict=True))
+            ScoreItem(
+                self.check_user(u, f"score: users[{i}]"),
+                prompt_from_json(p, f"score: prompts[{i}]"),
+                response_text(r, f"score: responses[{i}]"),
+            )
+            for i, (p, r, u) in enumerate(zip(prompts, responses, rows, strict=True))
         ]
         return np.asarray(self.rm.score_distinct(items), dtype=np.float64)
 
     def score_pairs(self, pairs: Sequence[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
-        """(chosen scores, rejected scores) of preference pairs, each scored for its own user."""
-        return self.rm.score_pairs(
-            [
-                p if self.internal(p.user_id) == p.user_id else _with_user(p, self.internal(p.user_id), p.split)
-                for p in pairs
-            ]
-        )
+        """(chosen scores, rejected scores) of preference pairs, each scored for its own user (a source id, or the
+        run's opaque one)."""
+        out = []
+        for i, p in enumerate(pairs):
+            uid = p.user_id if p.user_id in self._source else self.check_user(p.user_id, f"score_pairs: pairs[{i}]")
+            out.append(p if uid == p.user_id else _with_user(p, uid, p.split))
+        return self.rm.score_pairs(out)
 
-    def adapt(self, user: str, shots: Sequence[PreferencePair | Mapping[str, Any]]) -> None:
+    def adapt(self, user: str, shots: Sequence[PreferencePair | Mapping[str, Any]], *, replace: bool = False) -> None:
         """Fit ``user``'s parameters from their few-shot pairs only (``PreferencePair``s or ``{prompt, chosen,
-        rejected}`` mappings), as the run adapted its unseen users; replaces an earlier adaptation of the user. A
-        user-agnostic system ignores the shots."""
-        if self.manifest.get("user_agnostic") or not self.manifest.get("adapts_from_shots", True):
+        rejected}`` mappings), as the run adapted its unseen users. A user who already has parameters (seen, or
+        adapted) is refused unless ``replace=True``; a shot without a preference (chosen = rejected, a blank side)
+        is refused. A user-agnostic system ignores the shots."""
+        if not isinstance(user, str) or not user:
+            raise ValueError(f"adapt: a user id is a non-empty string, got {user!r}")
+        if self.user_agnostic or not self.manifest.get("adapts_from_shots", True):
             return
-        pairs = [
-            s if isinstance(s, PreferencePair) else pair_from_json(s, f"adapt({user!r}): shot {i}", user)
-            for i, s in enumerate(shots)
-        ]
+        if isinstance(shots, str | bytes | Mapping) or not isinstance(shots, Sequence):
+            raise ValueError(f"adapt({user!r}): shots must be a list of pairs, got {type(shots).__name__}")
+        if not shots:
+            raise ValueError(f"adapt({user!r}): no shots (a user is adapted from at least one preference pair)")
+        if self.known(user) and not replace:
+            kind = "was fit on" if user in self._seen else "already has adapted parameters for"
+            raise ValueError(
+                f"adapt({user!r}): the system {kind} this user; adapt(..., replace=True) replaces them with a head "
+                "fit on these shots only"
+            )
+        pairs = []
+        for i, s in enumerate(shots):
+            where = f"adapt({user!r}): shots[{i}]"
+            if isinstance(s, PreferencePair):
+                check_shot(s, where)
+                pairs.append(s)
+            else:
+                pairs.append(pair_from_json(s, where, user))
         uid = self.internal(user)
-        pairs = [p if p.user_id == uid else _with_user(p, uid) for p in pairs]
-        self.rm.adapt(uid, pairs)
-        if pairs:
-            self.adapted_users.add(uid)
+        self.rm.adapt(uid, [p if p.user_id == uid else _with_user(p, uid) for p in pairs])
+        self.adapted_users.add(user)
 
     def reward_func(self, user_column: str = "user_id") -> Callable[..., list[float]]:
         """A TRL reward function: ``f(prompts, completions, **columns) -> list[float]``, each completion scored for
@@ -118,8 +185,7 @@ class ExportedRM:
                     f"{self.label} reward: the dataset has no {user_column!r} column to take each row's user from "
                     f"(its columns: {have}); add one, or pass reward_func(user_column=...)"
                 )
-            texts = [_completion_text(c) for c in completions]
-            return [float(v) for v in self.score(list(prompts), texts, [str(u) for u in columns[user_column]])]
+            return [float(v) for v in self.score(list(prompts), list(completions), list(columns[user_column]))]
 
         reward.__name__ = f"perbench_{_slug(self.label)}"
         reward.__qualname__ = reward.__name__
@@ -130,103 +196,8 @@ def _with_user(p: PreferencePair, user: str, split: Split = "train") -> Preferen
     return PreferencePair(p.pair_id, user, p.prompt, p.chosen, p.rejected, split, p.meta)
 
 
-def _completion_text(c: Any) -> str:
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list | tuple) and c and isinstance(c[-1], Mapping):
-        return str(c[-1].get("content", ""))
-    return str(c)
-
-
 def _slug(label: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in label).strip("_") or "rm"
 
 
-def load_rm(path: str | Path, *, backbone: str | None = None, device: str | None = None) -> ExportedRM:
-    """The system exported to ``path``. ``backbone`` loads the backbone from another place (a folder or hub id);
-    its fingerprint must still equal the one the system was fit on."""
-    from perbench import registry
-    from perbench.rewards.base import FeatureRM, RMContext
-
-    folder = Path(path)
-    manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
-        raise ConfigError(f"load_rm: {manifest_path} does not exist (write one with `perbench export`)")
-    try:
-        m = read_json(manifest_path)
-    except ValueError as e:
-        raise ConfigError(f"load_rm: {e}") from None
-    for key in ("format_version", "label", "method", "params", "files"):
-        if key not in m:
-            raise ConfigError(f"load_rm: {manifest_path}: missing field {key!r}")
-    if int(m["format_version"]) > FORMAT_VERSION:
-        raise ConfigError(
-            f"load_rm: {manifest_path}: format_version {m['format_version']} is newer than this perbench reads "
-            f"({FORMAT_VERSION}); upgrade perbench"
-        )
-    cls = registry.reward_models.get(str(m["method"]))
-    rm = cls(**dict(m["params"]))
-    extractor = None
-    bb = m.get("backbone")
-    if isinstance(rm, FeatureRM):
-        if not isinstance(bb, Mapping):
-            raise ConfigError(f"load_rm: {manifest_path}: a {m['method']} system needs its backbone (field 'backbone')")
-        extractor = _extractor(bb, backbone, device, manifest_path)
-        rm.bind(extractor)
-    state = _read_state(folder / str(m["files"]["state"]), m.get("strings") or {})
-    users_path = folder / str(m["files"]["users"])
-    views = {}
-    if users_path.is_file():
-        views = {v.user_id: v for v in (view_from_json(r) for r in read_json(users_path))}
-    if hasattr(rm, "set_users"):
-        rm.set_users(views)
-    ctx = RMContext(features=extractor, seed=int(m.get("seed", 0)), extra={"users": views})
-    if not state and not cls.needs_train_pairs:
-        rm.fit([], ctx)  # a stateless baseline takes its seed from the context
-    rm.load_state(state)
-    out = ExportedRM(rm, m, folder)
-    shots_path = folder / str(m["files"]["shots"])
-    if shots_path.is_file():
-        by_user: dict[str, list[PreferencePair]] = {}
-        for i, line in enumerate(shots_path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    p = pair_from_json(json.loads(line), f"{shots_path}:{i}")
-                except (ValueError, json.JSONDecodeError) as e:
-                    raise ConfigError(f"load_rm: {e}") from None
-                by_user.setdefault(p.user_id, []).append(p)
-        for user, pairs in by_user.items():
-            out.adapt(user, pairs)
-    return out
-
-
-def _read_state(path: Path, strings: Mapping[str, Sequence[str]]) -> dict[str, np.ndarray]:
-    import safetensors.numpy
-
-    if not path.is_file():
-        raise ConfigError(f"load_rm: {path} does not exist: the export is incomplete")
-    try:
-        arrays = safetensors.numpy.load_file(str(path))
-    except Exception as e:  # safetensors raises its own error types for a damaged file
-        raise ConfigError(f"load_rm: {path}: not a readable safetensors file ({e})") from None
-    return join_state(arrays, strings)
-
-
-def _extractor(bb: Mapping[str, Any], override: str | None, device: str | None, where: Path) -> Any:
-    from perbench.models.loader import load_lm
-    from perbench.rewards.features import FeatureExtractor
-
-    model = override or str(bb.get("model"))
-    lm = load_lm(model, device=device, dtype=bb.get("dtype") or None)
-    want = bb.get("fingerprint")
-    if want and lm.fingerprint != want:
-        raise ConfigError(
-            f"load_rm: {where}: the backbone {model} has fingerprint {lm.fingerprint}, but the system was fit on "
-            f"{want}; load the same model (backbone=...) or export again"
-        )
-    return FeatureExtractor(
-        lm, batch_size=int(bb.get("feature_batch_size") or 16), max_length=int(bb.get("max_length") or 1024)
-    )
-
-
-__all__ = ["ExportedRM", "Prompt", "load_rm"]
+__all__ = ["ExportedRM", "Prompt", "UnknownUserError", "UnknownUserWarning"]

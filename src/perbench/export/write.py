@@ -1,10 +1,12 @@
 """``perbench export RUN_DIR --system LABEL --out DIR``: one fitted system of a run as a self-contained folder.
 
 The fit is read from the run's unit store (never refit: a system the run did not fit is an error). The folder
-holds what :func:`perbench.export.model.load_rm` needs and nothing of the answer key: the method and its
-parameters, the fitted state (safetensors), the backbone (model spec, fingerprint, the length inputs are cut to),
-the users' context (ids, seen, profile items: what the method was handed) and each unseen user's shots, from which
-``load_rm`` adapts them again exactly as the run did.
+holds what :func:`perbench.export.load.load_rm` needs and nothing of the answer key: the method and its parameters,
+the fitted state and every unseen user's adapted parameters (safetensors), the backbone (model spec, the
+fingerprint results.json recorded, the length inputs are cut to), the users' context (ids, seen, profile items:
+what the method was handed) and each unseen user's shots. Users are named by the source's ids (the ids of the
+benchmark's own files and of the report); the manifest maps them to the run's opaque ids, which stay internal.
+The backbone's weights are not loaded: the shots' features come from the run's feature store.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from perbench import __version__
 from perbench.errors import ConfigError
 from perbench.export.format import (
+    ADAPTED,
     FORMAT_VERSION,
     MANIFEST,
     SHOTS,
     STATE,
     USERS,
+    digest,
+    package_versions,
     pair_to_json,
     split_state,
     view_to_json,
@@ -31,83 +35,42 @@ from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 def export_system(run_dir: str | Path, label: str, out: str | Path) -> Path:
     """Write system ``label`` of the run in ``run_dir`` to the folder ``out`` (created; an existing export there is
     replaced, any other non-empty folder refused). Returns ``out``."""
+    import numpy as np
     import safetensors.numpy
 
-    from perbench.config import RunConfig, Where
     from perbench.data.user_context import user_views
-    from perbench.rewards.base import FeatureRM, RMContext
+    from perbench.export.source import RunSource
+    from perbench.rewards.base import RMContext
+    from perbench.rewards.personal import PersonalFeatureRM
     from perbench.runner.methods import MethodHandle
-    from perbench.runner.run import seal_all
-    from perbench.runner.state import load_benchmark, needs_models
-    from perbench.runner.stores import Stores
-    from perbench.systems import SystemsSpec, expand
 
-    run = Path(run_dir)
-    config = run / "config.yaml"
-    if not config.is_file():
-        raise ConfigError(f"{config} does not exist (is {run} a run directory?)")
-    if not (run / "units.sqlite").is_file():
-        raise ConfigError(f"{run / 'units.sqlite'} does not exist: the run's fitted systems live there")
-    cfg = RunConfig.from_yaml(config)
-    spec = None if cfg.systems is None else SystemsSpec.from_dict(cfg.systems, Where("systems"))
-    systems = expand(cfg.methods, cfg.baselines, spec, seed=cfg.seed, shots=cfg.shots)
-    by_label = {sd.label: sd for sd in systems}
-    if label not in by_label:
-        import difflib
-
-        close = difflib.get_close_matches(label, list(by_label), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"export: {run} has no system {label!r}.{hint} Its systems: {', '.join(by_label)}")
-    sd = by_label[label]
-    from perbench import registry
-
-    cls = registry.reward_models.get(sd.method.name)
-    feature_rm = issubclass(cls, FeatureRM)
-    if not feature_rm and not sd.baseline:
-        raise ConfigError(
-            f"export: {label} ({sd.method.name}) is not a frozen-feature reward model; this version exports "
-            "frozen-feature methods (global_bt, mpu, lore, pal, vpl, pref, …) and baselines"
-        )
+    src = RunSource.open(Path(run_dir), label)
+    sd, bench, run = src.system, src.bench, src.run
     out_dir = Path(out)
     _check_target(out_dir)
-    # the benchmark as the run's methods saw it: sealed, with opaque user and pair ids (the fit keys name it)
-    bench = seal_all(load_benchmark(cfg), {})[0]
-    source_of = {str(k): str(v) for k, v in dict(bench.meta.get("source_user_ids") or {}).items()}  # opaque -> source
-    user_ids = {v: k for k, v in source_of.items()}  # the source's ids -> the opaque ids the fit knows
-    stores = Stores.of_run(run)
-    extractor = None
-    backbone: dict[str, Any] | None = None
-    if needs_models(cfg):  # the run's context held the backbone (its fit keys name it), baselines' too
-        from perbench.models.loader import load_lm
-        from perbench.rewards.features import FeatureExtractor
-
-        lm = load_lm(cfg.rm_backbone, device=cfg.device, dtype=cfg.dtype)
-        extractor = FeatureExtractor(lm, stores.features, batch_size=cfg.feature_batch_size, max_length=cfg.max_length)
-    if feature_rm and extractor is not None:
-        lm = extractor.lm
-        backbone = {
-            "model": _model_ref(cfg.rm_backbone),
-            "fingerprint": lm.fingerprint,
-            "max_length": cfg.max_length,
-            "feature_batch_size": cfg.feature_batch_size,
-            "dtype": lm.policy.dtype,
-            "device": str(lm.policy.device),
-            "hidden_size": lm.hidden_size,
-        }
+    extractor = src.extractor()
     ctx = RMContext(features=extractor, seed=sd.seed, extra={"users": user_views(bench.users)})
-    handle = MethodHandle(sd.method, bench, ctx, stores.units, baseline=sd.baseline, system=sd)
-    if stores.units.missing([handle.fit_key], phase="fit"):
+    handle = MethodHandle(sd.method, bench, ctx, src.stores.units, baseline=sd.baseline, system=sd)
+    if src.stores.units.missing([handle.fit_key], phase="fit"):
         raise ConfigError(
-            f"export: {run} holds no fitted state of {label} (units.sqlite has no fit unit {handle.fit_key}); "
-            "run the config again to fit it, then export"
+            f"export: {run} holds no fitted state of {label} (units.sqlite has no fit unit {handle.fit_key}): the "
+            "run did not fit it, or its config or data changed since (the fit key covers both); run the config "
+            "again, then export"
         )
     rm = handle.fitted()
     arrays, strings = split_state(rm.state())
     adapts = not handle.user_agnostic and handle.uses_shots
-    shots = [pair_to_json(p) for u in bench.unseen_users for p in (bench.fewshot(u, sd.shots) if adapts else [])]
-    manifest = {
+    shots_of = {u: bench.fewshot(u, sd.shots) if adapts else [] for u in bench.unseen_users}
+    source = src.source_of  # opaque -> the source's id
+    adapted: dict[str, np.ndarray] = {}
+    if adapts:
+        rm = handle.adapted(sd.shots)  # as the run adapted them: the shots' features from the run's store
+        if isinstance(rm, PersonalFeatureRM):
+            adapted = {source[u]: v.detach().cpu().numpy().copy() for u, v in rm.adapted.items()}
+    manifest: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
-        "perbench_version": __version__,
+        "perbench_version": package_versions()["perbench"],
+        "packages": package_versions(),
         "label": label,
         "method": sd.method.name,
         "params": dict(sd.method.params),
@@ -118,32 +81,32 @@ def export_system(run_dir: str | Path, label: str, out: str | Path) -> Path:
         "shots": sd.shots,
         "user_agnostic": handle.user_agnostic,
         "adapts_from_shots": adapts,
-        "backbone": backbone,
-        "benchmark": {"name": bench.name, "fingerprint": bench.fingerprint()},
+        "backbone": src.backbone() if handle.is_feature_rm else None,
+        "benchmark": {"name": bench.name, "fingerprint": src.results_bench_fingerprint},
         "fit_key": handle.fit_key,
-        "run": {"dir": str(run.resolve()), "name": run.resolve().name},
-        "seen_users": [source_of.get(u, u) for u in bench.seen_users],
-        "unseen_users": [source_of.get(u, u) for u in bench.unseen_users] if adapts else [],
-        "user_ids": user_ids,
+        "run": {"name": run.resolve().name, "config_hash": src.results.get("config_hash")},
+        "seen_users": [source[u] for u in bench.seen_users],
+        "unseen_users": [source[u] for u in bench.unseen_users] if adapts else [],
+        "adapted_users": sorted(adapted),
+        "user_ids": {source[u]: u for u in sorted(source, key=lambda k: source[k])},
         "strings": strings,
-        "files": {"state": STATE, "users": USERS, "shots": SHOTS},
+        "files": {"state": STATE, "adapted": ADAPTED, "users": USERS, "shots": SHOTS},
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / f".{STATE}.tmp"
-    safetensors.numpy.save_file(arrays, str(tmp), metadata={"perbench_label": label, "method": sd.method.name})
-    tmp.replace(out_dir / STATE)
-    atomic_write_json(out_dir / USERS, [view_to_json(v) for v in user_views(bench.users).values()])
-    atomic_write_jsonl(out_dir / SHOTS, shots)
-    atomic_write_text(out_dir / "README.md", _readme(label, out_dir))
+    _save(safetensors.numpy, out_dir / STATE, arrays, {"perbench_label": label, "method": sd.method.name})
+    _save(safetensors.numpy, out_dir / ADAPTED, adapted, {"perbench_label": label, "users": "source ids"})
+    atomic_write_json(out_dir / USERS, [view_to_json(v, source[u]) for u, v in user_views(bench.users).items()])
+    atomic_write_jsonl(out_dir / SHOTS, [pair_to_json(p, source[u]) for u, ps in shots_of.items() for p in ps])
+    atomic_write_text(out_dir / "README.md", _readme(label, manifest))
+    manifest["digest"] = digest(out_dir, manifest)
     atomic_write_json(out_dir / MANIFEST, manifest)  # last: a folder without it is an unfinished export
     return out_dir
 
 
-def _model_ref(spec: str) -> str:
-    """The backbone as a later process can load it: a local folder or file as an absolute path, else the spec
-    (a hub id, ``smollm2``, ``tiny-random:S``)."""
-    p = Path(spec).expanduser()
-    return str(p.resolve()) if p.exists() else spec
+def _save(st: Any, path: Path, arrays: dict[str, Any], metadata: dict[str, str]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    st.save_file(arrays, str(tmp), metadata=metadata)
+    tmp.replace(path)
 
 
 def _check_target(out: Path) -> None:
@@ -153,20 +116,24 @@ def _check_target(out: Path) -> None:
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise ConfigError(f"export: {out} is a non-empty folder that holds no perbench export; choose another --out")
     if (out / MANIFEST).is_file():
-        for name in (STATE, USERS, SHOTS, MANIFEST, "README.md"):
+        for name in (STATE, ADAPTED, USERS, SHOTS, MANIFEST, "README.md"):
             if (out / name).is_file():
                 (out / name).unlink()
         shutil.rmtree(out / "__pycache__", ignore_errors=True)
 
 
-def _readme(label: str, out: Path) -> str:
+def _readme(label: str, manifest: dict[str, Any]) -> str:
+    users = list(manifest["seen_users"][:1]) or ["u1"]
     return (
         f"# perbench export: {label}\n\n"
         "```python\nimport perbench\n\n"
-        f'rm = perbench.load_rm("{out}")\n'
-        'rm.score(["How do I boil an egg?"], ["Boil it for 8 minutes."], users=["u1"])\n'
+        'rm = perbench.load_rm(".")   # this folder; strict=True raises on an unknown user instead of warning\n'
+        f'rm.score(["How do I boil an egg?"], ["Boil it for 8 minutes."], users=["{users[0]}"])\n'
         'rm.adapt("new_user", [{"prompt": "...", "chosen": "...", "rejected": "..."}])\n'
         "reward = rm.reward_func()   # TRL reward_funcs: the user from the dataset's user_id column\n```\n\n"
-        f"Files: {MANIFEST} (method, parameters, backbone, users), {STATE} (the fitted parameters), "
+        "Serve it over HTTP (OpenRLHF's --remote_rm_url and a JSON shape with user ids): "
+        "`perbench serve . --port 5000`.\n\n"
+        f"Users are named as the benchmark's source names them. Files: {MANIFEST} (method, parameters, backbone, "
+        f"users, digest), {STATE} (the fitted parameters), {ADAPTED} (each unseen user's adapted parameters), "
         f"{USERS} (each user's id and profile items), {SHOTS} (the unseen users' adaptation shots).\n"
     )

@@ -56,11 +56,27 @@ class Cells:
         return "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows)
 
     def record(self) -> dict[str, Any]:
-        """What results.json keeps of the cells file, so a reader notices a file that lost or changed rows."""
-        return cells_record(self.text().encode("utf-8"), len(self.rows))
+        """What results.json keeps of the cells files, so a reader notices a file that lost or changed rows: the
+        JSONL's count and digest, and the Parquet copy's digest (``parquet``)."""
+        from perbench.runner.tables import parquet_record
+
+        return {**cells_record(self.text().encode("utf-8"), len(self.rows)), "parquet": parquet_record(self.parquet())}
+
+    def parquet(self) -> bytes:
+        """The rows as zstd Parquet (:mod:`perbench.runner.tables`), made once per set of rows."""
+        from perbench.runner.tables import cells_table, parquet_bytes
+
+        if getattr(self, "_parquet", (None, -1))[1] != len(self.rows):
+            self._parquet = (parquet_bytes(cells_table(self.rows)), len(self.rows))
+        return self._parquet[0]
 
     def write(self, path: Path) -> None:
+        """``path`` (cells.jsonl) and, beside it, cells.parquet."""
+        from perbench.io import atomic_write_bytes
+        from perbench.runner.tables import CELLS_PARQUET
+
         atomic_write_text(path, self.text())
+        atomic_write_bytes(path.with_name(CELLS_PARQUET), self.parquet())
 
 
 def cells_record(raw: bytes, count: int) -> dict[str, Any]:

@@ -149,6 +149,8 @@ RUN_FILES = (
     "results.json",
     "samples.jsonl",
     "cells.jsonl",
+    "samples.parquet",
+    "cells.parquet",
     "report.html",
     "leaderboard.md",
     "plots",

@@ -25,6 +25,7 @@ from perbench.runner.preflight import check_config, check_models, check_paths, c
 from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict, systems_section
 from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
+from perbench.runner.tables import write_samples_parquet
 from perbench.runner.work import Work
 
 #: what a caller makes of a finished run (its report), called in the run directory while the run still holds it
@@ -195,6 +196,7 @@ class Runner:
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)
+        write_samples_parquet(self.run_dir / "samples.parquet", state.samples)
         state.cells.write(self.run_dir / "cells.jsonl")
         print_verdict(analysis)
         log_work(results["work"])
