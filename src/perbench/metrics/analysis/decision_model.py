@@ -63,9 +63,12 @@ class DecisionModel:
         draws: int = MC_DRAWS,
         null_draws: int = MC_NULL_DRAWS,
         seed: int = 0,
+        corrected: bool = False,
     ) -> None:
         from scipy.stats import norm
 
+        #: the intervals use the method-of-moments variance (the verdict's set for the best), not the bootstrap's
+        self.corrected = corrected
         self.joint = joint
         self.effects = np.asarray(effects, dtype=np.float64)
         self.two = np.asarray(two_sided, dtype=bool)
@@ -92,7 +95,7 @@ class DecisionModel:
         if not self.required.any():
             return 1.0
         true, boot = self.joint.covariances(users, prompts)
-        se, c2, c1 = self.critical_values(boot)
+        se, c2, c1 = self.critical_values(true if self.corrected else boot)
         crit = np.where(self.two, c2 or 0.0, c1 or 0.0)
         d = self.effects + self._draw @ sqrt_psd(true).T
         ok = self._sign * d - crit * se > 0
