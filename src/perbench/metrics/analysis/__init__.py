@@ -149,8 +149,8 @@ def analyze(
         "multiplicity": (
             f"best, tied and contenders come from the simultaneous {100 * level:g}% confidence set for the best over "
             "the deployable systems and the baselines (multiple comparisons with the best: for each system the "
-            "quantile of max_j (Δ̂_ij − Δ*_ij) / se*_ij over the bootstrap, bounds with method-of-moments standard "
-            "errors)"
+            "quantile of max_j (Δ̂_ij − Δ*_ij) / se*_ij over the bootstrap); the gate against the random pick uses "
+            "method-of-moments standard errors"
         ),
         "equivalence": (
             f"practically equivalent: the {100 * max(0.0, 2 * level - 1):g}% CI of (leader − method) lies inside "

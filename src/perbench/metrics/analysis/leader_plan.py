@@ -5,7 +5,7 @@ identification).
 The leader L is the top deployable system. Each comparison L − j (every other deployable system and baseline j)
 has per-cell differences; their joint variance components (:func:`.components.joint_components`) give the
 comparisons' joint normal distribution at any size. At U × P the verdict shows L better than j when
-D̂_j − d·s_j > 0, s_j the method-of-moments standard error (what the set for the best uses) and d the
+D̂_j − d·s_j > 0, s_j the two-way bootstrap's standard error (what the set for the best uses) and d the
 one-sided simultaneous critical value over the k comparisons (from their correlation); the power is the share of
 :class:`.decision_model.DecisionModel` draws in which every comparison succeeds together. The effect model: the
 observed differences, or (``effect`` X) the leader ahead of every other system by at least X — each comparison's
@@ -59,7 +59,7 @@ def identify(
     effects = observed if effect is None else np.maximum(observed, float(effect))
     k = len(cols)
     model = DecisionModel(
-        joint, effects, [False] * k, [True] * k, [False] * k, margin=margin, level=est.level, corrected=True
+        joint, effects, [False] * k, [True] * k, [False] * k, margin=margin, level=est.level
     )
     behind = [c[0] for c, e in zip(cols, effects, strict=True) if e <= 0]
     u0, p0 = _shape(joint)
@@ -86,7 +86,7 @@ def identify(
         "limited_by": {"a": leader, "b": cols[hardest][0], "effect": float(effects[hardest])},
         "model": (
             f"the set for the best's rule (the leader shown better than each of the {k} other systems, one-sided, "
-            "simultaneous, method-of-moments standard errors) applied to draws of the comparisons' joint normal "
+            "simultaneous, at the two-way bootstrap's width) applied to draws of the comparisons' joint normal "
             "distribution at each size"
         ),
     }

@@ -197,7 +197,7 @@ def ranking(
                 f"multiple comparisons with the best over {len(names)} systems ({len(names) - len(deployable)} "
                 f"baseline{'s' * (len(names) - len(deployable) != 1)}): a system is left out when another is shown "
                 f"better than it, one-sided and simultaneous {100 * est.level:g}% over its comparisons "
-                "(max-statistic two-way bootstrap, method-of-moments standard errors)"
+                "(max-statistic two-way bootstrap)"
             ),
         },  # fmt: skip
         stability=stability(c, d, gate, margin, tie, fixed),
@@ -241,7 +241,7 @@ def _entry(
     if c.comparable[i, j] and not c.identical[i, j]:
         di = float(d[i]) if np.isfinite(d[i]) else 0.0
         dj = float(d[j]) if np.isfinite(d[j]) else 0.0
-        lo, hi = c.delta[i, j] - di * c.se[i, j], c.delta[i, j] + dj * c.se[i, j]
+        lo, hi = c.delta[i, j] - di * c.boot_se[i, j], c.delta[i, j] + dj * c.boot_se[i, j]
         e["ci"] = [float(lo), float(hi)]
         e["lower_simultaneous"] = float(lo)
         e["excluded"] = not e["in_set"]
