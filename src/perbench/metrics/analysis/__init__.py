@@ -48,8 +48,8 @@ from perbench.metrics.analysis.base import (
 )
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.fairness import fairness, minority_users
-from perbench.metrics.analysis.leader_plan import identify
 from perbench.metrics.analysis.headroom import DEFAULT_FRACTION, headroom, margin_of, qualified
+from perbench.metrics.analysis.leader_plan import identify
 from perbench.metrics.analysis.power import POWER, decision
 from perbench.metrics.analysis.ranking import ranking, system_names
 from perbench.metrics.analysis.roles import DEPLOYABLE, method_roles
@@ -290,6 +290,5 @@ def _check_plan_request(metric: str, proportion: bool, scale: float, margin: flo
     shown = f"{effect / scale:g} {units}"
     if effect <= 0 or not math.isfinite(effect) or (proportion and abs(effect) >= 1):
         raise ValueError(
-            f"--effect {shown}: the leader's lead to plan for must be > 0 and smaller than {top:g} {units} for "
-            f"{metric}"
+            f"--effect {shown}: the leader's lead to plan for must be > 0 and smaller than {top:g} {units} for {metric}"
         )

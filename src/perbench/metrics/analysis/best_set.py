@@ -28,8 +28,8 @@ replicates): a bias-corrected bootstrap whose family-wise error under the global
 resampling); ``no_better_than_random`` when no deployable system beats the random pick (one-sided, simultaneous
 over the deployable systems); ``baseline`` when a reference line is in the set (no reward model is shown better
 than it); ``separable`` (deploy X) when X is the only deployable system in the set, beats the random pick (the
-gate) and is shown better than every other reference line (Δ̂_Xr − d_X·s*_Xr > 0); ``equivalent`` when the set holds several
-deployable systems whose pairwise (2·level − 1) CIs all lie inside ±margin; else ``undecided``.
+gate) and is shown better than every other reference line (Δ̂_Xr − d_X·s*_Xr > 0); ``equivalent`` when the set
+holds several deployable systems whose pairwise (2·level − 1) CIs all lie inside ±margin; else ``undecided``.
 
 **Stability.** The rule is re-run on each replicate with Δ*_ij in place of Δ̂_ij (the standard errors, critical
 values and the widths of the equivalence CIs kept): the share of replicates giving each outcome and each pick.
@@ -75,8 +75,8 @@ def one_sided_critical_value(z: FloatArray, level: float) -> float | None:
 @dataclass
 class Comparisons:
     """Every pairwise difference of ``names`` on one metric: Δ̂ (n × n, i − j), replicates (B × n × n), the
-    bootstrap standard error (the set's) and the method-of-moments one (the gate's) (n × n), the offsets of the equivalence CI from Δ̂ (n × n × 2),
-    which pairs are identical and which can be compared at all."""
+    bootstrap standard error (the set's) and the method-of-moments one (the gate's) (n × n), the offsets of the
+    equivalence CI from Δ̂ (n × n × 2), which pairs are identical and which can be compared at all."""
 
     names: list[str]
     deployable: BoolArray
@@ -258,7 +258,9 @@ def decide(
     else:
         beats = np.broadcast_to(c.deployable[None], (r, n)).copy()
     dep_members = members & c.deployable[None]
-    twin = np.triu(c.identical, 1).any(axis=0)  # identical to an earlier system: the same choice, counted once
+    twin: BoolArray = np.asarray(
+        np.triu(c.identical, 1).any(axis=0), dtype=bool
+    )  # identical to an earlier system: the same choice, counted once
     n_dep = (dep_members & ~twin[None]).sum(axis=1)
     only = np.where(n_dep == 1, np.argmax(dep_members & ~twin[None], axis=1), -1)
     # the only deployable member beats the null and every reference line it can be compared with

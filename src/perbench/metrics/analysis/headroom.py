@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from perbench.metrics.analysis.base import ZERO_SHOT, Est, FloatArray, f_, is_downstream
-from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.best_set import variance_ratio
+from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.ranking import simultaneous_lower, system_names
 from perbench.metrics.analysis.roles import DEPLOYABLE, ORACLE_PICK, RANDOM_PICK
 from perbench.stats.bootstrap import percentile_ci

@@ -24,8 +24,8 @@ from perbench.metrics.analysis.base import FloatArray, IntArray
 from perbench.metrics.analysis.components import Components, joint_components
 from perbench.metrics.analysis.decision_model import DecisionModel, _shape
 from perbench.metrics.analysis.estimates import Estimates
-from perbench.metrics.analysis.verdict_phrasing import names
 from perbench.metrics.analysis.sizing import POWER, now_text, size_text, sizes
+from perbench.metrics.analysis.verdict_phrasing import names
 
 
 def identify(
@@ -58,9 +58,7 @@ def identify(
     observed = np.array([float(np.mean(c[2])) for c in cols])
     effects = observed if effect is None else np.maximum(observed, float(effect))
     k = len(cols)
-    model = DecisionModel(
-        joint, effects, [False] * k, [True] * k, [False] * k, margin=margin, level=est.level
-    )
+    model = DecisionModel(joint, effects, [False] * k, [True] * k, [False] * k, margin=margin, level=est.level)
     behind = [c[0] for c, e in zip(cols, effects, strict=True) if e <= 0]
     u0, p0 = _shape(joint)
     true_now = np.sqrt(np.clip(np.diag(joint.covariances(u0, p0)[0]), 1e-300, None))

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from perbench.metrics.analysis.base import FloatArray, ci_, f_, order_by_value
 from perbench.metrics.analysis.best_set import (
     BASELINE,
     CODES,
@@ -42,7 +43,6 @@ from perbench.metrics.analysis.best_set import (
     gate_critical_value,
     stability,
 )
-from perbench.metrics.analysis.base import FloatArray, ci_, f_, order_by_value
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.roles import BASELINE as BASELINE_ROLE
 from perbench.metrics.analysis.roles import DEPLOYABLE, RANDOM_PICK
@@ -164,7 +164,8 @@ def ranking(
     fixed, reason = None, None
     thin = thin_data(est, metric, names)
     if est.n_boot < 2:
-        fixed, reason = TOO_LITTLE, f"no bootstrap replicates (n_boot={est.n_boot}): nothing is shown without resampling"
+        fixed = TOO_LITTLE
+        reason = f"no bootstrap replicates (n_boot={est.n_boot}): nothing is shown without resampling"
     elif thin:
         fixed, reason = TOO_LITTLE, thin
         res["thin"] = thin
@@ -189,17 +190,7 @@ def ranking(
         critical_value=None if not np.isfinite(d[li]) else float(d[li]),
         comparisons=comps,
         vs_references=[e for e in comps if e["reference"]],
-        best_set={
-            "members": members, "deployable": dep_members, "reference": [m for m in members if m not in deployable],
-            "level": est.level, "gate_critical_value": gate,
-            "critical_values": {m: float(d[k]) for k, m in enumerate(names) if np.isfinite(d[k])},
-            "method": (
-                f"multiple comparisons with the best over {len(names)} systems ({len(names) - len(deployable)} "
-                f"baseline{'s' * (len(names) - len(deployable) != 1)}): a system is left out when another is shown "
-                f"better than it, one-sided and simultaneous {100 * est.level:g}% over its comparisons "
-                "(max-statistic two-way bootstrap)"
-            ),
-        },  # fmt: skip
+        best_set=_set_entry(est, names, members, deployable, d, gate),
         stability=stability(c, d, gate, margin, tie, fixed),
         identical=identical,
         tied=dep_members if fixed is None else [lead],
@@ -220,6 +211,30 @@ def ranking(
     if decision in (UNDECIDED, BASELINE):
         res["contenders"] = [m for m in dep_members if m != lead and m not in identical]
     return res
+
+
+def _set_entry(
+    est: Estimates,
+    names: Sequence[str],
+    members: Sequence[str],
+    deployable: Mapping[str, float],
+    d: FloatArray,
+    gate: float | None,
+) -> dict[str, Any]:
+    base = len(names) - len(deployable)
+    return {
+        "members": list(members),
+        "deployable": [m for m in members if m in deployable],
+        "reference": [m for m in members if m not in deployable],
+        "level": est.level,
+        "gate_critical_value": gate,
+        "critical_values": {m: float(d[k]) for k, m in enumerate(names) if np.isfinite(d[k])},
+        "method": (
+            f"multiple comparisons with the best over {len(names)} systems ({base} baseline{'s' * (base != 1)}): "
+            f"a system is left out when another is shown better than it, one-sided and simultaneous "
+            f"{100 * est.level:g}% over its comparisons (max-statistic two-way bootstrap)"
+        ),
+    }
 
 
 def system_names(roles: Mapping[str, str], vals: Mapping[str, float]) -> list[str]:

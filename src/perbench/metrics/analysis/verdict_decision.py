@@ -76,7 +76,8 @@ class DecisionParts(Phrasing):
             )
         text = f"{len(qualified)} of {k} deployable systems beat the random pick ({level}): {names(qualified)}"
         if below:
-            text += f"; the other {len(below)} ({names(below)}) are not shown better than a random pick from the same pool"
+            pool = "a random pick from the same pool"
+            text += f"; the other {len(below)} ({names(below)}) are not shown better than {pool}"
         return text + "."
 
     def decision(self, metric: str, rank: Mapping[str, Any], val: str, thin_plan: str) -> str:
@@ -138,8 +139,8 @@ class DecisionParts(Phrasing):
         flipped = next((c for c in rank["comparisons"] if c.get("reversed")), None)
         if lead not in members and flipped is not None:
             why = (
-                f" On the {flipped['cells']} cells both cover {flipped['b']} scores higher ({self.bound(metric, flipped)}"
-                f"), although {lead} has the higher mean over all its cells."
+                f" On the {flipped['cells']} cells both cover {flipped['b']} scores higher "
+                f"({self.bound(metric, flipped)}), although {lead} has the higher mean over all its cells."
             )
         elif len([m for m in members if m not in same]) <= 1:
             base = [c for c in rank.get("vs_references") or [] if (c.get("lower_simultaneous") or 0) <= 0]
