@@ -92,7 +92,7 @@ class DecisionParts(Phrasing):
         bset = rank.get("best_set") or {}
         members = list(bset.get("members") or [])
         level = f"{100 * self.est.level:g}%"
-        setw = f"the simultaneous {level} set of systems that could be the best (multiple comparisons with the best)"
+        setw = f"the simultaneous {level} confidence set for the best (multiple comparisons with the best)"
         decision = rank["decision"]
         if decision == TOO_LITTLE:
             return (
@@ -109,7 +109,7 @@ class DecisionParts(Phrasing):
             if runner and not runner.get("reference"):
                 text += f"; runner-up {runner['b']} ({self.bound(metric, runner)})"
             return text + f".{twins}"
-        in_set = f"{len(members)} system{'s' * (len(members) != 1)} could be the best ({names(members)}: {setw})"
+        in_set = f"{len(members)} system{'s' * (len(members) != 1)} could be the best ({names(members)}; {setw})"
         if decision == BASELINE:
             refs = [m for m in members if m in set(bset.get("reference") or [])]
             top = refs[0]
@@ -185,9 +185,9 @@ class DecisionParts(Phrasing):
         if st.get("replicates", 0) < 2 or len(outs) < 1 or rank["decision"] == TOO_LITTLE:
             return ""
         picks = st.get("picks") or {}
-        label = {SEPARABLE: "deploy", BASELINE: "a baseline as good", NO_BETTER: "none beats the random pick"}
+        label = {SEPARABLE: "deploy", BASELINE: "a baseline as good", NO_BETTER: "none shown better than a random pick"}
         shown = ", ".join(f"{label.get(k, k)} {100 * v:.0f}%" for k, v in outs.items())
-        text = f"Stability: re-run on the {st['replicates']} bootstrap replicates, the rule gives {shown}"
+        text = f"Re-run on the {st['replicates']} bootstrap replicates of this run, the rule gives {shown}"
         if picks:
             text += "; picks " + ", ".join(f"{m} {100 * v:.0f}%" for m, v in list(picks.items())[:4])
         return text + "."
