@@ -127,6 +127,38 @@ def test_perbench_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         main(["plan", str(run), "--power", "1.5"])
 
 
+def test_perbench_plan_plans_the_runs_own_decision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The headline is leader identification, at the margin the run's verdict used (``analysis.margins``), for
+    the leader ahead of every other system by ``--effect``; an effect ≤ 0 is one located CLI error (exit 2)."""
+    from perbench.cli import main
+
+    rng = np.random.default_rng(3)
+    means = {"mpu": 0.7, "pref": 0.55, "length": 0.6, "random_pick": 0.52}
+    cells = crossed_cells(means, rng, 12, 10, metric="best_of_n:rubric_satisfaction")
+    for c in cells:
+        c["value"] = float(np.clip(c["value"], 0, 1))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    analysis = {
+        "roles": {"random_pick": "baseline", "length": "baseline"},
+        "verdict": {"metric": "best_of_n:rubric_satisfaction"},
+        "margins": {"best_of_n:rubric_satisfaction": {"value": 0.0284}},
+    }
+    (run / "results.json").write_text(json.dumps({"analysis": analysis, "config": {"equivalence_margin": 0.2}}))
+    assert main(["plan", str(run), "--effect", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  Identifying mpu as the best on best_of_n:rubric_satisfaction (shown better than")
+    assert "each of the other 3 systems and baselines" in lines[1]
+    assert "at a lead of at least +5.0 pts over every other system" in lines[1]
+    assert any("to establish equivalence (±2.84 pts)" in line for line in lines)  # the verdict's margin
+    for bad in ("-1", "0"):
+        with pytest.raises(SystemExit) as e:
+            main(["plan", str(run), "--effect", bad])
+        assert e.value.code == 2
+        assert f"argument --effect: expected a number > 0, got '{bad}'" in capsys.readouterr().err
+
+
 def test_identical_methods_have_nothing_to_plan_from() -> None:
     rng = np.random.default_rng(4)
     cells = crossed_cells({"mpu": 0.6}, rng, 8, 6)

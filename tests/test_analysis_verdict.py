@@ -75,6 +75,30 @@ def test_undecided_verdict_names_contenders_and_the_planner_sentence() -> None:
     assert [p["b"] for p in plans] == ["pref", "lore"] and plans[0]["separate"]["cells"] > 12 * 8
 
 
+def test_the_verdict_never_deploys_without_resampling() -> None:
+    """One method on 4 users × 2 prompts: with no bootstrap replicates, or too few users and prompts to resample
+    both, the verdict is "too little data" and deploys nothing."""
+    cells = [
+        {"group": G, "method": "mpu", "metric": ARGS, "user": f"u{u}", "prompt": f"p{p}", "value": float(u % 2)}
+        for u in range(4)
+        for p in range(2)
+    ]
+    for n_boot in (0, 20):
+        v = analyze(cells, n_boot=n_boot)["verdict"]
+        assert v["decision"] == "too_little_data" and v["deploy"] is None and v["pick"] is None
+        assert v["text"].startswith("Too little data to deploy") and "Deploy" not in v["text"]
+    # enough users and prompts, but one method and nothing to compare it with: nothing is shown either
+    many = [
+        {**c, "user": f"{c['user']}-{k}", "prompt": f"{c['prompt']}-{j}"}
+        for c in cells
+        for k in range(3)
+        for j in range(3)
+    ]
+    v = analyze(many, n_boot=100)["verdict"]
+    assert v["decision"] == "too_little_data" and v["deploy"] is None and "nothing to be compared" not in v["text"]
+    assert "no other system or baseline to be compared with" in v["text"]
+
+
 def test_adaptive_rounds_say_why_collection_stopped() -> None:
     rng = np.random.default_rng(3)
     cells = crossed_cells({"mpu": 0.8, "pref": 0.5}, rng, 12, 8, metric=ARGS, group=G)
