@@ -11,7 +11,10 @@ ANOVA/bootstrap variance ratio), then: no_better_than_random, baseline, separabl
 roles and the margin are read from results.json (configuration, not results). Needs a fully crossed verdict
 metric (every system on every cell).
 
-    python bench/verdict_stability.py RUN_DIR [--replicates 1000] [--seed 123]
+    python bench/verdict_stability.py RUN_DIR [--replicates 1000] [--seed 123] [--timing]
+
+``--timing`` also times perbench's own pieces on the run's cells (CPU seconds): the pairwise comparisons of the
+verdict metric, the set's critical values, the stability over the replicates, and the rankings of every metric.
 """
 
 from __future__ import annotations
@@ -105,7 +108,10 @@ def main() -> None:
     ap.add_argument("run_dir")
     ap.add_argument("--replicates", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=123)
+    ap.add_argument("--timing", action="store_true")
     args = ap.parse_args()
+    if args.timing:
+        timing(Path(args.run_dir))
     metric, systems, roles, margin, y, reported = load(Path(args.run_dir))
     n, u, p = y.shape
     rng = np.random.default_rng(args.seed)
@@ -145,6 +151,38 @@ def main() -> None:
     print("independent:", {k: round(v, 3) for k, v in sorted(freq.items(), key=lambda kv: -kv[1])})
     print("  picks:", {k: round(v, 3) for k, v in sorted(picks.items(), key=lambda kv: -kv[1])})
     print("perbench:   ", reported.get("outcomes"), "\n  picks:", reported.get("picks"))
+
+
+def timing(run: Path) -> None:
+    import time
+
+    from perbench.metrics.analysis.best_set import compare, critical_values, gate_critical_value, stability
+    from perbench.metrics.analysis.estimates import Estimates
+    from perbench.metrics.analysis.ranking import ranking, system_names, tost_level
+    from perbench.runner.rundir import load_run
+
+    r = load_run(run, need_cells=True)
+    a = r.results["analysis"]
+    metric, roles = a["verdict"]["metric"], a["roles"]
+    est = Estimates(r.cells or [], None, None, "global_bt", 1000, 0, 0.95, None)
+    vals = {m: v for m in est.methods_with(metric) if (v := est.point_of(m, metric)) is not None}
+    names = system_names(roles, vals)
+    t = [time.process_time()]
+    c = compare(est, metric, names, [roles.get(m) == "deployable" for m in names], "random_pick", tost_level(0.95))
+    t.append(time.process_time())
+    d, g = critical_values(c, 0.95), gate_critical_value(c, 0.95)
+    t.append(time.process_time())
+    stability(c, d, g, 0.03, [i for i, m in enumerate(names) if roles.get(m) == "deployable"])
+    t.append(time.process_time())
+    every = [*est.upstream, *est.downstream]
+    for k in every:
+        ranking(est, k, roles, 0.05)
+    t.append(time.process_time())
+    print(
+        f"perbench, {len(names)} systems × {c.reps.shape[0]} replicates: comparisons {t[1] - t[0]:.2f} s, critical "
+        f"values {t[2] - t[1]:.3f} s, stability {t[3] - t[2]:.3f} s; rankings of all {len(every)} metrics "
+        f"{t[4] - t[3]:.2f} s (CPU)"
+    )
 
 
 if __name__ == "__main__":
