@@ -156,7 +156,7 @@ def test_baselines_and_oracles_are_reference_lines_never_recommended(role_of: st
     v = analyze(low, n_boot=200, seed=0, roles=roles)["verdict"]
     assert v["deploy"] == "mpu" and v["text"].startswith("Deploy mpu")
     assert f"shown better than every baseline ({baseline}: mpu − {baseline} = " in v["text"]
-    assert "simultaneous lower bound" in v["text"]
+    assert "simultaneous lower bound" in v["text"] and f"mpu − {baseline} = " in v["text"] and "95% CI [" in v["text"]
     # a run of reference lines only has nothing to deploy
     only = analyze([c for c in cells if c["method"] in (oracle, baseline)], n_boot=50, roles=roles)
     assert only["verdict"]["deploy"] is None and "No deployable reward model" in only["verdict"]["text"]

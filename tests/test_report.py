@@ -442,6 +442,7 @@ def test_report_shows_the_decision_the_planner_and_chance_values() -> None:
     analysis = analyze(cells, n_boot=100, seed=0)
     v = analysis["verdict"]
     assert v["decision"] == "undecided" and v["contenders"] == ["pref"]
+    assert "Against the best baseline, length: mpu − length = " in v["text"]  # with its paired CI
     html = render({"analysis": analysis}, figures={})
     box = html[html.index('class="verdict') : html.index("</section>")]
     assert "badge tied" in box and "undecided" in box and "still in contention: <b>pref</b>" in box

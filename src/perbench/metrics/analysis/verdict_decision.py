@@ -101,7 +101,8 @@ class DecisionParts(Phrasing):
             )
         if decision == SEPARABLE:
             refs = [c for c in rank.get("vs_references") or [] if c.get("lower_simultaneous") is not None]
-            shown = "; ".join(f"{c['b']}: {self.bound(metric, c)}" for c in refs)
+            shown = "; ".join(f"{c['b']}: {self.paired(metric, c) if k == 0 else self.bound(metric, c)}"
+                              for k, c in enumerate(refs))  # fmt: skip
             text = f"Deploy {lead} ({val}): it is the only deployable system in {setw}"
             if refs:
                 text += f", and it is shown better than every baseline ({shown})"
@@ -118,6 +119,7 @@ class DecisionParts(Phrasing):
             return f"No reward model is shown better than {baseline_words(top)} on {metric}: {in_set}{diff}.{twins}"
         eq = [m for m in rank["equivalent"] if m not in same]
         lvl = f"{100 * rank['equivalence_level']:g}%"
+        best_ref = self.best_reference(metric, rank)
         if decision == EQUIVALENT:
             if not eq:
                 return (
@@ -127,6 +129,7 @@ class DecisionParts(Phrasing):
             return (
                 f"{in_set[0].upper()}{in_set[1:]}, and they are practically equivalent on {metric}: every pair's "
                 f"{lvl} CI lies inside {self.margin_text(metric)} (two one-sided tests); leader {lead}: {val}.{twins}"
+                f"{best_ref}"
             )
         if decision != UNDECIDED:
             return ""
@@ -156,8 +159,16 @@ class DecisionParts(Phrasing):
             if first.get("tost_ci") is not None and self.margin > 0:
                 why += f"; its {lvl} CI is not inside {self.margin_text(metric)}"
             why += "."
-        text = f"The data cannot yet decide on {metric}: {in_set}; {lead} leads ({val}).{why}{twins}{rest}"
+        text = f"The data cannot yet decide on {metric}: {in_set}; {lead} leads ({val}).{why}{twins}{rest}{best_ref}"
         return text
+
+    def best_reference(self, metric: str, rank: Mapping[str, Any]) -> str:
+        """The leader against the highest baseline, with the paired CI (" " + a sentence, or "")."""
+        refs = [c for c in rank.get("vs_references") or [] if c.get("b") != RANDOM_PICK and c.get("delta") is not None]
+        if not refs:
+            return ""
+        top = min(refs, key=lambda c: float(c["delta"]))
+        return f" Against the best baseline, {top['b']}: {self.paired(metric, top)}."
 
     def bound(self, metric: str, c: Mapping[str, Any]) -> str:
         """a − b with its simultaneous lower bound (one-sided, over a's comparisons in the set for the best)."""
