@@ -81,19 +81,24 @@ def test_plan_sizes_reads_effects_in_points_and_names_the_sizes() -> None:
     assert bigger["cells"] > (p["separate"] or {"cells": 0})["cells"]
 
 
-def test_perbench_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``perbench plan RUN_DIR`` prints one table (a row per comparison, the random pick's rows one-sided) and the
-    whole decision's size."""
-    from perbench.cli import main
-
-    rng = np.random.default_rng(3)
-    means = {"mpu": 0.7, "pref": 0.55, "random": 0.5, "random_pick": 0.52}
-    cells = crossed_cells(means, rng, 12, 10, metric="best_of_n:rubric_satisfaction")
+def _plan_run(tmp_path: Path, means: dict[str, float]) -> Path:
+    """A run directory with the crossed cells of ``means`` on Best-of-N rubric satisfaction (12 users × 10
+    prompts, values in [0, 1])."""
+    cells = crossed_cells(means, np.random.default_rng(3), 12, 10, metric="best_of_n:rubric_satisfaction")
     for c in cells:
         c["value"] = float(np.clip(c["value"], 0, 1))
     run = tmp_path / "run"
     run.mkdir()
     (run / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    return run
+
+
+def test_perbench_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``perbench plan RUN_DIR`` prints one table (a row per comparison, the random pick's rows one-sided) and the
+    whole decision's size."""
+    from perbench.cli import main
+
+    run = _plan_run(tmp_path, {"mpu": 0.7, "pref": 0.55, "random": 0.5, "random_pick": 0.52})
     (run / "results.json").write_text(json.dumps({"analysis": {"roles": {"random_pick": "baseline"}}}))
     assert main(["plan", str(run), "--effect", "5"]) == 0
     out = capsys.readouterr().out
@@ -132,14 +137,7 @@ def test_perbench_plan_plans_the_runs_own_decision(tmp_path: Path, capsys: pytes
     the leader ahead of every other system by ``--effect``; an effect ≤ 0 is one located CLI error (exit 2)."""
     from perbench.cli import main
 
-    rng = np.random.default_rng(3)
-    means = {"mpu": 0.7, "pref": 0.55, "length": 0.6, "random_pick": 0.52}
-    cells = crossed_cells(means, rng, 12, 10, metric="best_of_n:rubric_satisfaction")
-    for c in cells:
-        c["value"] = float(np.clip(c["value"], 0, 1))
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    run = _plan_run(tmp_path, {"mpu": 0.7, "pref": 0.55, "length": 0.6, "random_pick": 0.52})
     analysis = {
         "roles": {"random_pick": "baseline", "length": "baseline"},
         "verdict": {"metric": "best_of_n:rubric_satisfaction"},

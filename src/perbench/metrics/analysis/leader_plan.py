@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from perbench.metrics.analysis.base import FloatArray, IntArray
-from perbench.metrics.analysis.components import Components, joint_components
-from perbench.metrics.analysis.decision_model import DecisionModel, _shape
+from perbench.metrics.analysis.components import Components
+from perbench.metrics.analysis.decision_model import DecisionModel, _shape, difference_joint
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.sizing import POWER, now_text, size_text, sizes
 from perbench.metrics.analysis.verdict_phrasing import names
@@ -39,27 +38,14 @@ def identify(
     power: float = POWER,
 ) -> dict[str, Any] | None:
     """The leader-identification plan (module docstring); None when no comparison has a difference to plan from."""
-    ca, va = est.cell_means(leader, metric)
-    cols: list[tuple[str, IntArray, FloatArray]] = []
-    for b in others:
-        cb, vb = est.cell_means(b, metric)
-        both, ia, ib = np.intersect1d(ca, cb, assume_unique=True, return_indices=True)
-        diff = va[ia] - vb[ib]
-        if both.size >= 2 and float(np.ptp(diff)) > 0:
-            cols.append((b, both, diff))
-    if not cols:
+    kept, joint, observed = difference_joint(est, metric, [(leader, b) for b in others])
+    if joint is None:
         return None
-    union = np.unique(np.concatenate([c[1] for c in cols]))
-    y = np.full((union.size, len(cols)), np.nan)
-    for k, (_, cells, diff) in enumerate(cols):
-        y[np.searchsorted(union, cells), k] = diff
-    users, prompts = est.cell_labels(union)
-    joint = joint_components(users, prompts, y)
-    observed = np.array([float(np.mean(c[2])) for c in cols])
+    cols = [others[k] for k in kept]
     effects = observed if effect is None else np.maximum(observed, float(effect))
     k = len(cols)
     model = DecisionModel(joint, effects, [False] * k, [True] * k, [False] * k, margin=margin, level=est.level)
-    behind = [c[0] for c, e in zip(cols, effects, strict=True) if e <= 0]
+    behind = [b for b, e in zip(cols, effects, strict=True) if e <= 0]
     u0, p0 = _shape(joint)
     true_now = np.sqrt(np.clip(np.diag(joint.covariances(u0, p0)[0]), 1e-300, None))
     hardest = int(np.argmin(effects / true_now))
@@ -74,14 +60,14 @@ def identify(
         "margin": margin,
         "level": est.level,
         "comparisons": k,
-        "tests": [{"a": leader, "b": c[0], "effect": float(e)} for c, e in zip(cols, effects, strict=True)],
+        "tests": [{"a": leader, "b": b, "effect": float(e)} for b, e in zip(cols, effects, strict=True)],
         "behind": behind,
         "power_now": model.power(u0, p0),
         "size": None if behind else sizes(shape, model.power, power),
         "crossed": joint.crossed,
         "users": joint.users,
         "prompts": joint.prompts,
-        "limited_by": {"a": leader, "b": cols[hardest][0], "effect": float(effects[hardest])},
+        "limited_by": {"a": leader, "b": cols[hardest], "effect": float(effects[hardest])},
         "model": (
             f"the set for the best's rule (the leader shown better than each of the {k} other systems, one-sided, "
             "simultaneous, at the two-way bootstrap's width) applied to draws of the comparisons' joint normal "
