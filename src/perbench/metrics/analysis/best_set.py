@@ -284,9 +284,10 @@ def decide(
     pick = np.full(r, -1)
     pick[code == _SEP] = only[code == _SEP]
     order = np.asarray(list(tie_order), dtype=np.intp)
-    if order.size and (code == _EQ).any():
-        first = np.argmax(dep_members[:, order], axis=1)
-        pick[code == _EQ] = order[first][code == _EQ]
+    if order.size and (code == _EQ).any():  # the tie-break among the members that beat the random pick
+        can = (dep_members & beats)[:, order]
+        first = np.where(can.any(axis=1), order[np.argmax(can, axis=1)], -1)
+        pick[code == _EQ] = first[code == _EQ]
     return Outcome(code, pick, members, beats, lower)
 
 

@@ -176,11 +176,15 @@ def ranking(
         reason = f"{lead} has no other system or baseline to be compared with on {metric}: nothing is shown"
     tie = [names.index(m) for m in tie_order(dep_order, systems)]
     out = decide(c, d, gate, margin, tie)
+    if fixed == TOO_LITTLE and candidates is not None and not order:
+        fixed = NO_BETTER  # that none is shown better than the random pick needs no more data to be said
     decision = fixed or CODES[int(out.code[0])]
     if decision == SEPARABLE and names[int(out.pick[0])] != lead:  # the top by mean is out on shared cells only
         decision = UNDECIDED
     members = [m for k, m in enumerate(names) if out.members[0, k]]
-    dep_members = [m for m in members if m in deployable]
+    # the systems not shown better than the random pick may be in the set, but are never tied, equivalent or a
+    # contender: nothing is recommended that is not shown to beat the null
+    dep_members = [m for m in members if m in deployable and m not in below]
     li = names.index(lead)
     comps = [_entry(est, metric, c, d, li, j, margin, members) for j in range(c.n) if j != li]
     identical = [e["b"] for e in comps if e["identical"]]
@@ -193,7 +197,7 @@ def ranking(
         best_set=_set_entry(est, names, members, deployable, d, gate),
         stability=stability(c, d, gate, margin, tie, fixed),
         identical=identical,
-        tied=dep_members if fixed is None else [lead],
+        tied=dep_members if fixed is None else [lead] if decision != NO_BETTER else [],
     )
     by_b = {e["b"]: e for e in comps}
     if decision == SEPARABLE:
