@@ -83,7 +83,7 @@ def test_headroom_gain_and_share_are_the_paired_differences_of_the_cells() -> No
 
 def test_a_system_distributed_like_a_random_pick_is_called_no_better_than_one() -> None:
     """A user-agnostic random scorer re-ranking the pool (its Best-of-n is a random pick in expectation) is called
-    "no better than a random pick" in at least 95 % of seeded runs, for each of three such systems at once (the
+    "not shown better than a random pick" in at least 95 % of seeded runs, for each of three such systems at once (the
     test is simultaneous), while a system with real skill beside them is not (so the bound is not met by never
     calling anyone better)."""
     runs, no_better, good_beats = 60, {f"r{i}": 0 for i in range(3)}, 0

@@ -95,7 +95,7 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     ref = ' <span class="ci">(reference)</span>'
     for m in refs:
         unranked = roles.get(m, "deployable") == "deployable" and m in systems
-        note = '<span class="note">not ranked: no better than a random pick</span>' if unranked else ref
+        note = '<span class="note">not ranked: not shown better than a random pick</span>' if unranked else ref
         rows.append(row(m, "–", note))
     for m, what in ((ORACLE_PICK, "oracle pick"), (RANDOM_PICK, "random pick")):
         e = _d(room.get("oracle" if m == ORACLE_PICK else "random_pick"))
