@@ -38,7 +38,7 @@ def test_a_partial_coverage_comparison_is_worded_on_the_shared_cells() -> None:
     assert c["partial"] and c["cells"] == 80 and c["reversed"] and c["ci"][1] < 0
     text = res["verdict"]["text"]
     assert "includes 0" not in text
-    assert "on the 80 cells both cover mpu scores higher" in text
+    assert "On the 80 cells both cover mpu scores higher" in text
     assert r["decision"] == "undecided" and r["contenders"] == ["mpu"]
     # the same shared-cell wording when the shared cells separate in the leader's favour
     sep = analyze(_cells("mpu", range(20), 0.8) + _cells("pref", range(10), 0.4), n_boot=300, seed=0)
@@ -51,25 +51,52 @@ def test_includes_0_only_when_the_interval_does() -> None:
     cells = crossed_cells({"mpu": 0.52, "pref": 0.5}, rng, 12, 8, metric=ARGS, group=G)
     v = analyze(cells, n_boot=300, seed=0)["verdict"]
     assert v["decision"] == "undecided"
-    m = re.search(r"simultaneous 95% CI \[(-?[\d.]+), (-?[\d.]+)\], which includes 0", v["text"])
-    assert m is not None and float(m.group(1)) <= 0 <= float(m.group(2))
-    # the CI in the text is the one in the ranking (values outside [0, 1]: metric units, 3 decimals)
-    lo, hi = analyze(cells, n_boot=300, seed=0)["ranking"][ARGS]["vs_runner_up"]["ci"]
-    assert (float(m.group(1)), float(m.group(2))) == (round(lo, 3), round(hi, 3))
+    assert "includes 0" not in v["text"]  # the set for the best speaks of bounds, not of intervals holding 0
+    m = re.search(r"mpu − pref = [+-][\d.]+, simultaneous lower bound (-?[+-]?[\d.]+)", v["text"])
+    assert m is not None and float(m.group(1)) <= 0
+    # the bound in the text is the one in the ranking (values outside [0, 1]: metric units, 3 decimals)
+    low = analyze(cells, n_boot=300, seed=0)["ranking"][ARGS]["vs_runner_up"]["lower_simultaneous"]
+    assert float(m.group(1)) == round(low, 3)
 
 
 def test_undecided_verdict_names_contenders_and_the_planner_sentence() -> None:
     rng = np.random.default_rng(2)
-    cells = crossed_cells({"mpu": 0.56, "pref": 0.5, "lore": 0.2}, rng, 12, 8, metric=ARGS, group=G)
+    cells = crossed_cells({"mpu": 0.53, "pref": 0.5, "lore": 0.2}, rng, 12, 8, metric=ARGS, group=G)
     res = analyze(cells, n_boot=300, seed=0)
     v = res["verdict"]
     assert v["decision"] == "undecided" and v["contenders"] == ["pref"] and v["tied"] == ["mpu", "pref"]
-    assert "The data cannot yet decide" in v["text"] and "lore is worse" in v["text"] and "other 1" not in v["text"]
-    assert "The whole decision (mpu separated from (or shown equivalent to) each of the other 2" in v["text"]
+    assert "The data cannot yet decide" in v["text"] and "other 1" not in v["text"]
+    assert "2 systems could be the best (mpu and pref" in v["text"]
+    assert "lore is out of the set (another system is shown better)" in v["text"]
+    assert "Identifying mpu as the best on " in v["text"] and "each of the other 2 systems and baselines" in v["text"]
     assert " prompts × " in v["text"]
     assert v["plan"] and v["plan"][0].startswith("to tell mpu from pref")
     plans = res["power"][ARGS]
     assert [p["b"] for p in plans] == ["pref", "lore"] and plans[0]["separate"]["cells"] > 12 * 8
+
+
+def test_the_verdict_never_deploys_without_resampling() -> None:
+    """One method on 4 users × 2 prompts: with no bootstrap replicates, or too few users and prompts to resample
+    both, the verdict is "too little data" and deploys nothing."""
+    cells = [
+        {"group": G, "method": "mpu", "metric": ARGS, "user": f"u{u}", "prompt": f"p{p}", "value": float(u % 2)}
+        for u in range(4)
+        for p in range(2)
+    ]
+    for n_boot in (0, 20):
+        v = analyze(cells, n_boot=n_boot)["verdict"]
+        assert v["decision"] == "too_little_data" and v["deploy"] is None and v["pick"] is None
+        assert v["text"].startswith("Too little data to deploy") and "Deploy" not in v["text"]
+    # enough users and prompts, but one method and nothing to compare it with: nothing is shown either
+    many = [
+        {**c, "user": f"{c['user']}-{k}", "prompt": f"{c['prompt']}-{j}"}
+        for c in cells
+        for k in range(3)
+        for j in range(3)
+    ]
+    v = analyze(many, n_boot=100)["verdict"]
+    assert v["decision"] == "too_little_data" and v["deploy"] is None and "nothing to be compared" not in v["text"]
+    assert "no other system or baseline to be compared with" in v["text"]
 
 
 def test_adaptive_rounds_say_why_collection_stopped() -> None:

@@ -436,12 +436,13 @@ def test_report_shows_the_decision_the_planner_and_chance_values() -> None:
     rng = np.random.default_rng(0)
     metric = "best_of_n:rubric_satisfaction"
     # five deployable systems: a rank coefficient (and its chance value) needs 5; baselines are reference lines
-    means = {"mpu": 0.56, "pref": 0.54, "lore": 0.3, "vpl": 0.25, "pal_b": 0.2, "length": 0.9, "random": 0.5}
+    means = {"mpu": 0.56, "pref": 0.54, "lore": 0.3, "vpl": 0.25, "pal_b": 0.2, "length": 0.25, "random": 0.2}
     cells = crossed_cells(means, rng, 12, 8, metric=metric, group="b|p|seed0")
     cells += crossed_cells(means, rng, 12, 8, metric="rm_acc_seen", group="b|p|seed0")
     analysis = analyze(cells, n_boot=100, seed=0)
     v = analysis["verdict"]
     assert v["decision"] == "undecided" and v["contenders"] == ["pref"]
+    assert "Against the best baseline, length: mpu − length = " in v["text"]  # with its paired CI
     html = render({"analysis": analysis}, figures={})
     box = html[html.index('class="verdict') : html.index("</section>")]
     assert "badge tied" in box and "undecided" in box and "still in contention: <b>pref</b>" in box

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perbench.cli.shared import finite, non_negative, probability
+from perbench.cli.shared import non_negative, positive, probability
 from perbench.errors import ConfigError
 
 
@@ -21,7 +21,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory")
     p.add_argument("--metric", help="the metric to plan for (default: the run's verdict metric)")
     p.add_argument(
-        "--effect", type=finite, help="the difference to detect: points for a proportion (5 = 5 pts), else units"
+        "--effect",
+        type=positive,
+        help="the leader's lead over every other system to plan for (> 0): points for a proportion (5 = 5 pts), "
+        "else units (default: the observed differences)",
     )
     p.add_argument(
         "--margin", type=non_negative, help="equivalence margin, in the same units as --effect (default: the run's)"
@@ -58,7 +61,7 @@ def command(args: argparse.Namespace) -> int:
             critical_value=crit,
             power=args.power,
             points=True,
-            run_margin=config.get("equivalence_margin"),
+            run_margin=_run_margin(analysis, metric, config),
         )
     except ValueError as e:
         raise ConfigError(f"plan: {e}") from None
@@ -67,6 +70,16 @@ def command(args: argparse.Namespace) -> int:
     if store:
         print(store)
     return 0
+
+
+def _run_margin(analysis: dict[str, Any], metric: str | None, config: dict[str, Any]) -> float | None:
+    """The margin the run's verdict used on ``metric`` (``analysis.margins``: 0.1 × the headroom unless
+    ``equivalence_margin`` is set), else the config's."""
+    got = ((analysis.get("margins") or {}).get(metric) or {}).get("value") if metric else None
+    if isinstance(got, int | float):
+        return float(got)
+    v = config.get("equivalence_margin")
+    return None if v is None else float(v)
 
 
 def _object_store_text(results: dict[str, Any], path: Path) -> str:
@@ -112,6 +125,10 @@ def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
     unit = 100 if got["proportion"] else 1
     pts = " pts" if unit == 100 else ""
     lines = [*got["notes"], f"{run_dir}: {metric}, leader {got['leader']} ({len(got['order'])} deployable methods)"]
+    d = got.get("decision")
+    if d:
+        lines.append(f"  {d['text']}.")
+        lines.append("  Per comparison:")
     if not plans:
         lines.append("  no other deployable method shares 2 or more cells with the leader: nothing to compare.")
         return "\n".join(lines)
@@ -145,7 +162,7 @@ def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, *rows]:
         lines.append("  " + "  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
-    d = got.get("decision")
-    if d:
-        lines.append(f"  {d['text']}.")
+    w = got.get("whole_decision")
+    if w:
+        lines.append(f"  {w['text']}.")
     return "\n".join(lines)

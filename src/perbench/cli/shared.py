@@ -50,6 +50,13 @@ def non_negative(text: str) -> float:
     return v
 
 
+def positive(text: str) -> float:
+    v = finite(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return v
+
+
 def probability(text: str) -> float:
     v = finite(text)
     if not 0.0 < v < 1.0:

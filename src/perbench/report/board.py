@@ -95,7 +95,7 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     ref = ' <span class="ci">(reference)</span>'
     for m in refs:
         unranked = roles.get(m, "deployable") == "deployable" and m in systems
-        note = '<span class="note">not ranked: no better than a random pick</span>' if unranked else ref
+        note = '<span class="note">not ranked: not shown better than a random pick</span>' if unranked else ref
         if roles.get(m) == "invalid":
             bad = _d(a.get("invalid_scores")).get(m)
             note = f'<span class="note">never a candidate: {esc(str(bad))} pairs with an invalid (NaN) score</span>'

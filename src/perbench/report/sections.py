@@ -128,9 +128,10 @@ def leaderboard(
         + _table_raw(head, rows, "lb")
         + (f'<ul class="small">{"".join(notes)}</ul>' if notes else "")
         + '<p class="muted">Ordered by the first column; baselines and oracles are reference lines, never ranked or '
-        'recommended. "best" only where simultaneous 95% CIs (max-statistic two-way bootstrap over the comparisons '
-        'with the leader) exclude 0 against every other method; "equivalent" where the 90% CI of the difference '
-        'lies inside the equivalence margin; "tied" where neither holds yet.</p>'
+        'recommended. "best" only where the method is the one deployable system in the simultaneous 95% set of '
+        "systems that could be the best (multiple comparisons with the best over the deployable systems and the "
+        'baselines, max-statistic two-way bootstrap) and is shown better than every baseline; "equivalent" where '
+        'every pair in the set has its 90% CI inside the equivalence margin; "tied" where neither holds yet.</p>'
     )
 
 

@@ -10,9 +10,12 @@ from perbench.report.extract import _d, _l
 from perbench.report.fmt import badge, esc, is_pct_metric, metric_label, num, table, value_ci
 
 DECISIONS = {
-    "separable": ("separable", "best"),
+    "separable": ("deploy", "best"),
     "equivalent": ("practically equivalent", "best"),
+    "baseline": ("a baseline is as good", "tied"),
     "undecided": ("undecided", "tied"),
+    "no_better_than_random": ("not shown better than a random pick", "tied"),
+    "too_little_data": ("too little data", "tied"),
 }
 
 
@@ -59,6 +62,7 @@ PART_TITLES = {
     "win_rate": "Reward hacking",
     "adaptive": "Adaptive rounds",
     "references": "Reference lines",
+    "stability": "Stability",
     "ci_note": "About the CI",
     "upstream": "Upstream",
 }
@@ -116,8 +120,17 @@ def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | N
         facts.append("tied: " + ", ".join(f"<b>{nm(m)}</b>" for m in v["tied"]))
     if metric:
         facts.append(f"{_mhead(metric)} {value_ci(v.get('value'), v.get('ci'), pct)}")
+    members = _l(_d(v.get("best_set")).get("members"))
+    if members:
+        facts.append("could be the best (simultaneous 95%): " + ", ".join(f"<b>{nm(m)}</b>" for m in members[:6]) + (
+            f" and {len(members) - 6} more" if len(members) > 6 else ""))  # fmt: skip
     if v.get("runner_up"):
         facts.append(f"runner-up {nm(v['runner_up'])}")
+    outs = _d(_d(v.get("stability")).get("outcomes"))
+    if outs and len(outs) > 1:
+        said = {k: DECISIONS.get(str(k), (str(k), ""))[0] for k in outs}
+        shown = ", ".join(f"{esc(said[k])} {100 * float(x):.0f}%" for k, x in outs.items())
+        facts.append(f"over the bootstrap replicates: {shown}")
     if isinstance(v.get("margin"), int | float):
         facts.append(f"equivalence margin ±{num(v['margin'], pct)}{' pts' if pct else ''}")
     if _l(v.get("reference_lines")):

@@ -81,10 +81,12 @@ POLICIES = {
     "weighting": "'accuracy' is pair-weighted; 'macro' is the mean of per-user accuracies",
     "ci": "95% CIs from the two-way (users × prompts) bootstrap; a number the analysis also reports carries the "
     "analysis's CI (ci_source: analysis)",
-    "verdict": "deploy a method only when simultaneous 95% CIs (max-statistic bootstrap over the comparisons with "
-    "the leader) separate it from every other deployable method; 'practically equivalent' when the 90% CI of each "
-    "difference lies inside ±equivalence_margin (default 0.05, two one-sided tests); baselines and oracles are "
-    "reference lines, never recommended",
+    "verdict": "the simultaneous 95% set of systems that could be the best (multiple comparisons with the best, "
+    "max-statistic two-way bootstrap) over the deployable systems and the baselines: deploy X only when X is its "
+    "one deployable member, beats the random pick and is shown better than every baseline; 'baseline' when a "
+    "baseline is in the set; 'practically equivalent' when every pair of members has its 90% CI inside "
+    "±margin (0.1 × the headroom unless equivalence_margin is set, two one-sided tests); no deploy without "
+    "resampling; baselines and oracles are reference lines, never recommended",
     "features": "φ(x,y) = final-norm hidden state at the last token of chat_template(x, generation prompt) ⊕ "
     "tokens(y), no end-of-turn token",
     "truncation": "inputs over max_length keep their last max_length tokens (the prompt head is cut)",
@@ -323,6 +325,13 @@ def print_verdict(analysis: dict[str, Any]) -> None:
         if verdict.get("reference_lines"):
             facts.append("reference lines: " + ", ".join(map(str, verdict["reference_lines"])))
         print("; ".join(facts))
+        st = verdict.get("stability") or {}
+        outs = st.get("outcomes") or {}
+        if st.get("replicates", 0) >= 2 and outs:
+            shown = ", ".join(f"{k} {100 * v:.0f}%" for k, v in outs.items())
+            picks = ", ".join(f"{m} {100 * v:.0f}%" for m, v in list((st.get("picks") or {}).items())[:3])
+            tail = f"; picks {picks}" if picks else ""
+            print(f"Stability over {st['replicates']} bootstrap replicates: {shown}{tail}")
     pairs = (analysis.get("selection") or {}).get("pairs") or []
     if not pairs or os.environ.get("PERBENCH_QUIET") == "1":
         return

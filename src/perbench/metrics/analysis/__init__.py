@@ -11,8 +11,10 @@ question, each stating its readings:
   within a setting, then over settings; ``sd_seeds`` across seeds), paired differences on shared cells, CIs with
   what they resampled (``resampled``, ``ci_note``), the method table and the paired differences;
 - :mod:`.roles`: deployable methods vs reference lines (baselines, oracles, decoders without an RM);
-- :mod:`.ranking`: order, simultaneous intervals, equivalence (TOST within ``equivalence_margin``) and the
-  decision (``separable`` | ``equivalent`` | ``undecided``) of every metric;
+- :mod:`.ranking` and :mod:`.best_set`: order, the set of systems that could be the best (multiple comparisons
+  with the best, baselines included), equivalence (TOST within ``equivalence_margin``) and the decision
+  (``separable`` | ``baseline`` | ``equivalent`` | ``undecided`` | ``no_better_than_random`` |
+  ``too_little_data``) of every metric, with its stability over the bootstrap replicates;
 - :mod:`.selection`: upstream → downstream rank correlations over systems, with chance values of NDCG and RBO;
 - :mod:`.validity`: which upstream benchmark (pair set) predicts each downstream ranking better, with paired
   bootstrap CIs of the difference between two predictors' correlations;
@@ -47,8 +49,9 @@ from perbench.metrics.analysis.base import (
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.fairness import fairness, minority_users
 from perbench.metrics.analysis.headroom import DEFAULT_FRACTION, headroom, margin_of, qualified
+from perbench.metrics.analysis.leader_plan import identify
 from perbench.metrics.analysis.power import POWER, decision
-from perbench.metrics.analysis.ranking import ranking
+from perbench.metrics.analysis.ranking import ranking, system_names
 from perbench.metrics.analysis.roles import DEPLOYABLE, method_roles
 from perbench.metrics.analysis.selection import selection
 from perbench.metrics.analysis.validity import validity
@@ -122,7 +125,9 @@ def analyze(
     every = [*est.upstream, *est.downstream]
     margins = {k: margin_of(est, k, room.get(k), equivalence_margin, fraction) for k in every}
     rankings = {
-        k: ranking(est, k, role, margins[k]["value"], qualified(room.get(k), est.methods) if k in room else None)
+        k: ranking(
+            est, k, role, margins[k]["value"], qualified(room.get(k), est.methods) if k in room else None, systems
+        )
         for k in [*est.upstream, *est.downstream]
     }
     valid = validity(est, sel, predictors, role, verdict_predictor)
@@ -131,7 +136,7 @@ def analyze(
     minority = minority_users(est)
     whole = _whole_decision(est, v["metric"], rankings, margin)
     sized = _d(whole.get("decision")).get("text")
-    if sized and v.get("decision") in ("undecided", "too_little_data", "no_better_than_random"):
+    if sized and v.get("decision") in ("undecided", "baseline", "too_little_data", "no_better_than_random"):
         # what would decide: the planner's size for the whole decision, read into the verdict's own parts
         at = next((i for i, p in enumerate(v["parts"]) if p["kind"] in ("trade_offs", "zero_shot")), len(v["parts"]))
         v["parts"].insert(at, {"kind": "plan", "text": f"{sized}."})
@@ -142,8 +147,10 @@ def analyze(
             f"{MIN_LEVELS} users, prompts only (with fewer prompts too, (user, prompt) pairs; see each ci_note)"
         ),
         "multiplicity": (
-            f"best, tied and contenders come from simultaneous {100 * level:g}% intervals over the comparisons with "
-            "the leader (max-statistic bootstrap: the quantile of max_j |Δ*_j − Δ̂_j| / se*_j), family-wise"
+            f"best, tied and contenders come from the simultaneous {100 * level:g}% confidence set for the best over "
+            "the deployable systems and the baselines (multiple comparisons with the best: for each system the "
+            "quantile of max_j (Δ̂_ij − Δ*_ij) / se*_ij over the bootstrap); the gate against the random pick uses "
+            "method-of-moments standard errors"
         ),
         "equivalence": (
             f"practically equivalent: the {100 * max(0.0, 2 * level - 1):g}% CI of (leader − method) lies inside "
@@ -186,14 +193,24 @@ def _d(x: Any) -> dict[str, Any]:
 
 
 def _whole_decision(est: Estimates, metric: str | None, rankings: Mapping[str, Any], margin: float) -> dict[str, Any]:
-    """The planner's rows and the whole decision's size (:func:`.decision`) for the verdict's metric: the leader
-    against every other deployable system (the ranked ones, then those not shown to beat the random pick: more
-    data could qualify them) and each of them against the random pick."""
+    """The planner's rows (the leader against every other deployable system, the ranked ones, then those not shown
+    to beat the random pick, and each of them against the random pick: :func:`.decision`) and, as ``decision``,
+    the plan of the verdict's own question: the users × prompts that identify the leader
+    (:func:`.leader_plan.identify`)."""
     rank = (rankings.get(metric) or {}) if metric else {}
     order = [*(rank.get("order") or []), *(rank.get("no_better_than_random") or [])]
     if not order or metric is None:
         return {"leader": [], "vs_random": [], "decision": None}
-    return decision(est, metric, order, margin=margin, crit=rank.get("critical_value"))
+    got = decision(est, metric, order, margin=margin, crit=rank.get("critical_value"))
+    got["decision"] = _identify(est, metric, rank.get("leader") or order[0], rank, margin)
+    return got
+
+
+def _identify(
+    est: Estimates, metric: str, leader: str, rank: Mapping[str, Any], margin: float, effect: float | None = None
+) -> dict[str, Any] | None:
+    others = [str(c["b"]) for c in rank.get("comparisons") or [] if not c.get("identical")]
+    return identify(est, metric, leader, others, margin=margin, effect=effect)
 
 
 def plan_sizes(
@@ -213,7 +230,9 @@ def plan_sizes(
     default) against each other deployable method, the users × prompts that separate them at ``effect`` (metric
     units; None: each observed difference) or establish equivalence within the margin, at ``power``; where the
     metric has ``random_pick`` cells, each deployable system against the random pick (one-sided); and
-    ``decision``, the size at which all of those comparisons succeed together (:func:`.power.decision`).
+    ``decision``, the verdict's own question: the size at which the set for the best holds the leader alone
+    (:func:`.leader_plan.identify`; ``effect``: the leader ahead of every other system by at least that much);
+    ``whole_decision``: the size at which every per-comparison row succeeds together (:func:`.power.decision`).
     ``critical_value`` is the verdict's simultaneous one when known (None: the planner's own at the current
     size, from the comparisons' joint distribution). ``points``:
     ``effect`` and ``equivalence_margin`` are in points (1/100) when the metric is a proportion. Without
@@ -237,8 +256,12 @@ def plan_sizes(
     }
     order = order_by_value(vals)
     got: dict[str, Any] = {"leader": [], "vs_random": [], "decision": None, "critical_values": {}}
+    ident = None
     if order:
         got = decision(est, chosen, order, margin=margin, crit=critical_value, effect=effect, power=power)
+        every = {m: v for m in est.methods_with(chosen) if (v := est.point_of(m, chosen)) is not None}
+        others = [m for m in system_names(role, every) if m != order[0]]
+        ident = identify(est, chosen, order[0], others, margin=margin, effect=effect, power=power)
     out = {
         "metric": chosen,
         "proportion": est.is_proportion(chosen),
@@ -247,7 +270,8 @@ def plan_sizes(
         "margin": margin,
         "notes": [n.replace("the verdict ranks on", "the plan uses") for n in notes],
         "plans": got["leader"] + got["vs_random"],
-        "decision": got["decision"],
+        "decision": ident,
+        "whole_decision": got["decision"],
         "critical_values": got["critical_values"],
     }
     return dict(json_safe(out))
@@ -264,8 +288,7 @@ def _check_plan_request(metric: str, proportion: bool, scale: float, margin: flo
     if effect is None:
         return
     shown = f"{effect / scale:g} {units}"
-    if effect == 0 or not math.isfinite(effect) or (proportion and abs(effect) >= 1):
+    if effect <= 0 or not math.isfinite(effect) or (proportion and abs(effect) >= 1):
         raise ValueError(
-            f"--effect {shown}: the difference to detect must be non-zero and smaller than {top:g} {units} in size "
-            f"for {metric}"
+            f"--effect {shown}: the leader's lead to plan for must be > 0 and smaller than {top:g} {units} for {metric}"
         )

@@ -63,9 +63,12 @@ class DecisionModel:
         draws: int = MC_DRAWS,
         null_draws: int = MC_NULL_DRAWS,
         seed: int = 0,
+        corrected: bool = False,
     ) -> None:
         from scipy.stats import norm
 
+        #: the intervals use the method-of-moments variance (the verdict's set for the best), not the bootstrap's
+        self.corrected = corrected
         self.joint = joint
         self.effects = np.asarray(effects, dtype=np.float64)
         self.two = np.asarray(two_sided, dtype=bool)
@@ -92,7 +95,7 @@ class DecisionModel:
         if not self.required.any():
             return 1.0
         true, boot = self.joint.covariances(users, prompts)
-        se, c2, c1 = self.critical_values(boot)
+        se, c2, c1 = self.critical_values(true if self.corrected else boot)
         crit = np.where(self.two, c2 or 0.0, c1 or 0.0)
         d = self.effects + self._draw @ sqrt_psd(true).T
         ok = self._sign * d - crit * se > 0
@@ -125,24 +128,11 @@ def decision(
     pairs = [(lead, m, LEADER) for m in others]
     if RANDOM_PICK in est.methods_with(metric):
         pairs += [(m, RANDOM_PICK, VS_RANDOM) for m in order]
-    cols: list[tuple[str, str, str, IntArray, FloatArray]] = []
-    for a, b, fam in pairs:
-        ca, va = est.cell_means(a, metric)
-        cb, vb = est.cell_means(b, metric)
-        both, ia, ib = np.intersect1d(ca, cb, assume_unique=True, return_indices=True)
-        diff = va[ia] - vb[ib]
-        if both.size >= 2 and float(np.ptp(diff)) > 0:  # a constant difference has nothing to plan from
-            cols.append((a, b, fam, both, diff))
+    kept, joint, observed = difference_joint(est, metric, [(a, b) for a, b, _ in pairs])
+    cols = [pairs[k] for k in kept]
     model = None
     c2 = c1 = None
-    if cols:
-        union = np.unique(np.concatenate([c[3] for c in cols]))
-        y = np.full((union.size, len(cols)), np.nan)
-        for k, (_, _, _, cells, diff) in enumerate(cols):
-            y[np.searchsorted(union, cells), k] = diff
-        users, prompts = est.cell_labels(union)
-        joint = joint_components(users, prompts, y)
-        observed = np.array([float(np.mean(c[4])) for c in cols])
+    if joint is not None:
         effects = observed if effect is None else np.full(len(cols), float(effect))
         two = [c[2] == LEADER for c in cols]
         equivalence = [t and effect is None and margin > 0 for t in two]
@@ -171,6 +161,31 @@ def decision(
     return out
 
 
+def difference_joint(
+    est: Estimates, metric: str, pairs: Sequence[tuple[str, str]]
+) -> tuple[list[int], Joint | None, FloatArray]:
+    """The pairs a − b with a difference to plan from (2 or more shared cells, not constant: their indices), the
+    joint variance components of their per-cell differences and their observed mean differences."""
+    kept: list[int] = []
+    cols: list[tuple[IntArray, FloatArray]] = []
+    for k, (a, b) in enumerate(pairs):
+        ca, va = est.cell_means(a, metric)
+        cb, vb = est.cell_means(b, metric)
+        both, ia, ib = np.intersect1d(ca, cb, assume_unique=True, return_indices=True)
+        diff = va[ia] - vb[ib]
+        if both.size >= 2 and float(np.ptp(diff)) > 0:  # a constant difference has nothing to plan from
+            kept.append(k)
+            cols.append((both, diff))
+    if not cols:
+        return kept, None, np.zeros(0)
+    union = np.unique(np.concatenate([c[0] for c in cols]))
+    y = np.full((union.size, len(cols)), np.nan)
+    for k, (cells, diff) in enumerate(cols):
+        y[np.searchsorted(union, cells), k] = diff
+    users, prompts = est.cell_labels(union)
+    return kept, joint_components(users, prompts, y), np.array([float(np.mean(d)) for _, d in cols])
+
+
 def _shape(j: Joint) -> tuple[int, int]:
     """The run's users and prompts (prompts per user when nested), as :func:`sizes` scales them."""
     return max(j.users, 2), max(j.prompts // max(1, j.users) if not j.crossed else j.prompts, 1)
@@ -187,7 +202,7 @@ def _decision_entry(
     est: Estimates,
     metric: str,
     lead: str,
-    cols: Sequence[tuple[str, str, str, IntArray, FloatArray]],
+    cols: Sequence[tuple[str, str, str]],
     model: DecisionModel,
     rows: Sequence[Mapping[str, Any]],
     effect: float | None,
@@ -201,7 +216,7 @@ def _decision_entry(
             "succeeds_by": ("separation or equivalence" if model.equivalence[k] else "separation")
             if fam == LEADER else "beating it",
         }
-        for k, (a, b, fam, _, _) in enumerate(cols)
+        for k, (a, b, fam) in enumerate(cols)
     ]  # fmt: skip
     by_pair = {(r["a"], r["b"]): r for r in rows}
     needs = [(_row_cells(by_pair[(t["a"], t["b"])]), t) for t in tests if t["required"] and (t["a"], t["b"]) in by_pair]

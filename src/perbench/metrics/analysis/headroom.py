@@ -10,8 +10,9 @@ and ``oracle_pick``, Best-of-n by the exact metric itself (the ceiling of any re
   every bootstrap replicate (so its CI carries the covariance of the two); "not applicable" when the headroom's
   CI reaches 0 (a ratio over a denominator that may be 0 has no CI);
 - **beats the random pick**: one-sided and simultaneous over the deployable systems (the max-statistic bootstrap of
-  :func:`.ranking.simultaneous_lower`): a system whose simultaneous lower bound of gain is not above 0 is "no better
-  than a random pick from the same pool";
+  :func:`.ranking.simultaneous_lower`, with the method-of-moments standard errors of :mod:`.best_set`): a system
+  whose simultaneous lower bound of gain is not above 0 is "not shown better than a random pick from the same
+  pool" (which is not the same as no better);
 - **decomposition against zero-shot**: system − greedy = (pool mean − greedy: what sampling alone gives) + (system −
   pool mean: what the reward model adds), each with its two-way CI.
 
@@ -27,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from perbench.metrics.analysis.base import ZERO_SHOT, Est, FloatArray, f_, is_downstream
+from perbench.metrics.analysis.best_set import variance_ratio
 from perbench.metrics.analysis.estimates import Estimates
-from perbench.metrics.analysis.ranking import simultaneous_lower
+from perbench.metrics.analysis.ranking import simultaneous_lower, system_names
 from perbench.metrics.analysis.roles import DEPLOYABLE, ORACLE_PICK, RANDOM_PICK
 from perbench.stats.bootstrap import percentile_ci
 
@@ -107,16 +109,22 @@ def headroom(est: Estimates, roles: Mapping[str, str]) -> dict[str, Any]:
         names = [m for m in est.methods_with(k) if m not in (RANDOM_PICK, ORACLE_PICK) and m not in est.pure_decoders]
         gains = {m: est.delta(m, k, RANDOM_PICK, k) for m in names}
         family = [m for m in names if roles.get(m, DEPLOYABLE) == DEPLOYABLE and gains[m] is not None]
+        # the standard errors of the set for the best (method-of-moments over the bootstrap's, :mod:`.best_set`)
+        every = system_names(roles, {m: v.point for m in est.methods_with(k) if (v := est.value(m, k)) is not None})
+        ratio = variance_ratio(est, k, every)
+        at = {m: i for i, m in enumerate(every)}
         crit, lows = simultaneous_lower(
             [gains[m].point for m in family],  # type: ignore[union-attr]
             [gains[m].reps for m in family],  # type: ignore[union-attr]
             est.level,
+            [float(np.sqrt(ratio[at[m], at[RANDOM_PICK]])) for m in family],
         )
         lower = dict(zip(family, lows, strict=True))
         entry["critical_value"] = crit
         entry["test"] = (
             f"gain over the random pick > 0, one-sided, simultaneous {100 * est.level:g}% over the "
-            f"{len(family)} deployable system{'s' * (len(family) != 1)} (max-statistic bootstrap)"
+            f"{len(family)} deployable system{'s' * (len(family) != 1)} (max-statistic bootstrap, method-of-moments "
+            "standard errors)"
         )
         for m in names:
             g = gains[m]
@@ -125,7 +133,8 @@ def headroom(est: Estimates, roles: Mapping[str, str]) -> dict[str, Any]:
             low = lower.get(m)
             if low is None and g is not None and crit is not None:  # a reference line: the same critical value
                 se = float(np.nanstd(g.reps, ddof=1)) if g.reps.size > 1 else 0.0
-                low = g.point - crit * se
+                fac = float(np.sqrt(ratio[at[m], at[RANDOM_PICK]])) if m in at else 1.0
+                low = g.point - crit * fac * se
             sysd["gain"] = {**_entry(est, g), "lower_simultaneous": f_(low) if low is not None else None}
             room_m = _on_cells_of(est, ORACLE_PICK, RANDOM_PICK, m, k) if oracle is not None else None
             sysd["share"] = _share(est, g, room_m) if oracle is not None else {"value": None, "ci": None, "na": (

@@ -1,22 +1,23 @@
-"""Ranking and decision: which deployable method leads a metric, and whether the data separate it from the rest,
-establish that the rest are practically equivalent to it, or cannot tell yet.
+"""Ranking and decision: which deployable method leads a metric, and what the data show about it.
 
 - **Order.** Deployable methods by decreasing value; values equal up to float rounding (``TIE_TOL``) are ordered
-  by name. Baselines, oracles and pure decoders are ``reference_lines``: shown, never ranked against the leader.
-  On a metric with a random pick (a pooled decoder, :mod:`.headroom`) only the systems that beat it are ranked;
-  the others are ``no_better_than_random`` (decision ``no_better_than_random`` when that is all of them).
-- **Simultaneous intervals.** For the k − 1 differences Δ_j = leader − m_j (paired on the cells both cover), the
-  bootstrap replicates give se*_j and T = max_j |Δ*_j − Δ̂_j| / se*_j; with c the ``level`` quantile of T, every
-  interval is Δ̂_j ± c·se*_j, so all of them hold together with probability ``level`` (family-wise).
-- **Equivalence** (two one-sided tests at α = 1 − level): m is practically equivalent to the leader when the
-  (1 − 2α) percentile CI of Δ lies inside (−ε, +ε). Not being separated is not equivalence.
+  by name. On a metric with a random pick (a pooled decoder, :mod:`.headroom`) only the systems that beat it are
+  ranked (``order``); the others are ``no_better_than_random`` (not shown better than a random pick).
+- **The set for the best** (:mod:`.best_set`): the deployable systems and the baselines (reference lines that are
+  no oracle) that could be the best with simultaneous ``level`` confidence (multiple comparisons with the best).
+  Its decision: ``separable`` (deploy the one deployable member, shown better than the random pick and every
+  baseline), ``baseline`` (a baseline could be the best: no reward model is shown better than it),
+  ``equivalent`` (several deployable members, every pair inside the margin), ``undecided``,
+  ``no_better_than_random``, or ``too_little_data`` (no bootstrap replicates, CIs that could not resample users
+  and prompts, or nothing to compare with).
+- **Equivalence** (two one-sided tests at α = 1 − level): two systems are practically equivalent when the
+  (1 − 2α) percentile CI of their difference lies inside (−ε, +ε). Not being separated is not equivalence.
 - **Identical.** Two methods with the same value on every cell differ by exactly 0: "identical", not an interval.
-- **Decision.** ``separable`` when every other method is excluded by its simultaneous interval (lower bound > 0)
-  or identical to the leader (at least one excluded); ``equivalent`` when each method not excluded is identical
-  or established equivalent; else ``undecided``, and ``contenders`` lists the methods neither excluded nor
-  equivalent (where more cells would decide). ``best`` is the leader only when separable; ``tied`` is the leader
-  and the contenders. A "separable" or "equivalent" decision whose CIs could not resample users and prompts
-  (fewer than 5 users: prompts or pairs only) is ``too_little_data`` instead: no deploy, no equivalence.
+- ``comparisons``: the leader against every other system: the point, the lower bound of leader − b from the
+  leader's simultaneous one-sided family and the upper bound from b's (``ci``), the marginal and equivalence CIs,
+  and whether b is in the set. ``best`` is the leader only when ``separable``; ``tied`` the deployable members;
+  ``runner_up`` the next system of the set (for ``separable``: the next deployable system). ``stability``: the
+  share of bootstrap replicates giving each outcome and each pick (:func:`.best_set.stability`).
 """
 
 from __future__ import annotations
@@ -27,14 +28,27 @@ from typing import Any
 import numpy as np
 
 from perbench.metrics.analysis.base import FloatArray, ci_, f_, order_by_value
+from perbench.metrics.analysis.best_set import (
+    BASELINE,
+    CODES,
+    EQUIVALENT,
+    NO_BETTER,
+    SEPARABLE,
+    TOO_LITTLE,
+    UNDECIDED,
+    Comparisons,
+    compare,
+    critical_values,
+    decide,
+    gate_critical_value,
+    stability,
+)
 from perbench.metrics.analysis.estimates import Estimates
-from perbench.metrics.analysis.roles import DEPLOYABLE
+from perbench.metrics.analysis.roles import BASELINE as BASELINE_ROLE
+from perbench.metrics.analysis.roles import DEPLOYABLE, RANDOM_PICK
 
-SEPARABLE, EQUIVALENT, UNDECIDED = "separable", "equivalent", "undecided"
-#: no deployable method beats the random pick of the metric's pool
-NO_BETTER = "no_better_than_random"
-#: the CIs could not resample users and prompts (or the planner says the claim needs more cells): no claim
-TOO_LITTLE = "too_little_data"
+__all__ = ["BASELINE", "EQUIVALENT", "NO_BETTER", "SEPARABLE", "TOO_LITTLE", "UNDECIDED", "ranking",
+           "simultaneous", "simultaneous_lower", "thin_data", "tie_order", "tost_level"]  # fmt: skip
 
 
 def simultaneous(
@@ -65,13 +79,15 @@ def simultaneous(
 
 
 def simultaneous_lower(
-    points: Sequence[float], reps: Sequence[FloatArray], level: float
+    points: Sequence[float], reps: Sequence[FloatArray], level: float, scale: Sequence[float] | None = None
 ) -> tuple[float | None, list[float]]:
     """One-sided simultaneous lower bounds for several differences Δ_j (each system − the null, say): with se*_j
     the replicates' sd and T = max_j (Δ*_j − Δ̂_j) / se*_j over the bootstrap, c is the ``level`` quantile of T and
     every bound is Δ̂_j − c·se*_j, so P(Δ_j ≥ bound_j for every j) ≈ ``level`` (family-wise, one-sided).
 
-    A difference whose replicates never vary gets its point as bound; c is None when none varies."""
+    ``scale``: per difference, a factor on se*_j in the bound (not in T): √(v_j / v*_j), the method-of-moments
+    variance over the bootstrap's expected one (:func:`.best_set.variance_ratio`), where the bootstrap overstates
+    the variance. A difference whose replicates never vary gets its point as bound; c is None when none varies."""
     if not points:
         return None, []
     pts = np.asarray(points, dtype=np.float64)
@@ -87,7 +103,8 @@ def simultaneous_lower(
         if finite.any():
             t = np.nanmax(np.where(np.isfinite(z[finite]), z[finite], np.nan), axis=1)
             crit = float(np.quantile(t, level))
-    half = np.where(vary, se * (crit if crit is not None else 0.0), 0.0)
+    fac = np.ones(len(pts)) if scale is None else np.asarray(scale, dtype=np.float64)
+    half = np.where(vary, fac * se * (crit if crit is not None else 0.0), 0.0)
     return crit, [float(p - h) for p, h in zip(pts, half, strict=True)]
 
 
@@ -96,12 +113,18 @@ def tost_level(level: float) -> float:
     return max(0.0, 2 * level - 1)
 
 
-def _status(c: Mapping[str, Any]) -> str:
-    if c["identical"]:
-        return "identical"
-    if c["excluded"]:
-        return "excluded"
-    return "equivalent" if c["equivalent"] else "contender"
+def tie_order(candidates: Sequence[str], systems: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Interchangeable systems in the order a team would pick them: the least data, the cheapest to fit,
+    user-agnostic, then by name (``systems[label]``: ``train_fraction``, ``fit_cost``, ``user_agnostic``)."""
+    info = systems or {}
+
+    def key(m: str) -> tuple[float, float, int, str]:
+        i = info.get(m) or {}
+        frac = float(i.get("train_fraction") or 1.0)
+        cost = float(i.get("fit_cost", 0.0) or 0.0)
+        return (frac, cost, 0 if i.get("user_agnostic") else 1, m)
+
+    return sorted(candidates, key=key)
 
 
 def ranking(
@@ -110,83 +133,148 @@ def ranking(
     roles: Mapping[str, str],
     margin: float,
     candidates: Collection[str] | None = None,
+    systems: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The ranking entry of one metric (``analyze(...)["ranking"][metric]``). ``candidates``: the deployable methods
-    that may be ranked at all (those that beat the metric's random pick, :mod:`.headroom`); the others are listed
-    under ``no_better_than_random`` and are never best, tied, equivalent or a contender."""
+    that beat the metric's random pick (:mod:`.headroom`), the only ones ranked in ``order``; ``systems``: what the
+    tie-break among equivalent systems reads (:func:`tie_order`)."""
     vals = {m: e.point for m in est.methods_with(metric) if (e := est.value(m, metric)) is not None}
     deployable = {m: v for m, v in vals.items() if roles.get(m, DEPLOYABLE) == DEPLOYABLE}
-    below = [] if candidates is None else [m for m in order_by_value(deployable) if m not in set(candidates)]
-    order = order_by_value({m: v for m, v in deployable.items() if m not in below})
+    dep_order = order_by_value(deployable)
+    below = [] if candidates is None else [m for m in dep_order if m not in set(candidates)]
+    order = [m for m in dep_order if m not in below]
     res: dict[str, Any] = {
-        "order": order, "best": None, "tied": order[:1], "vs_runner_up": None,
-        "decision": None, "equivalent": [], "contenders": [], "identical": [], "comparisons": [],
+        "order": order, "leader": dep_order[0] if dep_order else None, "best": None, "tied": dep_order[:1],
+        "runner_up": None, "vs_runner_up": None, "decision": None, "equivalent": [], "contenders": [],
+        "identical": [], "comparisons": [], "vs_references": [],
         "reference_lines": [m for m in order_by_value(vals) if m not in deployable],
         "no_better_than_random": below,
         "margin": margin, "level": est.level, "equivalence_level": tost_level(est.level),
-        "critical_value": None, "reason": None,
+        "critical_value": None, "best_set": None, "stability": None, "reason": None,
     }  # fmt: skip
-    if not order:
-        res.update(
-            decision=NO_BETTER if below else UNDECIDED,
-            tied=[],
-            reason=(
-                f"no deployable method beats the random pick on {metric}"
-                if below
-                else f"no deployable method has {metric} rows"
-            ),
-        )
+    if not dep_order:
+        res.update(decision=UNDECIDED, tied=[], reason=f"no deployable method has {metric} rows")
         return res
-    thin = thin_data(est, metric, [*order, *below])
-    if thin:
+    names = system_names(roles, vals)
+    lead = dep_order[0]
+    c = compare(est, metric, names, [m in deployable for m in names], RANDOM_PICK, tost_level(est.level))
+    d = critical_values(c, est.level)
+    gate = gate_critical_value(c, est.level)
+    off = ~np.eye(c.n, dtype=bool)
+    fixed, reason = None, None
+    thin = thin_data(est, metric, names)
+    if est.n_boot < 2:
+        fixed = TOO_LITTLE
+        reason = f"no bootstrap replicates (n_boot={est.n_boot}): nothing is shown without resampling"
+    elif thin:
+        fixed, reason = TOO_LITTLE, thin
         res["thin"] = thin
-    if len(order) == 1:
-        if thin:
-            res.update(decision=TOO_LITTLE, reason=thin)
-        else:
-            only = "that beats the random pick" if below else "deployable method"
-            res.update(best=order[0], decision=SEPARABLE, reason=f"{order[0]} is the only {only}")
-        return res
-    lead = order[0]
-    comps = [_comparison(est, metric, lead, m, margin) for m in order[1:]]
-    family = [c for c in comps if c["_est"] is not None and not c["identical"] and c["ci_marginal"] is not None]
-    crit, bounds = simultaneous([c["_est"].point for c in family], [c["_est"].reps for c in family], est.level)
-    res["critical_value"] = crit
-    for c, (lo, hi) in zip(family, bounds, strict=True):
-        c["ci"] = [lo, hi]
-        c["excluded"] = lo > 0
+    elif not (c.comparable & off & ~c.identical).any() and (c.identical & off).any():
+        fixed, reason = EQUIVALENT, f"the systems of {metric} score identically on every cell"
+    elif not (c.comparable & off & ~c.identical).any():
+        fixed = TOO_LITTLE
+        reason = f"{lead} has no other system or baseline to be compared with on {metric}: nothing is shown"
+    tie = [names.index(m) for m in tie_order(dep_order, systems)]
+    out = decide(c, d, gate, margin, tie)
+    if fixed == TOO_LITTLE and candidates is not None and not order:
+        fixed = NO_BETTER  # that none is shown better than the random pick needs no more data to be said
+    decision = fixed or CODES[int(out.code[0])]
+    if decision == SEPARABLE and names[int(out.pick[0])] != lead:  # the top by mean is out on shared cells only
+        decision = UNDECIDED
+    members = [m for k, m in enumerate(names) if out.members[0, k]]
+    # the systems not shown better than the random pick may be in the set, but are never tied, equivalent or a
+    # contender: nothing is recommended that is not shown to beat the null
+    dep_members = [m for m in members if m in deployable and m not in below]
+    li = names.index(lead)
+    comps = [_entry(est, metric, c, d, li, j, margin, members) for j in range(c.n) if j != li]
+    identical = [e["b"] for e in comps if e["identical"]]
+    res.update(
+        decision=decision,
+        reason=reason,
+        critical_value=None if not np.isfinite(d[li]) else float(d[li]),
+        comparisons=comps,
+        vs_references=[e for e in comps if e["reference"]],
+        best_set=_set_entry(est, names, members, deployable, d, gate),
+        stability=stability(c, d, gate, margin, tie, fixed),
+        identical=identical,
+        tied=dep_members if fixed is None else [lead] if decision != NO_BETTER else [],
+    )
+    by_b = {e["b"]: e for e in comps}
+    if decision == SEPARABLE:
+        res["best"] = lead
+        runner = next((m for m in dep_order[1:] if m not in identical), None) or next(
+            (m for m in names if m not in deployable), None)  # fmt: skip
+    else:
+        runner = next((m for m in dep_members if m != lead and m not in identical), None)
+    if runner is not None:
+        res["runner_up"], res["vs_runner_up"] = runner, by_b[runner]
+    if decision == EQUIVALENT:
+        res["equivalent"] = [m for m in dep_members if m != lead]
+    else:
+        res["equivalent"] = identical
+    if decision in (UNDECIDED, BASELINE):
+        res["contenders"] = [m for m in dep_members if m != lead and m not in identical]
+    return res
+
+
+def _set_entry(
+    est: Estimates,
+    names: Sequence[str],
+    members: Sequence[str],
+    deployable: Mapping[str, float],
+    d: FloatArray,
+    gate: float | None,
+) -> dict[str, Any]:
+    base = len(names) - len(deployable)
+    return {
+        "members": list(members),
+        "deployable": [m for m in members if m in deployable],
+        "reference": [m for m in members if m not in deployable],
+        "level": est.level,
+        "gate_critical_value": gate,
+        "critical_values": {m: float(d[k]) for k, m in enumerate(names) if np.isfinite(d[k])},
+        "method": (
+            f"multiple comparisons with the best over {len(names)} systems ({base} baseline{'s' * (base != 1)}): "
+            f"a system is left out when another is shown better than it, one-sided and simultaneous "
+            f"{100 * est.level:g}% over its comparisons (max-statistic two-way bootstrap)"
+        ),
+    }
+
+
+def system_names(roles: Mapping[str, str], vals: Mapping[str, float]) -> list[str]:
+    """The systems the set for the best is taken over: deployable ones by value, then the baselines by value."""
+    dep = {m: v for m, v in vals.items() if roles.get(m, DEPLOYABLE) == DEPLOYABLE}
+    base = {m: v for m, v in vals.items() if roles.get(m, DEPLOYABLE) == BASELINE_ROLE}
+    return [*order_by_value(dep), *order_by_value(base)]
+
+
+def _entry(
+    est: Estimates, metric: str, c: Comparisons, d: FloatArray, i: int, j: int, margin: float, members: Sequence[str]
+) -> dict[str, Any]:
+    """Leader (i) − system j: the marginal and equivalence CIs of :func:`_comparison`, the simultaneous bounds of
+    the set for the best, whether j is in the set and its status."""
+    e = _comparison(est, metric, c.names[i], c.names[j], margin)
+    e.pop("_est", None)
+    e["reference"] = not bool(c.deployable[j])
+    e["in_set"] = c.names[j] in members
+    if c.comparable[i, j] and not c.identical[i, j]:
+        di = float(d[i]) if np.isfinite(d[i]) else 0.0
+        dj = float(d[j]) if np.isfinite(d[j]) else 0.0
+        lo, hi = c.delta[i, j] - di * c.boot_se[i, j], c.delta[i, j] + dj * c.boot_se[i, j]
+        e["ci"] = [float(lo), float(hi)]
+        e["lower_simultaneous"] = float(lo)
+        e["excluded"] = not e["in_set"]
+        e["reversed"] = bool(hi < 0)
         if hi - lo <= 0:
             note = "no variation in the resamples (every resample gives the same difference)"
-            c["ci_note"] = "; ".join(x for x in (c["ci_note"], note) if x)
-        c["reversed"] = hi < 0  # the other method is better on the cells both cover
-    for c in comps:
-        c["status"] = _status(c)
-    identical = [c["b"] for c in comps if c["status"] == "identical"]
-    equivalent = [c["b"] for c in comps if c["status"] == "equivalent"]
-    excluded = [c["b"] for c in comps if c["status"] == "excluded"]
-    contenders = [c["b"] for c in comps if c["status"] == "contender"]
-    if contenders or est.n_boot < 2:
-        decision = UNDECIDED
-    elif equivalent or not excluded:
-        decision = EQUIVALENT
+            e["ci_note"] = "; ".join(x for x in (e["ci_note"], note) if x)
+    if e["identical"]:
+        e["status"] = "identical"
+    elif not e["in_set"]:
+        e["status"] = "excluded"
     else:
-        decision = SEPARABLE
-    if thin and decision in (SEPARABLE, EQUIVALENT):
-        decision = TOO_LITTLE
-        res["reason"] = thin
-    runner = next((c for c in comps if c["status"] != "identical"), None)
-    res.update(
-        best=lead if decision == SEPARABLE else None,
-        tied=[lead, *contenders],
-        decision=decision,
-        equivalent=identical + equivalent if decision != TOO_LITTLE else identical,
-        contenders=contenders,
-        identical=identical,
-        comparisons=[{k: v for k, v in c.items() if not k.startswith("_")} for c in comps],
-    )
-    if runner is not None:
-        res["vs_runner_up"] = {k: v for k, v in runner.items() if not k.startswith("_")}
-    return res
+        e["status"] = "equivalent" if e["equivalent"] else "contender"
+    return e
 
 
 def thin_data(est: Estimates, metric: str, methods: Sequence[str]) -> str | None:

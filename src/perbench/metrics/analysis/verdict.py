@@ -5,11 +5,15 @@ Every sentence is read off the numbers it states, and says its level (simultaneo
 1. **Headroom first** (pooled decoders, :mod:`.headroom`): what the oracle pick gains over a random pick from the same
    pool, and the share of it the leader captures.
 2. **Against the null**: only deployable systems that beat the random pick (one-sided, simultaneous over the systems)
-   are ranked; when none does, the verdict says so and recommends nothing.
-3. **The decision among them** (:mod:`.ranking`): deploy (simultaneous CIs separate the leader), practically
-   equivalent (TOST within a margin stated in points: a fraction of the headroom by default), undecided (with the
-   users × prompts that would decide), or too little data (CIs that could not resample users and prompts).
-   Among equivalent systems a tie-break a team can act on picks one: least data, cheapest to fit, user-agnostic.
+   are ranked; when none does, the verdict says so ("not shown better than a random pick") and recommends nothing.
+3. **The decision** (:mod:`.ranking`, :mod:`.best_set`): from the simultaneous confidence set for the best over
+   the deployable systems and the baselines: deploy (the one deployable member, shown better than the random pick
+   and every baseline, each bound stated), a baseline as good (said first: no reward model is shown better than
+   it), practically equivalent (every pair of members inside a margin stated in points: a fraction of the
+   headroom by default), undecided (the set named, with the users × prompts that would identify the leader), or
+   too little data (no resampling, or CIs that could not resample users and prompts). Among equivalent systems a
+   tie-break a team can act on picks one: least data, cheapest to fit, user-agnostic. Beside it, how often the
+   rule gives each outcome and pick on the run's bootstrap replicates.
 4. **What the choice costs**: the pick against zero-shot decoding on every other quality of the same decoder, the
    difference to zero-shot split into what sampling alone gives (random pick − greedy) and what the reward model
    adds (pick − random pick), and its reward-hacking win rate beside the win rate of a scorer with no information.
@@ -30,7 +34,7 @@ from typing import Any
 from perbench.metrics.analysis.base import DEFAULT_VERDICT_METRIC, f_
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.power import plan
-from perbench.metrics.analysis.ranking import EQUIVALENT, NO_BETTER, TOO_LITTLE, ranking
+from perbench.metrics.analysis.ranking import BASELINE, EQUIVALENT, NO_BETTER, TOO_LITTLE, ranking
 from perbench.metrics.analysis.verdict_costs import CostParts
 from perbench.metrics.analysis.verdict_decision import STOPPED, DecisionParts
 from perbench.metrics.analysis.verdict_phrasing import Phrasing, names
@@ -106,7 +110,7 @@ def verdict(
         "reference_lines": [], "adaptive": None, "plan": [], "qualified": None, "no_better_than_random": [],
         "headroom": None, "trade_offs": [], "zero_shot_split": None, "win_rate": None, "metric_note": None,
         "upstream_metric": None, "upstream_tau": None, "upstream_tau_ci": None, "agrees": None, "max_of_k": None,
-        "parts": [],
+        "best_set": None, "stability": None, "vs_references": [], "parts": [],
     }  # fmt: skip
     if metric is None:
         return {**res, "text": "No metric has any rows: nothing to decide."}, []
@@ -148,22 +152,29 @@ def verdict(
     res.update(value=f_(e.point), **entry)
     val = f"{est.fmt(metric, e.point)}, {est.fmt_ci(metric, entry['ci'])}"
     plans: list[dict[str, Any]] = []
-    if rank["decision"] == NO_BETTER:
-        res.update(decision=NO_BETTER)
-    else:
+    res.update(
+        decision=rank["decision"],
+        best_set=rank.get("best_set"),
+        stability=rank.get("stability"),
+        vs_references=rank.get("vs_references") or [],
+        critical_value=rank["critical_value"],
+    )
+    if rank["decision"] != NO_BETTER:
         res.update(
             deploy=rank["best"],
-            runner_up=(rank["vs_runner_up"] or {}).get("b"),
+            runner_up=rank.get("runner_up"),
             tied=rank["tied"],
-            decision=rank["decision"],
             equivalent=rank["equivalent"],
             contenders=rank["contenders"],
             identical=rank["identical"],
-            critical_value=rank["critical_value"],
         )
         plans = plan(est, metric, lead, rank["order"][1:], margin=res["margin"], crit=rank["critical_value"])
         thin = _thin_plan() if rank["decision"] == TOO_LITTLE else ""
-        parts.append(("decision", v.decision(metric, rank, val, thin)))
+        said = v.decision(metric, rank, val, thin)
+        if rank["decision"] == BASELINE:  # a baseline as good as any reward model is said first
+            parts.insert(len(notes), ("decision", said))
+        else:
+            parts.append(("decision", said))
         pick = rank["best"]
         if rank["decision"] == EQUIVALENT:
             pick, why = v.tie_break([lead, *rank["equivalent"]])
@@ -176,6 +187,7 @@ def verdict(
         if pick is not None:
             res["trade_offs"], text = v.trade_offs(metric, pick)
             parts.append(("trade_offs", text))
+    parts.append(("stability", v.stability(metric, rank)))
     subject = res["pick"] or lead
     res["zero_shot_split"], text = v.zero_shot_split(metric, subject)
     parts.append(("zero_shot", text))

@@ -6,9 +6,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perbench.metrics.analysis.ranking import EQUIVALENT, SEPARABLE, TOO_LITTLE
+from perbench.metrics.analysis.ranking import (
+    BASELINE,
+    EQUIVALENT,
+    NO_BETTER,
+    SEPARABLE,
+    TOO_LITTLE,
+    UNDECIDED,
+    tie_order,
+)
 from perbench.metrics.analysis.roles import ORACLE_PICK, RANDOM_PICK
 from perbench.metrics.analysis.verdict_phrasing import Phrasing, names
+
+#: how the verdict names a baseline that could be the best
+BASELINE_WORDS = {RANDOM_PICK: "a random pick from the same pool", "length": "picking the longest sample",
+                  "random": "a random scorer"}  # fmt: skip
+
+
+def baseline_words(m: str) -> str:
+    return BASELINE_WORDS.get(m.partition("(")[0], f"the baseline {m}")
+
 
 STOPPED = {
     "separable": "the top was separable",
@@ -33,7 +50,12 @@ class DecisionParts(Phrasing):
         s = (r.get("systems") or {}).get(lead) if lead else None
         if s and s.get("gain", {}).get("value") is not None:
             share = self.share_text(s.get("share"))
-            text += f" The leader, {lead}, gains {self.with_ci(metric, s['gain'])} over a random pick" + (
+            g = s["gain"]
+            low = g.get("lower_simultaneous")
+            # the leader was picked as the largest of k gains: its gain is quoted with the bound that allows for that
+            bound = f"simultaneous lower bound {self.pct(metric, low, True)}" if low is not None else self.est.fmt_ci(
+                metric, g.get("ci"))  # fmt: skip
+            text += f" The leader, {lead}, gains {self.pct(metric, g['value'], True)} ({bound}) over a random pick" + (
                 f": {share}." if share else "."
             )
         return text
@@ -49,16 +71,17 @@ class DecisionParts(Phrasing):
             unused = (r.get("headroom") or {}).get("value")
             left = f"; the {self.pct(metric, unused, True).lstrip('+')} of headroom goes unused" if unused else ""
             return (
-                f"No deployable system beats a random pick from the same pool ({level}): none is recommended for "
-                f"{metric.partition(':')[0]} on this evidence{left}."
+                f"No deployable system is shown better than a random pick from the same pool ({level}): none is "
+                f"recommended for {metric.partition(':')[0]} on this evidence{left}."
             )
         text = f"{len(qualified)} of {k} deployable systems beat the random pick ({level}): {names(qualified)}"
         if below:
-            text += f"; the other {len(below)} ({names(below)}) are no better than a random pick from the same pool"
+            pool = "a random pick from the same pool"
+            text += f"; the other {len(below)} ({names(below)}) are not shown better than {pool}"
         return text + "."
 
     def decision(self, metric: str, rank: Mapping[str, Any], val: str, thin_plan: str) -> str:
-        lead, comps = rank["order"][0], {c["b"]: c for c in rank["comparisons"]}
+        lead, comps = rank["order"][0] if rank["order"] else rank["leader"], {c["b"]: c for c in rank["comparisons"]}
         same = rank["identical"]
         twins = (
             f" {names(same)} {'scores' if len(same) == 1 else 'score'} identically to {lead} on every cell: the "
@@ -66,9 +89,10 @@ class DecisionParts(Phrasing):
             if same
             else ""
         )
-        k = len(rank["order"]) - 1
-        pool = " that beat the random pick" if self.room else ""
-        family = f"simultaneous {100 * self.est.level:g}% CIs over the {k} comparison{'s' * (k != 1)} with the leader"
+        bset = rank.get("best_set") or {}
+        members = list(bset.get("members") or [])
+        level = f"{100 * self.est.level:g}%"
+        setw = f"the simultaneous {level} confidence set for the best (multiple comparisons with the best)"
         decision = rank["decision"]
         if decision == TOO_LITTLE:
             return (
@@ -76,62 +100,108 @@ class DecisionParts(Phrasing):
                 f"{lead} leads ({val}).{thin_plan}"
             )
         if decision == SEPARABLE:
-            if k == 0:
-                only = "the only system that beats the random pick" if self.room else "the only deployable system"
-                caveat = " (the others are no better than chance, not shown worse than it)" if self.room else ""
-                return f"Deploy {lead} ({val}): it is {only} with {metric}{caveat}."
-            runner = rank["vs_runner_up"]
-            among = "among the systems that beat the random pick it beats every other" if self.room else (
-                "it beats every other deployable reward model"
-            )  # fmt: skip
-            return (
-                f"Deploy {lead} ({val}): {among}, the {family} all excluding 0; "
-                f"runner-up {runner['b']} ({self.sim(metric, runner)}).{twins}"
-            )
+            refs = [c for c in rank.get("vs_references") or [] if c.get("lower_simultaneous") is not None]
+            shown = "; ".join(f"{c['b']}: {self.paired(metric, c) if k == 0 else self.bound(metric, c)}"
+                              for k, c in enumerate(refs))  # fmt: skip
+            text = f"Deploy {lead} ({val}): it is the only deployable system in {setw}"
+            if refs:
+                text += f", and it is shown better than every baseline ({shown})"
+            runner = rank.get("vs_runner_up")
+            if runner and not runner.get("reference"):
+                text += f"; runner-up {runner['b']} ({self.bound(metric, runner)})"
+            return text + f".{twins}"
+        in_set = f"{len(members)} system{'s' * (len(members) != 1)} could be the best ({names(members)}; {setw})"
+        if decision == BASELINE:
+            refs = [m for m in members if m in set(bset.get("reference") or [])]
+            top = refs[0]
+            c = comps.get(top)
+            diff = f"; {self.paired(metric, c)}" if c else ""
+            return f"No reward model is shown better than {baseline_words(top)} on {metric}: {in_set}{diff}.{twins}"
         eq = [m for m in rank["equivalent"] if m not in same]
-        worse = [c["b"] for c in rank["comparisons"] if c["status"] == "excluded"]
-        rest = ""
-        if worse:
-            who = f"{names(worse)} {'is' if len(worse) == 1 else 'are'}"
-            rest = f" {who} worse ({family} exclude 0)."
         lvl = f"{100 * rank['equivalence_level']:g}%"
+        best_ref = self.best_reference(metric, rank)
         if decision == EQUIVALENT:
             if not eq:
                 return (
                     f"{names([lead, *same])} are identical on {metric} ({val}): each scores the same on every "
-                    f"cell, so either is the same choice.{rest}"
+                    f"cell, so either is the same choice."
                 )
             return (
-                f"{len(eq) + 1} systems{pool} are practically equivalent on {metric} ({names([lead, *eq])}): each "
-                f"difference to {lead} has its {lvl} CI inside {self.margin_text(metric)} (two one-sided tests; "
-                f"marginal per comparison); leader {lead}: {val}.{twins}{rest}"
+                f"{in_set[0].upper()}{in_set[1:]}, and they are practically equivalent on {metric}: every pair's "
+                f"{lvl} CI lies inside {self.margin_text(metric)} (two one-sided tests); leader {lead}: {val}.{twins}"
+                f"{best_ref}"
             )
-        if self.est.n_boot < 2:
-            return (
-                f"{lead} leads on {metric} ({val}), but without bootstrap replicates (n_boot={self.est.n_boot}) no "
-                "method can be called best or equivalent."
+        if decision != UNDECIDED:
+            return ""
+        why = ""
+        others = [m for m in members if m != lead and m not in same]
+        out = [c["b"] for c in rank["comparisons"] if c["status"] == "excluded" and not c.get("reference")]
+        rest = ""
+        if out:
+            rest = f" {names(out)} {'is' if len(out) == 1 else 'are'} out of the set (another system is shown better)."
+        flipped = next((c for c in rank["comparisons"] if c.get("reversed")), None)
+        if lead not in members and flipped is not None:
+            why = (
+                f" On the {flipped['cells']} cells both cover {flipped['b']} scores higher "
+                f"({self.bound(metric, flipped)}), although {lead} has the higher mean over all its cells."
             )
-        first = comps[rank["contenders"][0]]
-        if first["delta"] is None or first["ci"] is None:
-            gap = f"{lead} vs {first['b']}: {first['ci_note'] or 'no CI'}"
-        elif first["reversed"]:
-            gap = (
-                f"on the {first['cells']} cells both cover {first['b']} scores higher ({self.sim(metric, first)}), "
-                f"although {lead} has the higher mean over all its cells"
-            )
-        else:
-            gap = f"{self.sim(metric, first)}, which includes 0"
-            if first["tost_ci"] is not None and self.margin > 0:
-                gap += f"; its {lvl} CI is not inside {self.margin_text(metric)}"
-        n_c = len(rank["contenders"])
-        also = ""
-        if eq:
-            also = f" {names(eq)} {'is' if len(eq) == 1 else 'are'} practically equivalent to {lead}."
-        return (
-            f"The data cannot yet decide on {metric}: {lead} leads ({val}), but {n_c} system{'s' * (n_c != 1)} "
-            f"({names(rank['contenders'])}) {'is' if n_c == 1 else 'are'} neither separated from it ({family}) "
-            f"nor within the {self.margin_text(metric)} equivalence margin; {gap}.{twins}{also}{rest}"
-        )
+        elif len([m for m in members if m not in same]) <= 1:
+            base = [c for c in rank.get("vs_references") or [] if (c.get("lower_simultaneous") or 0) <= 0]
+            weak = base[0] if base else None
+            if weak is not None:
+                why = f" {lead} is the only system left in the set but is not shown better than {weak['b']} " + (
+                    f"({self.bound(metric, weak)}).")  # fmt: skip
+            elif lead not in (rank.get("order") or []):
+                why = f" {lead} is the only system left in the set but is not shown better than a random pick."
+        elif others:
+            first = comps[others[0]]
+            why = f" {self.bound(metric, first)}"
+            if first.get("tost_ci") is not None and self.margin > 0:
+                why += f"; its {lvl} CI is not inside {self.margin_text(metric)}"
+            why += "."
+        text = f"The data cannot yet decide on {metric}: {in_set}; {lead} leads ({val}).{why}{twins}{rest}{best_ref}"
+        return text
+
+    def best_reference(self, metric: str, rank: Mapping[str, Any]) -> str:
+        """The leader against the highest baseline, with the paired CI (" " + a sentence, or "")."""
+        refs = [c for c in rank.get("vs_references") or [] if c.get("b") != RANDOM_PICK and c.get("delta") is not None]
+        if not refs:
+            return ""
+        top = min(refs, key=lambda c: float(c["delta"]))
+        return f" Against the best baseline, {top['b']}: {self.paired(metric, top)}."
+
+    def bound(self, metric: str, c: Mapping[str, Any]) -> str:
+        """a − b with its simultaneous lower bound (one-sided, over a's comparisons in the set for the best)."""
+        e = self.est
+        text = f"{c['a']} − {c['b']} = {e.fmt(metric, c['delta'], True)}"
+        low, ci = c.get("lower_simultaneous"), c.get("ci")
+        if ci is not None and ci[0] == ci[1]:
+            text += " on every cell (no variation in the resamples)"
+        elif low is not None:
+            text += f", simultaneous lower bound {e.fmt(metric, low, True)}"
+        return text + (f", on the {c['cells']} cells both cover" if c.get("partial") else "")
+
+    def paired(self, metric: str, c: Mapping[str, Any]) -> str:
+        """a − b with its paired (marginal) CI and its simultaneous lower bound."""
+        e = self.est
+        text = f"{c['a']} − {c['b']} = {e.fmt(metric, c['delta'], True)} ({e.fmt_ci(metric, c.get('ci_marginal'))}"
+        low = c.get("lower_simultaneous")
+        if low is not None:
+            text += f"; simultaneous lower bound {e.fmt(metric, low, True)}"
+        return text + ")"
+
+    def stability(self, metric: str, rank: Mapping[str, Any]) -> str:
+        st = rank.get("stability") or {}
+        outs = st.get("outcomes") or {}
+        if st.get("replicates", 0) < 2 or len(outs) < 1 or rank["decision"] == TOO_LITTLE:
+            return ""
+        picks = st.get("picks") or {}
+        label = {SEPARABLE: "deploy", BASELINE: "a baseline as good", NO_BETTER: "none shown better than a random pick"}
+        shown = ", ".join(f"{label.get(k, k)} {100 * v:.0f}%" for k, v in outs.items())
+        text = f"Re-run on the {st['replicates']} bootstrap replicates of this run, the rule gives {shown}"
+        if picks:
+            text += "; picks " + ", ".join(f"{m} {100 * v:.0f}%" for m, v in list(picks.items())[:4])
+        return text + "."
 
     def tie_break(self, candidates: Sequence[str]) -> tuple[str | None, str]:
         """Among interchangeable systems, the one a team can act on: the least data, then the cheapest to fit, then
@@ -142,13 +212,7 @@ class DecisionParts(Phrasing):
         def info(m: str) -> Mapping[str, Any]:
             return self.systems.get(m) or {}
 
-        def key(m: str) -> tuple[float, float, int, str]:
-            i = info(m)
-            frac = float(i.get("train_fraction") or 1.0)
-            cost = float(i.get("fit_cost", 0.0) or 0.0)
-            return (frac, cost, 0 if i.get("user_agnostic") else 1, m)
-
-        ranked = sorted(candidates, key=key)
+        ranked = tie_order(candidates, self.systems)
         pick = ranked[0]
         i = info(pick)
         why = []
