@@ -7,7 +7,7 @@ import math
 import sys
 from typing import Any
 
-from perbench.cli.shared import config_path
+from perbench.cli.shared import config_path, size_or_auto
 from perbench.errors import ConfigError
 
 
@@ -27,6 +27,16 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype")
     p.add_argument("--unit-device", help="where the units compute, if not --device (Ray workers: cuda)")
     p.add_argument("--unit-dtype", help="the units' dtype, if not --dtype (auto: bf16 on CUDA, else float32)")
+    p.add_argument(
+        "--batch-size",
+        type=size_or_auto,
+        help="generation batch size, or auto (default: 8 on a CPU, what the GPU's free memory holds on CUDA)",
+    )
+    p.add_argument(
+        "--feature-batch-size",
+        type=size_or_auto,
+        help="texts per scoring forward, or auto (default: 16 on a CPU, what the GPU's free memory holds on CUDA)",
+    )
     p.add_argument("--out-dir")
     p.add_argument("--run-name", help="the run's folder inside --out-dir (one plain name)")
     p.add_argument("--executor", help="how the run's units are computed: local | ray (`perbench list executors`)")
@@ -89,6 +99,8 @@ def _run_config(args: argparse.Namespace) -> int:
         "out_dir",
         "run_name",
         "executor",
+        "batch_size",
+        "feature_batch_size",
     ):
         if getattr(args, flag) is not None:
             changes[flag] = getattr(args, flag)

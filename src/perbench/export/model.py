@@ -225,7 +225,7 @@ def _extractor(bb: Mapping[str, Any], override: str | None, device: str | None, 
             f"{want}; load the same model (backbone=...) or export again"
         )
     return FeatureExtractor(
-        lm, batch_size=int(bb.get("feature_batch_size") or 16), max_length=int(bb.get("max_length") or 1024)
+        lm, batch_size=bb.get("feature_batch_size") or "auto", max_length=int(bb.get("max_length") or 1024)
     )
 
 
