@@ -312,3 +312,27 @@ def test_batch_size_flags_reach_the_config() -> None:
     add_parser(p.add_subparsers(), argparse.ArgumentParser(add_help=False))
     args = p.parse_args(["run", "--batch-size", "256", "--feature-batch-size", "auto"])
     assert args.batch_size == 256 and args.feature_batch_size == "auto"
+
+
+def test_tree_chunks_and_bertscore_batches_from_a_memory_budget(monkeypatch) -> None:
+    from perbench.metrics import text
+    from perbench.models import memory
+    from perbench.models.encoder import encoder_path
+    from perbench.models.memory import tree_chunk_tokens
+
+    assert tree_chunk_tokens(80 * GB, LLAMA_8B, 1024, 2, 256, 10_240) == 10_240  # every candidate of a response
+    small = tree_chunk_tokens(1 * GB, LLAMA_8B, 1024, 2, 256, 10_240)
+    assert small == 5120  # halved from the cap until n × activations + n × (cache + n) × b fits 0.85 GiB
+
+    def cost(n: int) -> int:
+        return n * LLAMA_8B.activation_bytes_per_token(2) + n * (1024 + n) * 2
+
+    assert cost(small) <= 0.85 * GB < cost(2 * small)
+    assert tree_chunk_tokens(1 << 20, LLAMA_8B, 1024, 2, 256, 10_240) == 256  # never below the CPU's chunk
+
+    path = encoder_path("minilm")
+    assert text.bertscore_batch(path, "cpu") == text.CPU_BATCH
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 80 * GB)
+    assert text.bertscore_batch(path, "cuda") == memory.MAX_ROWS
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 1 << 20)
+    assert text.bertscore_batch(path, "cuda") == text.CPU_BATCH  # never below bert-score's own default

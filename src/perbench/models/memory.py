@@ -11,7 +11,9 @@ hold keys and values of width h, and b bytes per value of the compute dtype:
 - **generation, per row**: seq × (KV + activations) + 3 × V × 4 (the step's fp32 logits, log-probabilities and
   the sampler's copy);
 - **scoring, per row** (one forward, no cache): seq × activations + seq² × b × (1 + H if attention is eager): the
-  4-D mask of packed rows, and eager attention's scores (SDPA's are not materialised).
+  4-D mask of packed rows, and eager attention's scores (SDPA's are not materialised);
+- **a tree forward of n candidates** (policy accuracy's per-position candidates): n × activations + n × (cache + n)
+  × b (its additive mask), halved from a cap until it fits (:func:`tree_chunk_tokens`).
 
 The rows that fit are ⌊(free × :data:`HEADROOM` − weights not yet resident) / per row⌋, at least 1, at most ``cap``,
 rounded down to a multiple of 8 from 8 on. Out-of-memory still halves the batch (:mod:`perbench.models.batching`):
@@ -96,6 +98,18 @@ def rows_that_fit(
     return rows - rows % 8 if rows >= 8 else rows
 
 
+def tree_chunk_tokens(free: int, shape: ModelShape, cache_len: int, dtype_bytes: int, floor: int, cap: int) -> int:
+    """Candidates per tree forward (:func:`~perbench.models.stepper.tree_candidate_hidden`) that ``free`` bytes hold:
+    n candidates cost n × activations plus their n × (cache + n) additive mask (and eager attention's scores); the
+    largest of ``cap``, ``cap``/2, … that fits, never below ``floor`` (the CPU's size)."""
+    budget = int(free * HEADROOM)
+    per_score = dtype_bytes * (1 + (shape.heads if shape.eager_attention else 0))
+    n = max(cap, floor)
+    while n > floor and n * shape.activation_bytes_per_token(dtype_bytes) + n * (cache_len + n) * per_score > budget:
+        n //= 2
+    return max(n, floor)
+
+
 def free_bytes(device: str) -> int | None:
     """Free memory on a CUDA device (``torch.cuda.mem_get_info``), else None (CPUs keep their measured sizes)."""
     if not device.startswith("cuda"):
@@ -123,6 +137,15 @@ class Estimate:
         return asdict(self)
 
 
+def shape_of(lm: Any) -> tuple[ModelShape, int]:
+    """A loaded model's shape (its real parameter count) and its dtype's bytes per value."""
+    import torch
+
+    dtype_bytes = torch.empty((), dtype=lm.policy.torch_dtype()).element_size()
+    params = sum(p.numel() for p in lm.model.parameters())
+    return ModelShape.from_config(lm.model.config, params), dtype_bytes
+
+
 def estimate_rows(
     lm: Any, seq_len: int, kind: Kind, *, cap: int = MAX_ROWS, free: int | None = None
 ) -> Estimate | None:
@@ -131,11 +154,6 @@ def estimate_rows(
     free = free if free is not None else free_bytes(str(lm.policy.device))
     if free is None:
         return None
-    import torch
-
-    model = lm.model
-    dtype_bytes = torch.empty((), dtype=lm.policy.torch_dtype()).element_size()
-    params = sum(p.numel() for p in model.parameters())
-    shape = ModelShape.from_config(model.config, params)
+    shape, dtype_bytes = shape_of(lm)
     rows = rows_that_fit(free, shape, seq_len, dtype_bytes, kind, cap=cap)
     return Estimate(rows, free, seq_len, row_bytes(shape, seq_len, dtype_bytes, kind), kind)

@@ -120,6 +120,7 @@ def batching(state: RunState) -> dict[str, Any]:
     return {
         "generation": {
             **({"batch_size": state.batchers["generate"].record()} if "generate" in state.batchers else {}),
+            **({"pool": state.batchers["pool"].record()} if "pool" in state.batchers else {}),
             "padding": "left (prompts of a batch end at the same position)",
         },
         "scoring": {
