@@ -47,12 +47,13 @@ def test_library_greedy_gives_the_token_loops_tokens(sharp_lm, static: bool) -> 
     """transformers' generate (static KV cache: what a GPU run compiles) against perbench's token loop: the same
     tokens, prompts of different lengths in one left-padded batch, rows stopping at different steps."""
     from perbench.models.chat import encode_prompt
-    from perbench.models.generate import GenRequest, generate_plain
+    from perbench.models.generate import GenRequest, generate_plain, until_stop
     from perbench.models.library_generate import greedy_ids
 
     reqs = [GenRequest(p, "u", seed=0) for p in _prompts()]
     loop = generate_plain(sharp_lm, reqs, 24)
-    ids = greedy_ids(sharp_lm, [encode_prompt(sharp_lm.tokenizer, r.prompt) for r in reqs], 24, static=static)
+    raw = greedy_ids(sharp_lm, [encode_prompt(sharp_lm.tokenizer, r.prompt) for r in reqs], 24, static=static)
+    ids = until_stop(raw, sharp_lm.eos_ids)
     assert [i[:-1] if g.finished else i for g, i in zip(loop, ids, strict=True)] == [g.token_ids for g in loop]
     assert len({tuple(g.token_ids) for g in loop}) == 3
     assert sorted(len(g.token_ids) for g in loop) == [1, 4, 24] and [g.finished for g in loop] == [True, False, True]

@@ -121,6 +121,20 @@ def decode_loop(
     return finish(policy, [[int(i) for i in out[b] if i >= 0] for b in range(B)])
 
 
+def until_stop(rows: Sequence[Sequence[int]], stop: Sequence[int]) -> list[list[int]]:
+    """Each row of token ids up to its first ``stop`` token, that token included."""
+    ends = set(stop)
+    out = []
+    for row in rows:
+        ids: list[int] = []
+        for tok in row:
+            ids.append(int(tok))
+            if tok in ends:
+                break
+        out.append(ids)
+    return out
+
+
 def finish(policy: LoadedLM, rows: Sequence[Sequence[int]]) -> list[Generation]:
     """Generations from each row's new token ids (its stop token last, if it stopped)."""
     gens = []
@@ -154,7 +168,7 @@ def generate_plain(
             policy, [encode_prompt(policy.tokenizer, r.prompt) for r in requests], max_new_tokens
         )
         if rows is not None:
-            return finish(policy, rows)
+            return finish(policy, until_stop(rows, policy.eos_ids))
     gens = row_generators(requests, policy.policy.device) if sample else []
 
     def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, None]:

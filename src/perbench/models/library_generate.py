@@ -16,6 +16,10 @@ from typing import Any
 
 from perbench.models.loader import LoadedLM
 
+#: a batch's prompt length is rounded up to a multiple of this (left padding), its rows to a multiple of
+#: :data:`ROW_STEP`: the shapes the compiled decode step sees repeat across calls
+LENGTH_STEP = 64
+ROW_STEP = 8
 #: models (by fingerprint) the library path failed on in this process: they stay on the token loop
 _FAILED: set[str] = set()
 
@@ -33,13 +37,19 @@ def supported(lm: LoadedLM) -> bool:
 def greedy_ids(
     lm: LoadedLM, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int, *, static: bool = True
 ) -> list[list[int]]:
-    """Each prompt's greedy continuation (token ids, its first stop token included, none after), one left-padded
-    batch through ``model.generate``; ``static``: a static KV cache (compiled decode on a GPU)."""
+    """Each prompt's greedy continuation (token ids; after a row's first stop token, transformers' padding: cut it
+    with :func:`~perbench.models.generate.until_stop`), one left-padded batch through ``model.generate``;
+    ``static``: a static KV cache (compiled decode on a GPU)."""
     import torch
     from transformers import GenerationConfig
 
     pad = int(lm.tokenizer.pad_token_id)
-    B, L = len(prompt_ids), max(len(p) for p in prompt_ids)
+    n = len(prompt_ids)
+    # shapes rounded up (prompt length to LENGTH_STEP, rows to ROW_STEP, the extra rows copies of the last) so that
+    # successive calls reuse the compiled decode step and its CUDA graphs instead of compiling one per shape
+    B = -(-n // ROW_STEP) * ROW_STEP
+    L = -(-max(len(p) for p in prompt_ids) // LENGTH_STEP) * LENGTH_STEP
+    prompt_ids = list(prompt_ids) + [prompt_ids[-1]] * (B - n)
     ids = torch.full((B, L), pad, dtype=torch.long)
     mask = torch.zeros((B, L), dtype=torch.long)
     for i, p in enumerate(prompt_ids):
@@ -57,16 +67,7 @@ def greedy_ids(
     dev = lm.policy.device
     with torch.inference_mode():
         out = lm.model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), generation_config=config)
-    stop = set(eos)
-    rows: list[list[int]] = []
-    for row in out[:, L:].tolist():
-        taken: list[int] = []
-        for t in row:
-            taken.append(int(t))
-            if t in stop:
-                break
-        rows.append(taken)
-    return rows
+    return [[int(t) for t in row] for row in out[:n, L:].tolist()]
 
 
 def try_greedy(lm: LoadedLM, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]] | None:

@@ -23,6 +23,7 @@ from perbench.models.generate import (
     generate_plain,
     row_generators,
     sample_top_p,
+    until_stop,
 )
 from perbench.models.loader import LoadedLM, model_copy
 from perbench.models.stepper import CachedLM
@@ -110,17 +111,7 @@ def sample_ids(
         return tokens, None
 
     decode_loop(lm, requests, max_new_tokens, choose)
-    drawn = torch.stack(steps, 1).tolist()
-    eos = set(lm.eos_ids)
-    out = []
-    for row in drawn:
-        ids: list[int] = []
-        for tok in row:
-            ids.append(int(tok))
-            if tok in eos:
-                break
-        out.append(ids)
-    return out
+    return until_stop(torch.stack(steps, 1).tolist(), lm.eos_ids)
 
 
 def _completion_logsoftmax(
