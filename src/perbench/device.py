@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perbench.errors import ConfigError
 
@@ -41,17 +41,16 @@ def hub_kernels_default() -> bool:
     return os.environ.get("PERBENCH_HUB_KERNELS", "").strip().lower() in ("1", "true", "yes")
 
 
-def no_hub_kernels(model: object, policy: DevicePolicy | None = None) -> None:
+def no_hub_kernels(model: Any, policy: DevicePolicy | None = None) -> None:
     """Undo any hub-kernel layers transformers put on ``model`` (a ``PreTrainedModel``, or a PEFT wrapper of one)
     unless ``policy`` allows them, so that ``model.train()`` (which re-kernelizes a kernelized model in training
     mode, fetching e.g. ``kernels-community/rotary``) stays on the model's own torch code, offline."""
     if (policy.hub_kernels if policy is not None else hub_kernels_default()) or model is None:
         return
-    get = getattr(model, "get_base_model", None)
+    get = getattr(model, "get_base_model", None)  # a PEFT wrapper: its transformers model
     base = get() if callable(get) else model
-    for m in {id(model): model, id(base): base}.values():
-        if getattr(m, "_use_kernels", False):
-            m.use_kernels = False  # type: ignore[union-attr]  # transformers resets the layers to torch's
+    if getattr(base, "_use_kernels", False):
+        base.use_kernels = False  # transformers resets the layers to torch's (an empty kernel mapping: no fetch)
 
 
 def resolve_device(
