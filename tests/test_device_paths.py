@@ -157,6 +157,12 @@ def test_the_estimate_reads_a_transformers_config() -> None:
     assert abs(shape.params - SMOLLM2_135M.params) / SMOLLM2_135M.params < 0.01  # norms are not counted
 
 
+class _CpuLM:
+    from perbench.device import DevicePolicy
+
+    policy = DevicePolicy("cpu", "float32")
+
+
 def test_an_auto_batcher_sizes_from_the_estimate_sorts_off_a_cpu_and_never_regrows() -> None:
     from perbench.models.batching import AdaptiveBatcher
     from perbench.models.memory import Estimate
@@ -188,6 +194,10 @@ def test_an_auto_batcher_sizes_from_the_estimate_sorts_off_a_cpu_and_never_regro
     b.run(items, fn, length=lambda x: x)
     assert b.size == 2  # the estimate again says 4; the size that ran out of memory stays the ceiling
 
+    from perbench.decoding.best_of_n import CPU_SAMPLE_BATCH, pool_batcher
+
+    assert pool_batcher(_CpuLM(), "auto").record() == {"requested": "auto", "used": CPU_SAMPLE_BATCH, "halvings": 0}
+    assert pool_batcher(_CpuLM(), 16).size == 16
     cpu = AdaptiveBatcher("auto", "cpu", None)
     order: list[list[int]] = []
     cpu.run(items, lambda batch: order.append(list(batch)) or list(batch), length=lambda x: x)

@@ -74,7 +74,7 @@ def pool_batcher(policy: LoadedLM, size: int | str) -> Any:
 
     device = str(policy.policy.device)
     if device.startswith("cpu"):
-        return AdaptiveBatcher(CPU_SAMPLE_BATCH if size == "auto" else size, device)
+        return AdaptiveBatcher(size, device, start=CPU_SAMPLE_BATCH)
     return AdaptiveBatcher(size, device, lambda seq: estimate_rows(policy, seq, "generate"))
 
 

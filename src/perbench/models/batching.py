@@ -40,8 +40,11 @@ class AdaptiveBatcher:
     takes its items longest first (little padding; the results come back in the items' order); on a CPU the order
     stays the callers', so its results do not move."""
 
-    def __init__(self, size: int | str, device: str, fit: Callable[[int], Any] | None = None) -> None:
-        self.size = start_size(size, device)
+    def __init__(
+        self, size: int | str, device: str, fit: Callable[[int], Any] | None = None, start: int | None = None
+    ) -> None:
+        #: ``start``: ``auto``'s first size where no estimate is made, if not the device default
+        self.size = start if size == "auto" and start is not None else start_size(size, device)
         self.requested = size
         self.halvings = 0
         self.device = device
