@@ -1,10 +1,11 @@
-"""Device and dtype policy, in one place: cuda -> bf16, mps -> fp16... cpu -> fp32; every choice overridable."""
+"""Device and dtype policy, in one place: cuda -> bf16, mps -> fp16... cpu -> fp32; every choice overridable. Also
+whether transformers may swap a model's layers for kernels fetched from the Hugging Face hub (never, unless asked)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perbench.errors import ConfigError
 
@@ -25,6 +26,9 @@ _DTYPES = {
 class DevicePolicy:
     device: str
     dtype: str  # "float32" | "bfloat16" | "float16"
+    #: let transformers kernelize the model's layers from hub kernels (``kernels`` package; fetched and run on load
+    #: and on ``model.train()``); off unless the config's ``hub_kernels`` or ``PERBENCH_HUB_KERNELS=1`` asks
+    hub_kernels: bool = False
 
     def torch_dtype(self) -> torch.dtype:
         import torch
@@ -32,7 +36,26 @@ class DevicePolicy:
         return getattr(torch, self.dtype)  # type: ignore[no-any-return]
 
 
-def resolve_device(device: str | None = None, dtype: str | None = None, *, here: bool = True) -> DevicePolicy:
+def hub_kernels_default() -> bool:
+    """Whether hub kernels are allowed when the caller does not say: ``PERBENCH_HUB_KERNELS`` (1/true/yes), else no."""
+    return os.environ.get("PERBENCH_HUB_KERNELS", "").strip().lower() in ("1", "true", "yes")
+
+
+def no_hub_kernels(model: Any, policy: DevicePolicy | None = None) -> None:
+    """Undo any hub-kernel layers transformers put on ``model`` (a ``PreTrainedModel``, or a PEFT wrapper of one)
+    unless ``policy`` allows them, so that ``model.train()`` (which re-kernelizes a kernelized model in training
+    mode, fetching e.g. ``kernels-community/rotary``) stays on the model's own torch code, offline."""
+    if (policy.hub_kernels if policy is not None else hub_kernels_default()) or model is None:
+        return
+    get = getattr(model, "get_base_model", None)  # a PEFT wrapper: its transformers model
+    base = get() if callable(get) else model
+    if getattr(base, "_use_kernels", False):
+        base.use_kernels = False  # transformers resets the layers to torch's (an empty kernel mapping: no fetch)
+
+
+def resolve_device(
+    device: str | None = None, dtype: str | None = None, *, here: bool = True, hub_kernels: bool | None = None
+) -> DevicePolicy:
     """Pick device and dtype. ``auto`` (default): cuda if available -> bf16, else cpu -> fp32.
 
     ``here=False``: the policy of another machine (a Ray run's workers, ``unit_device``): a named device is taken
@@ -40,7 +63,7 @@ def resolve_device(device: str | None = None, dtype: str | None = None, *, here:
 
     fp32 on CPU is deliberate: multi-token forwards in bf16 are several times slower on CPUs without native
     bf16 matrix units (on CPUs with AVX-512 BF16 they are faster; docs/footguns.md). ``PERBENCH_DEVICE`` /
-    ``PERBENCH_DTYPE`` override the defaults.
+    ``PERBENCH_DTYPE`` override the defaults. ``hub_kernels``: None takes :func:`hub_kernels_default`.
     """
     import torch
 
@@ -64,7 +87,8 @@ def resolve_device(device: str | None = None, dtype: str | None = None, *, here:
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use one of {sorted(set(_DTYPES))}")
-    return DevicePolicy(device=device, dtype=_DTYPES[dtype])
+    kernels = hub_kernels_default() if hub_kernels is None else hub_kernels
+    return DevicePolicy(device=device, dtype=_DTYPES[dtype], hub_kernels=kernels)
 
 
 def set_threads() -> None:

@@ -7,7 +7,7 @@ import math
 import sys
 from typing import Any
 
-from perbench.cli.shared import config_path
+from perbench.cli.shared import config_path, size_or_auto
 from perbench.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -18,16 +18,6 @@ EXAMPLES = """examples:
   perbench run my.yaml --set bootstrap=200 --set 'shot_curve=[1, 5]'                  any config key
   perbench run my.yaml --device cuda --batch-size auto --executor ray --ray-address auto
 """
-
-
-def _batch_size(text: str) -> int | str:
-    """``auto`` or a positive integer (the config key's own rule checks the range)."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -55,9 +45,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     size.add_argument("--seed", type=int, help="the run's seed (splits, fits, sampling)")
     size.add_argument(
         "--batch-size",
-        type=_batch_size,
+        type=size_or_auto,
         metavar="N|auto",
-        help="generation batch size, or auto (8 on CPU, 32 on CUDA); halves on out-of-memory (config: batch_size)",
+        help="generation batch size, or auto (8 on a CPU, what the GPU's free memory holds on CUDA); halves on "
+        "out-of-memory (config: batch_size)",
+    )
+    size.add_argument(
+        "--feature-batch-size",
+        type=size_or_auto,
+        metavar="N|auto",
+        help="texts per scoring forward, or auto (16 on a CPU, what the GPU's free memory holds on CUDA) "
+        "(config: feature_batch_size)",
     )
     where = p.add_argument_group("where it runs")
     where.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps (default: auto, cuda when present)")
@@ -129,6 +127,7 @@ def _run_config(args: argparse.Namespace) -> int:
         "run_name",
         "executor",
         "batch_size",
+        "feature_batch_size",
     ):
         if getattr(args, flag) is not None:
             changes[flag] = getattr(args, flag)

@@ -33,6 +33,19 @@ def fraction(text: str) -> float:
     return v
 
 
+def size_or_auto(text: str) -> int | str:
+    """A batch size: a positive integer, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer or auto") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer or auto")
+    return value
+
+
 def finite(text: str) -> float:
     try:
         v = float(text)

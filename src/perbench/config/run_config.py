@@ -67,9 +67,11 @@ class RunConfig:
     max_test_prompts: Annotated[int, POSITIVE] | None = 16
     #: for user-conditioned decoding: how many users per prompt get their own generation (None: all)
     max_gen_users: Annotated[int, POSITIVE] | None = 8
-    #: generation batch size, or "auto" (a device default: 8 on CPU, 32 on CUDA); either halves on out-of-memory
-    batch_size: Annotated[int, POSITIVE] | Literal["auto"] = 8
-    feature_batch_size: Annotated[int, POSITIVE] = 16
+    #: generation batch size, or "auto": 8 on a CPU (the measured fastest), on CUDA the rows the free memory holds
+    #: (models/memory.py's estimate from the model's shape and the longest request); either halves on out-of-memory
+    batch_size: Annotated[int, POSITIVE] | Literal["auto"] = "auto"
+    #: texts per scoring forward (features, pair scores), or "auto": 16 on a CPU, on CUDA what the free memory holds
+    feature_batch_size: Annotated[int, POSITIVE] | Literal["auto"] = "auto"
     max_length: Annotated[int, POSITIVE] = 1024
     #: judge LM for rubric aspects that no checker covers (``User.answer_key``); None: no judge
     judge: Annotated[str, MODEL] | None = None
@@ -131,6 +133,9 @@ class RunConfig:
     #: under these. None: ``device`` / ``dtype``
     unit_device: Annotated[str, DEVICE] | None = None
     unit_dtype: Annotated[str, DTYPE] | None = None
+    #: let transformers swap model layers for kernels it fetches from the Hugging Face hub and runs (the ``kernels``
+    #: package; on load and on ``model.train()``). Off: every model runs its own torch code, offline
+    hub_kernels: bool = False
     out_dir: Annotated[str, NON_EMPTY] = "runs"
     #: the run's folder inside ``out_dir`` (one plain name; default: ``BENCHMARK-CONFIGHASH``)
     run_name: Annotated[str, RUN_NAME] | None = None

@@ -62,6 +62,22 @@ def pick_best(rewards: np.ndarray, n: int | None = None) -> int:
     return int(np.argmax(np.where(np.isnan(r), -np.inf, r)))
 
 
+#: samples per batch of ``sample_batch="auto"`` on a CPU (the measured fastest; elsewhere the memory estimate)
+CPU_SAMPLE_BATCH = 128
+
+
+def pool_batcher(policy: LoadedLM, size: int | str) -> Any:
+    """The batcher of a pool's samples: ``size``, or ``auto``: :data:`CPU_SAMPLE_BATCH` on a CPU, on a GPU the rows
+    its free memory holds (:mod:`perbench.models.memory`); halves on out-of-memory."""
+    from perbench.models.batching import AdaptiveBatcher
+    from perbench.models.memory import estimate_rows
+
+    device = str(policy.policy.device)
+    if device.startswith("cpu"):
+        return AdaptiveBatcher(size, device, start=CPU_SAMPLE_BATCH)
+    return AdaptiveBatcher(size, device, lambda seq: estimate_rows(policy, seq, "generate"))
+
+
 class BestOfN(Decoder):
     name: ClassVar[str] = "best_of_n"
     uses_rm: ClassVar[bool] = True
@@ -74,7 +90,7 @@ class BestOfN(Decoder):
         pool: int | None = None,
         temperature: float = 1.0,
         top_p: float = 0.9,
-        sample_batch: int = 128,
+        sample_batch: int | str = "auto",
         **params: Any,
     ) -> None:
         extra = {} if pool is None else {"pool": pool}
@@ -84,6 +100,8 @@ class BestOfN(Decoder):
         if pool is not None and pool < n:
             raise ValueError(f"best_of_n: pool ({pool}) must hold at least n = {n} samples")
         self.n, self.temperature, self.top_p, self.sample_batch = n, temperature, top_p, sample_batch
+        #: the batcher of the last pool sampled (its sizes go to results.json ``batching``)
+        self.batcher: Any = None
         #: samples drawn per prompt; Best-of-n is estimated exactly from them (see the module docstring)
         self.pool_size = n if pool is None else pool
         #: where sample pools are kept; default ``<cache>/samples.sqlite``
@@ -123,18 +141,21 @@ class BestOfN(Decoder):
         flat = sorted({k for row in keys for k in row})
         found: dict[str, Any] = {k: json.loads(v) for k, v in store.get_many_bytes(flat).items()}
         todo: dict[str, GenRequest] = {}
+        lengths: dict[str, int] = {}  # prompt tokens + new tokens: what a sample's row holds
         for r, row in zip(requests, keys, strict=True):
+            size = len(encode_prompt(policy.tokenizer, r.prompt)) + max_new_tokens
             for j, k in enumerate(row):
                 if k not in found and k not in todo:
                     todo[k] = GenRequest(r.prompt, r.user_id, sample_seed(r.seed, j))
+                    lengths[k] = size
         self.reused += len(flat) - len(todo)
         from perbench.progress import progress
 
         sampler = ZeroShot(sample=True, temperature=self.temperature, top_p=self.top_p)
         items = list(todo.items())
         bar = progress(total=len(items), desc="Best-of-N pool", unit="sample")
-        for s in range(0, len(items), self.sample_batch):
-            chunk = items[s : s + self.sample_batch]
+
+        def sample(chunk: Sequence[tuple[str, GenRequest]]) -> list[None]:
             gens = sampler.generate(policy, [req for _, req in chunk], None, max_new_tokens=max_new_tokens)
             new = {
                 k: {"text": g.text, "token_ids": g.token_ids, "finished": g.finished}
@@ -144,6 +165,11 @@ class BestOfN(Decoder):
             found.update(new)
             self.sampled += len(chunk)
             bar.update(len(chunk))
+            return [None] * len(chunk)
+
+        self.batcher = pool_batcher(policy, self.sample_batch)
+        # a prompt's samples stay together (one shared prefill; a stable sort), longest prompts first off a CPU
+        self.batcher.run(items, sample, length=lambda kv: lengths[kv[0]])
         bar.close()
         return [
             [Generation(found[k]["text"], list(found[k]["token_ids"]), bool(found[k]["finished"])) for k in row]

@@ -216,10 +216,15 @@ def _extractor(bb: Any, override: str | None, device: str | None, mpath: Path, t
                         "again")  # fmt: skip
         warnings.warn(f"load_rm: {mpath}: backbone.fingerprint: {problem}; trusted as asked", stacklevel=3)
     for key in ("max_length", "feature_batch_size"):
-        if not isinstance(bb.get(key), int) or isinstance(bb.get(key), bool) or bb[key] < 1:
-            raise _fail(mpath, f"backbone.{key}", f"expected a positive integer, got {json.dumps(bb.get(key))}")
+        v = bb.get(key)
+        if key == "feature_batch_size" and v == "auto":
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            want = "a positive integer" + (" or auto" if key == "feature_batch_size" else "")
+            raise _fail(mpath, f"backbone.{key}", f"expected {want}, got {json.dumps(v)}")
+    size = bb["feature_batch_size"]
     return FeatureExtractor(
-        lm, Store(MEMORY), batch_size=int(bb["feature_batch_size"]), max_length=int(bb["max_length"])
+        lm, Store(MEMORY), batch_size=size if size == "auto" else int(size), max_length=int(bb["max_length"])
     )
 
 

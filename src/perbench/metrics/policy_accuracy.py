@@ -174,6 +174,24 @@ def rgd_accuracy_from_scores(
     return out
 
 
+def _tree_chunks(rm_lm: LoadedLM | None, chunk_tokens: int | None, max_length: int, k: int) -> int:
+    """Candidates per tree forward: ``chunk_tokens``; else :data:`~perbench.models.stepper.TREE_CHUNK` on a CPU, on a
+    GPU what its free memory holds of a response's T·k candidates (``models/memory.py``), at least that."""
+    from perbench.models.stepper import TREE_CHUNK
+
+    if chunk_tokens is not None:
+        return chunk_tokens
+    if rm_lm is None or str(rm_lm.policy.device).startswith("cpu"):
+        return TREE_CHUNK
+    from perbench.models.memory import free_bytes, shape_of, tree_chunk_tokens
+
+    free = free_bytes(str(rm_lm.policy.device))
+    if free is None:
+        return TREE_CHUNK
+    shape, dtype_bytes = shape_of(rm_lm)
+    return tree_chunk_tokens(free, shape, max_length, dtype_bytes, TREE_CHUNK, max_length * k)
+
+
 def rgd_policy_inputs(
     policy: LoadedLM,
     rm: RewardModel,
@@ -215,6 +233,7 @@ def rgd_policy_inputs(
     dev = policy.policy.device
     dec, head = policy.model.get_decoder(), policy.model.get_output_embeddings()
     out: list[RGDInputs] = []
+    chunk_for = _tree_chunks(rm_lm, chunk_tokens, max_length, k)
 
     with torch.inference_mode():
         for it in items:
@@ -243,11 +262,10 @@ def rgd_policy_inputs(
             if token_level:
                 r = rm.candidate_rewards([it.user_id] * T, hp, cands)  # type: ignore[attr-defined]
             elif shared:  # the policy's forward over x ⊕ y already filled the RM backbone's cache
-                from perbench.models.stepper import TREE_CHUNK, tree_candidate_hidden
+                from perbench.models.stepper import tree_candidate_hidden
 
                 assert rm_lm is not None
-                chunk = TREE_CHUNK if chunk_tokens is None else chunk_tokens
-                h = tree_candidate_hidden(rm_lm, ids, P, cands, chunk_tokens=chunk, cache=cache, own=hid[P:L])
+                h = tree_candidate_hidden(rm_lm, ids, P, cands, chunk_tokens=chunk_for, cache=cache, own=hid[P:L])
                 assert isinstance(rm, FeatureRM)
                 r = rm.rewards([it.user_id] * (T * kk), [it.prompt] * (T * kk), h.reshape(T * kk, -1).float())
             else:

@@ -56,11 +56,12 @@ def bertscore(
     *,
     model: str = "minilm",
     num_layers: int = 6,
-    batch_size: int = 64,
+    batch_size: int | str = "auto",
     device: str | None = None,
 ) -> np.ndarray:
     """Per-item BERTScore F1. ``model`` is a local folder, a hub id, or ``minilm`` (bundled). An empty prediction
-    or reference scores 0."""
+    or reference scores 0. bert-score sorts the texts by length itself; ``batch_size="auto"``: :data:`CPU_BATCH` on a
+    CPU, on a GPU what its free memory holds of 512-token rows (``models/memory.py``)."""
     import bert_score
 
     from perbench.device import resolve_device
@@ -78,17 +79,39 @@ def bertscore(
     keep = [i for i, (p, r) in enumerate(zip(predictions, references, strict=True)) if p.strip() and r.strip()]
     if not keep:
         return out
+    where = resolve_device(device, "float32").device
+    path = encoder_path(model)
     _, _, f1 = bert_score.score(
         [predictions[i] for i in keep],
         [references[i] for i in keep],
-        model_type=encoder_path(model),
+        model_type=path,
         num_layers=num_layers,
-        batch_size=batch_size,
-        device=resolve_device(device, "float32").device,
+        batch_size=bertscore_batch(path, where) if batch_size == "auto" else int(batch_size),
+        device=where,
         verbose=False,
     )
     out[keep] = f1.numpy().astype(np.float64)
     return out
+
+
+#: BERTScore's batch on a CPU (bert-score's own default)
+CPU_BATCH = 64
+
+
+def bertscore_batch(path: str, device: str) -> int:
+    """``auto``'s batch: :data:`CPU_BATCH`, or on a GPU the 512-token rows of the encoder (fp32, as bert-score loads
+    it) that the free memory holds."""
+    from perbench.models.memory import free_bytes, rows_that_fit
+
+    free = free_bytes(device)
+    if free is None:
+        return CPU_BATCH
+    from transformers import AutoConfig
+
+    from perbench.models.memory import ModelShape
+
+    shape = ModelShape.from_config(AutoConfig.from_pretrained(path))
+    return max(CPU_BATCH, rows_that_fit(free, shape, 512, 4, "score"))
 
 
 def bertscore_settings(model: str = "minilm", num_layers: int = 6) -> dict[str, Any]:

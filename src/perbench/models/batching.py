@@ -1,15 +1,16 @@
-"""Batches that adapt to memory: start from a configured size (or ``auto``: a device-dependent default),
-halve on out-of-memory and retry the same items, and remember the size that worked."""
+"""Batches that adapt to memory: start from a configured size (or ``auto``: on a CPU the measured fastest size,
+on a GPU the rows its free memory holds by :mod:`perbench.models.memory`'s estimate), halve on out-of-memory and
+retry the same items, and remember the size that worked."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: the starting size of ``auto``, by device kind
+#: the starting size of ``auto`` where no memory estimate is made (a CPU: the measured fastest), by device kind
 AUTO_START = {"cpu": 8, "cuda": 32, "mps": 16}
 
 
@@ -31,14 +32,49 @@ def is_oom(err: BaseException) -> bool:
 
 class AdaptiveBatcher:
     """Runs ``fn`` over consecutive batches of ``items``; on out-of-memory it frees the cache, halves the batch
-    size and retries those items (a batch of one that does not fit re-raises). ``size`` is the size in use."""
+    size and retries those items (a batch of one that does not fit re-raises). ``size`` is the size in use.
 
-    def __init__(self, size: int | str, device: str) -> None:
-        self.size = start_size(size, device)
+    ``fit(seq_len)``: for ``auto``, the rows of that length the device holds (an object with ``rows`` and
+    ``record()``, or None where the device has no memory query); each :meth:`run` given ``length`` sizes its
+    batches by the longest item, never above a size that ran out of memory. Off a CPU, a run given ``length`` also
+    takes its items longest first (little padding; the results come back in the items' order); on a CPU the order
+    stays the callers', so its results do not move."""
+
+    def __init__(
+        self, size: int | str, device: str, fit: Callable[[int], Any] | None = None, start: int | None = None
+    ) -> None:
+        #: ``start``: ``auto``'s first size where no estimate is made, if not the device default
+        self.size = start if size == "auto" and start is not None else start_size(size, device)
         self.requested = size
         self.halvings = 0
+        self.device = device
+        self.fit = fit if size == "auto" else None
+        self.ceiling: int | None = None  # the largest size known not to run out of memory
+        self.estimate: dict[str, Any] | None = None
 
-    def run(self, items: Sequence[T], fn: Callable[[Sequence[T]], list[R]]) -> list[R]:
+    def run(
+        self, items: Sequence[T], fn: Callable[[Sequence[T]], list[R]], length: Callable[[T], int] | None = None
+    ) -> list[R]:
+        if not items:
+            return []
+        order = list(range(len(items)))
+        if length is not None:
+            lengths = [length(x) for x in items]
+            if self.fit is not None:
+                est = self.fit(max(lengths))
+                if est is not None:
+                    self.estimate = est.record()
+                    self.size = min(est.rows, self.ceiling or est.rows)
+            if not self.device.startswith("cpu"):
+                order.sort(key=lambda i: -lengths[i])
+        todo = [items[i] for i in order]
+        got = self._run(todo, fn)
+        out: list[Any] = [None] * len(items)
+        for i, r in zip(order, got, strict=True):
+            out[i] = r
+        return out
+
+    def _run(self, items: Sequence[T], fn: Callable[[Sequence[T]], list[R]]) -> list[R]:
         out: list[R] = []
         i = 0
         while i < len(items):
@@ -50,14 +86,18 @@ class AdaptiveBatcher:
                     raise
                 self._free()
                 self.size = max(1, self.size // 2)
+                self.ceiling = self.size
                 self.halvings += 1
                 continue
             out.extend(got)
             i += len(batch)
         return out
 
-    def record(self) -> dict[str, int | str]:
-        return {"requested": self.requested, "used": self.size, "halvings": self.halvings}
+    def record(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"requested": self.requested, "used": self.size, "halvings": self.halvings}
+        if self.estimate is not None:
+            rec["estimate"] = self.estimate
+        return rec
 
     @staticmethod
     def _free() -> None:

@@ -98,8 +98,19 @@ def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True, digest: str |
     if progress and not quiet():
         print(f"[perbench] converting {gguf_path.name} to safetensors (once) -> {out}", flush=True)
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
-    # The GGUF weights are already dequantised to fp32; clear the quantiser so save_pretrained accepts it.
+    from transformers import GgufConfig
+
+    from perbench.device import hub_kernels_default
+
+    # dequantize=True: unpacked fp32 weights, never a hub GGUF kernel fetched to keep them packed (what would be saved)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent,
+        gguf_file=gguf_path.name,
+        dtype=torch.float32,
+        quantization_config=GgufConfig(gguf_file=gguf_path.name, dequantize=True),
+        use_kernels=hub_kernels_default(),
+    )
+    # The GGUF weights are dequantised to fp32; clear the quantiser so save_pretrained accepts it.
     model.hf_quantizer = None  # type: ignore[assignment]
     model.is_quantized = False  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):

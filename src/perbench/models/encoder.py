@@ -68,7 +68,8 @@ def load_encoder(spec: str = "minilm", device: str | None = None) -> SentenceEnc
     key = f"{path}|{policy.device}"
     if key not in _ENCODERS:
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModel.from_pretrained(path, use_safetensors=True).to(policy.device).eval()
+        model = AutoModel.from_pretrained(path, use_safetensors=True, use_kernels=policy.hub_kernels)
+        model = model.to(policy.device).eval()
         from perbench.calls import count_forwards
 
         count_forwards(model)

@@ -32,10 +32,13 @@ class GenRequest:
     seed: int  # per-request seed: sampled outputs do not depend on how requests are batched
 
 
-def row_generators(requests: Sequence[GenRequest], device: str) -> list[torch.Generator]:
+def row_generators(requests: Sequence[GenRequest], device: str = "cpu") -> list[torch.Generator]:
+    """One generator per request, seeded by it, on the CPU whatever the model's device: a step draws one uniform per
+    row (:func:`draw`), and B draws on a GPU generator are B kernel launches; on the CPU they are a few microseconds
+    and one copy. (``device`` is kept for callers; the draws do not depend on it.)"""
     gens = []
     for r in requests:
-        g = torch.Generator(device=device)
+        g = torch.Generator(device="cpu")
         g.manual_seed(r.seed)
         gens.append(g)
     return gens
@@ -115,12 +118,30 @@ def decode_loop(
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         hidden = next_hidden if next_hidden is not None else state.step(tokens)
+    return finish(policy, [[int(i) for i in out[b] if i >= 0] for b in range(B)])
+
+
+def until_stop(rows: Sequence[Sequence[int]], stop: Sequence[int]) -> list[list[int]]:
+    """Each row of token ids up to its first ``stop`` token, that token included."""
+    ends = set(stop)
+    out = []
+    for row in rows:
+        ids: list[int] = []
+        for tok in row:
+            ids.append(int(tok))
+            if tok in ends:
+                break
+        out.append(ids)
+    return out
+
+
+def finish(policy: LoadedLM, rows: Sequence[Sequence[int]]) -> list[Generation]:
+    """Generations from each row's new token ids (its stop token last, if it stopped)."""
     gens = []
     eos_set = set(policy.eos_ids)
-    for b in range(B):
-        ids = [int(i) for i in out[b] if i >= 0]
+    for ids in rows:
         finished = bool(ids) and ids[-1] in eos_set
-        body = ids[:-1] if finished else ids
+        body = list(ids[:-1] if finished else ids)
         gens.append(Generation(policy.tokenizer.decode(body, skip_special_tokens=True).strip(), body, finished))
     return gens
 
@@ -138,7 +159,16 @@ def generate_plain(
     temperature: float = 1.0,
     top_p: float = 1.0,
 ) -> list[Generation]:
-    """The policy alone: greedy, or sampled with temperature then nucleus (each row its own generator)."""
+    """The policy alone: greedy, or sampled with temperature then nucleus (each row its own generator). Greedy on a
+    GPU goes through transformers' static-cache ``generate`` (:mod:`perbench.models.library_generate`)."""
+    if not sample:
+        from perbench.models import library_generate
+
+        rows = library_generate.try_greedy(
+            policy, [encode_prompt(policy.tokenizer, r.prompt) for r in requests], max_new_tokens
+        )
+        if rows is not None:
+            return finish(policy, until_stop(rows, policy.eos_ids))
     gens = row_generators(requests, policy.policy.device) if sample else []
 
     def choose(state: CachedLM, hidden: torch.Tensor, t: int) -> tuple[torch.Tensor, None]:

@@ -47,7 +47,9 @@ class LazyLM(LoadedLM):
     def load(self) -> LoadedLM:
         """The model with its weights (loaded once per process by ``load_lm``)."""
         if self._lm is None:
-            lm = load_lm(self.spec, device=self._here.device, dtype=self._here.dtype)
+            lm = load_lm(
+                self.spec, device=self._here.device, dtype=self._here.dtype, hub_kernels=self._here.hub_kernels
+            )
             if lm.fingerprint != self.fingerprint:
                 raise RuntimeError(
                     f"model {self.spec.name}: loaded as {lm.fingerprint}, planned as {self.fingerprint} (its files or "

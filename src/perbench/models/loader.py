@@ -189,6 +189,18 @@ class LoadedLM:
         return sorted(ids)
 
 
+def model_copy(lm: LoadedLM) -> Any:
+    """A deep copy of ``lm``'s model to train (LoRA fits, RL), without hub-kernel layers unless ``lm.policy`` allows
+    them: transformers re-kernelizes a kernelized model from the hub on ``model.train()``."""
+    import copy
+
+    from perbench.device import no_hub_kernels
+
+    model = copy.deepcopy(lm.model)
+    no_hub_kernels(model, lm.policy)
+    return model
+
+
 def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
     """-> (load target, fingerprint stem, extra from_pretrained kwargs)."""
     name = ALIASES.get(spec.name, spec.name)
@@ -334,7 +346,7 @@ def model_context(spec: str | ModelSpec) -> int | None:
     return None
 
 
-_LOADED: dict[tuple[str, str, str], LoadedLM] = {}
+_LOADED: dict[tuple[str, str, str, str], LoadedLM] = {}
 
 
 def load_lm(
@@ -343,14 +355,16 @@ def load_lm(
     device: str | None = None,
     dtype: str | None = None,
     trust_remote_code: bool = False,
+    hub_kernels: bool | None = None,
 ) -> LoadedLM:
     """Load (and memoise per process) a causal LM + tokenizer. safetensors only.
 
     ``trust_remote_code=True`` is the explicit Python permission to import the model's own Python files (they are
-    printed before they run); configs never set it."""
+    printed before they run); configs never set it. ``hub_kernels``: let transformers kernelize the layers from
+    hub kernels (None: :func:`~perbench.device.hub_kernels_default`, i.e. no)."""
     mspec = ModelSpec.parse(spec, trust_remote_code=trust_remote_code)
-    policy = resolve_device(device, dtype)
-    key = (f"{mspec.name}@{mspec.revision}", policy.device, policy.dtype)
+    policy = resolve_device(device, dtype, hub_kernels=hub_kernels)
+    key = (f"{mspec.name}@{mspec.revision}", policy.device, policy.dtype, str(policy.hub_kernels))
     if key in _LOADED:
         return _LOADED[key]
     quiet_transformers()
@@ -375,6 +389,7 @@ def load_lm(
             dtype=policy.torch_dtype(),
             use_safetensors=True,
             trust_remote_code=mspec.trust_remote_code,
+            use_kernels=policy.hub_kernels,  # transformers' default kernelizes from the hub, on load and on train()
             **kw,
         )
         model = model.to(policy.device).eval()

@@ -16,6 +16,10 @@ saves (``docs/benchmarks.md``, RM pair scoring: 1.16× a classifier at batch 1, 
 reach 0.75× of it). On a CPU the shared prompt measured neutral (a packed row's 4-D mask costs about what
 the prompt's second pass saves); ``bench/gpu.sh`` measures it on a GPU. ``share_prompt=False`` gives one
 text per row.
+
+``batch_size="auto"``: :data:`CPU_TEXTS` on a CPU; on a GPU the rows of the call's longest row that its free memory
+holds (:mod:`perbench.models.memory`, kind ``score``). A forward that runs out of memory is split in two and retried,
+and later forwards stay at or below the size that fit.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from perbench.progress import progress
 
 #: the longest packed row a CPU forward holds (a single longer text still gets its own row)
 CPU_ROW_TOKENS = 512
+#: texts per forward of ``batch_size="auto"`` on a CPU (the measured fastest; ``docs/benchmarks.md``)
+CPU_TEXTS = 16
 #: decoded features kept in memory per extractor (least recently used first out): a run reads the same texts'
 #: features for every system, metric and pair set, and decoding them from the store each time cost more than
 #: the systems' own arithmetic
@@ -62,13 +68,17 @@ class FeatureExtractor:
         lm: LoadedLM,
         store: Store | None = None,
         *,
-        batch_size: int = 16,
+        batch_size: int | str = "auto",
         max_length: int = 1024,
         share_prompt: bool = True,
     ) -> None:
         self.lm = lm
         self.store = store if store is not None else Store(cache_dir() / "features.sqlite")
-        self.batch_size = batch_size
+        self.requested = batch_size
+        self.batch_size = CPU_TEXTS if batch_size == "auto" else int(batch_size)
+        self.halvings = 0
+        self._ceiling: int | None = None
+        self.estimate: dict[str, int | str] | None = None
         self.max_length = max_length
         self.share_prompt = share_prompt
         self.stats = ExtractStats()
@@ -118,9 +128,11 @@ class FeatureExtractor:
         self.stats.reused += len(items) - len(todo)
         self.stats.truncated += sum(t for _, _, t in encoded)
         bar = progress(total=len(todo), desc=desc, unit="seq")
+        if todo:
+            self._size_for(len(encoded[todo[0]][0]))
         for rows in self._batches([encoded[i] for i in todo], todo):
             batch = [i for row in rows for i in row]
-            feats = self._forward([[(encoded[i][0], encoded[i][1]) for i in row] for row in rows], kind)
+            feats = self._forward_fitting([[(encoded[i][0], encoded[i][1]) for i in row] for row in rows], kind)
             new = {keys[i]: pack_arrays(**f) for i, f in zip(batch, feats, strict=True)}
             if kind == "tokens":  # the same forward gives φ(x, y): never run it twice for one text
                 last = {
@@ -139,6 +151,47 @@ class FeatureExtractor:
         bar.close()
         self._remember(results)
         return [results[k] for k in keys]
+
+    def record(self) -> dict[str, object]:
+        """The texts per forward asked for and used (results.json ``batching``)."""
+        rec: dict[str, object] = {"requested": self.requested, "used": self.batch_size, "halvings": self.halvings}
+        if self.estimate is not None:
+            rec["estimate"] = self.estimate
+        return rec
+
+    def _size_for(self, longest: int) -> None:
+        """``auto`` off a CPU: the rows of ``longest`` tokens the device's free memory holds."""
+        if self.requested != "auto" or str(self.lm.policy.device) == "cpu":
+            return
+        from perbench.models.memory import estimate_rows
+
+        est = estimate_rows(self.lm, min(longest, self.max_length), "score")
+        if est is not None:
+            self.estimate = est.record()
+            self.batch_size = min(est.rows, self._ceiling or est.rows)
+
+    def _forward_fitting(self, rows: list[list[tuple[list[int], int]]], kind: str) -> list[dict[str, np.ndarray]]:
+        """:meth:`_forward`, split in two and retried on out-of-memory (a single row that does not fit re-raises)."""
+        from perbench.models.batching import AdaptiveBatcher, is_oom
+
+        try:
+            return self._forward(rows, kind)
+        except (RuntimeError, MemoryError) as e:
+            if not is_oom(e) or len(rows) == 1:
+                raise
+        AdaptiveBatcher._free()
+        self.halvings += 1
+        self.batch_size = self._ceiling = max(1, min(self.batch_size, sum(len(r) for r in rows)) // 2)
+        out: list[dict[str, np.ndarray]] = []
+        i = 0
+        while i < len(rows):  # the rest in forwards of the (possibly lowered again) size
+            part, texts = [rows[i]], len(rows[i])
+            while i + len(part) < len(rows) and texts + len(rows[i + len(part)]) <= self.batch_size:
+                texts += len(rows[i + len(part)])
+                part.append(rows[i + len(part)])
+            out += self._forward_fitting(part, kind)
+            i += len(part)
+        return out
 
     def _remember(self, results: dict[str, dict[str, np.ndarray]]) -> None:
         """Keep decoded features in memory, read-only (callers share them), within :data:`MEMO_BYTES`."""

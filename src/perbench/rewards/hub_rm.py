@@ -131,6 +131,7 @@ class HubRM(RewardModel):
                 use_safetensors=True,
                 trust_remote_code=self.trust_remote_code,
                 output_loading_info=True,
+                use_kernels=policy.hub_kernels,
                 **kw,
             )
         except (OSError, ValueError) as e:

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from perbench.data.records import Message, Prompt
+from perbench.device import no_hub_kernels
 from perbench.models.chat import encode_pair
-from perbench.models.loader import LoadedLM, load_lm
+from perbench.models.loader import LoadedLM, load_lm, model_copy
 from perbench.models.stepper import tree_candidate_hidden as tree_candidate_hidden  # re-exported: it lived here
 from perbench.rewards.base import RMContext, ScoreItem, item_key
 
@@ -217,12 +218,13 @@ def add_lora(lm: LoadedLM, r: int, alpha: int, target_modules: Sequence[str] | s
     global_bt_v2's LoRA fit on (eager attention keeps (B, H, L, L) scores for every layer)."""
     from peft import LoraConfig, get_peft_model
 
-    base = copy.deepcopy(lm.model)
+    base = model_copy(lm)
     if getattr(base, "supports_gradient_checkpointing", False):
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     tm: Any = list(target_modules) if isinstance(target_modules, (list, tuple)) else target_modules
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=tm, bias="none")
     model = get_peft_model(base, cfg)
+    no_hub_kernels(model, lm.policy)
     model.train()
     return model
 

@@ -78,6 +78,8 @@ class PoolUnits:
             reqs = [GenRequest(p, "*", seed=seed_for(cfg.seed, k)) for k, p in prompts.items()]
             with self.s.timed("pool.sampling"):
                 gens = decoder.pool(self.s.policy, reqs, max_new_tokens=cfg.max_new_tokens)
+            if decoder.batcher is not None:  # what the pool's batches were (results.json batching)
+                self.s.batchers["pool"] = decoder.batcher
             if decoder.sampled:
                 self.s.units.computed["bon_samples"] += int(decoder.sampled)
             if decoder.reused:

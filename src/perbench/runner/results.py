@@ -115,16 +115,18 @@ POLICIES = {
 
 
 def batching(state: RunState) -> dict[str, Any]:
-    """Batch sizes requested and used (``auto`` starts from a device default and halves on out-of-memory),
-    and how sequences are padded and truncated, as the run did them."""
+    """Batch sizes requested and used (``auto``: a CPU's measured fastest size, on a GPU the memory estimate of
+    ``models/memory.py``, recorded as ``estimate``; either halves on out-of-memory), and how sequences are padded
+    and truncated, as the run did them."""
     cfg = state.cfg
     return {
         "generation": {
             **({"batch_size": state.batchers["generate"].record()} if "generate" in state.batchers else {}),
+            **({"pool": state.batchers["pool"].record()} if "pool" in state.batchers else {}),
             "padding": "left (prompts of a batch end at the same position)",
         },
         "scoring": {
-            "batch_size": cfg.feature_batch_size,
+            "batch_size": state.extractor.record() if state.extractor is not None else cfg.feature_batch_size,
             "padding": "right (positions stay 0..n-1)",
             "truncation": f"left: inputs over max_length = {cfg.max_length} tokens keep their last max_length",
         },

@@ -88,7 +88,13 @@ class RunState:
         """The run's adaptive batch size for ``kind`` (``generate``), shared by every call of the run."""
         if kind not in self.batchers:
             device = str(self.policy.policy.device) if self.policy is not None else "cpu"
-            self.batchers[kind] = AdaptiveBatcher(self.cfg.batch_size, device)
+            fit = None
+            if self.policy is not None and not device.startswith("cpu"):
+                from perbench.models.memory import estimate_rows
+
+                policy = self.policy
+                fit = lambda seq: estimate_rows(policy, seq, "generate")  # noqa: E731
+            self.batchers[kind] = AdaptiveBatcher(self.cfg.batch_size, device, fit)
         return self.batchers[kind]
 
     @contextmanager
@@ -112,7 +118,7 @@ class RunState:
 
             cfg = self.cfg
             device, dtype = cfg.unit_device or cfg.device, cfg.unit_dtype or cfg.dtype
-            self._unit_policy = resolve_device(device, dtype, here=self.computes_units)
+            self._unit_policy = resolve_device(device, dtype, here=self.computes_units, hub_kernels=cfg.hub_kernels)
         return self._unit_policy
 
     def here(self) -> DevicePolicy:
@@ -123,7 +129,7 @@ class RunState:
             return self.unit_policy
         from perbench.device import resolve_device
 
-        return resolve_device(self.cfg.device, self.unit_policy.dtype)
+        return resolve_device(self.cfg.device, self.unit_policy.dtype, hub_kernels=self.cfg.hub_kernels)
 
     def model(self, spec: str) -> Any:
         """The model ``spec`` of this run (a :class:`~perbench.models.lazy.LazyLM`: its fingerprint, name and

@@ -8,7 +8,6 @@ the trained policy. The base :class:`LoadedLM` is never modified: the LoRA goes 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,8 +23,9 @@ from perbench.models.generate import (
     generate_plain,
     row_generators,
     sample_top_p,
+    until_stop,
 )
-from perbench.models.loader import LoadedLM
+from perbench.models.loader import LoadedLM, model_copy
 from perbench.models.stepper import CachedLM
 from perbench.training.records import RLRun
 from perbench.training.spec import RLSpec
@@ -52,7 +52,7 @@ def trained_lm(run: RLRun, base: LoadedLM) -> LoadedLM:
     from peft import get_peft_model, set_peft_model_state_dict
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    model = copy.deepcopy(base.model)
+    model = model_copy(base)
     peft_model: Any = get_peft_model(model, lora_config(run.spec))
     device = base.policy.device
     state = {k: torch.from_numpy(np.asarray(v)).to(device) for k, v in run.lora_state.items()}
@@ -111,17 +111,7 @@ def sample_ids(
         return tokens, None
 
     decode_loop(lm, requests, max_new_tokens, choose)
-    drawn = torch.stack(steps, 1).tolist()
-    eos = set(lm.eos_ids)
-    out = []
-    for row in drawn:
-        ids: list[int] = []
-        for tok in row:
-            ids.append(int(tok))
-            if tok in eos:
-                break
-        out.append(ids)
-    return out
+    return until_stop(torch.stack(steps, 1).tolist(), lm.eos_ids)
 
 
 def _completion_logsoftmax(

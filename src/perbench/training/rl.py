@@ -11,7 +11,6 @@ prompt); the user reaches the reward function through the dataset's ``user_id`` 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import random
@@ -27,7 +26,7 @@ import torch
 from perbench.data.records import Prompt, prompt_key, prompt_messages
 from perbench.errors import PerbenchError
 from perbench.models.chat import encode_prompt
-from perbench.models.loader import LoadedLM
+from perbench.models.loader import LoadedLM, model_copy
 from perbench.progress import progress
 from perbench.training.policy import completion_logprobs, lora_config
 from perbench.training.records import RLRun
@@ -292,7 +291,7 @@ def _run_trl(
     )
     history = History()
     trainer = Trainer(
-        model=copy.deepcopy(policy.model),
+        model=model_copy(policy),  # no hub kernels: TRL's train() would fetch them
         reward_funcs=perbench_rm,
         args=args,
         train_dataset=dataset,
