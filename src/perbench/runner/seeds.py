@@ -28,7 +28,7 @@ def run_seeds(
     import yaml
 
     from perbench.runner.cells import Cells, read_cells
-    from perbench.runner.results import analyze_cells, print_verdict
+    from perbench.runner.results import analyze_cells, fit_reference_lines, print_verdict
     from perbench.runner.state import log
 
     assert cfg.seeds
@@ -46,7 +46,9 @@ def run_seeds(
             pooled.rows += read_cells(r.run_dir / "cells.jsonl")
         pooled.write(parent / "cells.jsonl")
         first = runs[0].results
-        analysis = analyze_cells(pooled.rows, cfg, systems=(first.get("systems") or {}).get("members"))
+        # a system any seed's fit calls a reference line (fit_notes) stays one in the pooled analysis
+        roles = {k: v for r in runs for k, v in fit_reference_lines(r.results.get("upstream") or {}).items()}
+        analysis = analyze_cells(pooled.rows, cfg, systems=(first.get("systems") or {}).get("members"), roles=roles)
         results: dict[str, Any] = {
             **first,
             "config": cfg.to_dict(),
