@@ -125,3 +125,39 @@ def test_only_a_method_registered_as_oracle_gets_the_answer_keys_and_is_a_refere
         reward_models._entries.pop("registered_oracle", None)
     assert json.loads(report.read_text(encoding="utf-8"))["answer_keys"] == 1
     assert set(res["analysis"]["roles"].values()) == {"oracle"}
+
+
+def test_a_private_secret_deals_rubrics_within_each_group_and_holds_out_two_prompts_per_topic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collections import Counter
+
+    from perbench.data.rubrics.benchmark import load_rubrics
+    from perbench.data.rubrics.prompts import PROMPT_TOPICS
+
+    public = load_rubrics(max_train_prompts=2, max_test_prompts=2)
+    path = tmp_path / "secret"
+    path.write_text(SECRET + "\n", encoding="utf-8")
+    private = load_rubrics(max_train_prompts=2, max_test_prompts=2, secret_file=str(path))
+    monkeypatch.setenv("PERBENCH_RUBRICS_SECRET", SECRET)
+    assert load_rubrics(max_train_prompts=2, max_test_prompts=2).fingerprint() == private.fingerprint()
+    monkeypatch.delenv("PERBENCH_RUBRICS_SECRET")
+    assert private.meta["answer_key"] == "drawn by a private secret" and SECRET not in json.dumps(private.meta)
+    for seen in (True, False):  # the same rubrics in each group, dealt to other users
+        rubrics = [
+            Counter(u.rubric for u in b.users.values() if u.seen == seen) for b in (public, private)
+        ]  # fmt: skip
+        assert rubrics[0] == rubrics[1]
+    moved = sum(public.users[u].rubric != private.users[u].rubric for u in public.users)
+    assert moved >= 16, moved
+    test_prompts = {p.meta["prompt_id"] for p in load_rubrics(secret_file=str(path)).test_pairs()}
+    assert Counter(PROMPT_TOPICS[p] for p in test_prompts) == dict.fromkeys(set(PROMPT_TOPICS.values()), 2)
+    assert test_prompts != {p.meta["prompt_id"] for p in load_rubrics().test_pairs()}
+    path.write_text("short", encoding="utf-8")
+    with pytest.raises(ValueError, match="secret_file: the secret in .* has 5 bytes; give at least 16"):
+        load_rubrics(secret_file=str(path))
+    with pytest.raises(ValueError, match="secret_file: cannot read .*missing"):
+        load_rubrics(secret_file=str(tmp_path / "missing"))
+    path.write_text(SECRET, encoding="utf-8")
+    with pytest.raises(ValueError, match="paraphrases"):
+        load_rubrics(paraphrases=1, secret_file=str(path))

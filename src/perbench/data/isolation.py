@@ -15,12 +15,15 @@ of a short label can be reversed by guessing. :func:`seal` closes these routes b
 - the answer key, the checkable rubric and ``User.meta`` stay on the grader's side: in ``Benchmark.users``,
   which no method is handed (methods get :class:`~perbench.data.user_context.UserView`).
 
-:class:`Sealed` keeps the map back to the source's ids, for results and reports (written once methods are done).
+:class:`Sealed` keeps the map back to the source's ids, for results and reports, and the map from the ids methods see
+to the ids results record (:func:`recorded_key`: a run's files never name an id a method is handed, so an earlier
+run's map back to the source says nothing about them), both written once methods are done.
 
-What this does not promise (see docs/architecture.md, "Isolation"): the run is one Python process, so code that
-walks the interpreter's objects (``gc``, stack frames) reaches the grader's records. Process isolation
+What this does not promise (see docs/methods.md, "Isolation, and what it promises"): the run is one Python process,
+so code that walks the interpreter's objects (``gc``, stack frames) reaches the grader's records. Process isolation
 (``perbench.rewards.isolated``) closes that for a method that runs in a child process, but no isolation stops a
-method that rebuilds a public benchmark from its source (it could then compute the key, or match texts).
+method that rebuilds a public benchmark from its source (it could then compute the key, or match texts); the
+built-in benchmark's key can be drawn by a private secret for that (:mod:`perbench.data.rubrics.secret`).
 """
 
 from __future__ import annotations

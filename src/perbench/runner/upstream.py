@@ -112,7 +112,10 @@ class Upstream:
     def _score_key(
         self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str, *, active: bool = False
     ) -> str:
+        from perbench.rewards.base import PairwiseJudge
+
         extra = ["active"] if active else []
+        extra += ["ab_drawn"] if issubclass(h.cls, PairwiseJudge) else []  # not the chosen-first scores of before
         return h.key(shots, "scores", tag, pair_ids(pairs), *extra)
 
     def _accuracy(
