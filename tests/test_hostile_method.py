@@ -154,9 +154,9 @@ def test_a_private_secret_deals_rubrics_within_each_group_and_holds_out_two_prom
     assert Counter(PROMPT_TOPICS[p] for p in test_prompts) == dict.fromkeys(set(PROMPT_TOPICS.values()), 2)
     assert test_prompts != {p.meta["prompt_id"] for p in load_rubrics().test_pairs()}
     path.write_text("short", encoding="utf-8")
-    with pytest.raises(ValueError, match="secret_file: the secret in .* has 5 bytes; give at least 16"):
+    with pytest.raises(ValueError, match=r"secret_file: the secret in .* has 5 bytes; give at least 16"):
         load_rubrics(secret_file=str(path))
-    with pytest.raises(ValueError, match="secret_file: cannot read .*missing"):
+    with pytest.raises(ValueError, match=r"secret_file: cannot read .*missing"):
         load_rubrics(secret_file=str(tmp_path / "missing"))
     path.write_text(SECRET, encoding="utf-8")
     with pytest.raises(ValueError, match="paraphrases"):
