@@ -53,6 +53,7 @@ def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:
 
 @pytest.mark.parametrize("label", SYSTEMS)
 def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, tmp_path: Path, label: str) -> None:
+    from perbench.data.isolation import seal
     from perbench.runner.run import seal_all
     from perbench.runner.state import load_benchmark
 
@@ -66,7 +67,9 @@ def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, 
     rm = perbench.load_rm(out)
     source = load_benchmark(RunConfig.from_yaml(run_dir / "config.yaml"))
     bench = seal_all(source, {})[0]  # the run's methods saw the sealed benchmark (opaque user and pair ids)
-    expected = _pair_scores(run_dir)[label]
+    # samples.jsonl records pair ids keyed apart from those methods see: map them back
+    method_id = {r: m for m, r in seal(source).recorded.items()}
+    expected = {method_id[k]: v for k, v in _pair_scores(run_dir)[label].items()}
     n = 0
     for seen in (True, False):  # the run scored each group of test pairs in one call: so does this
         pairs = [p for p in bench.test_pairs(seen=seen) if p.pair_id in expected]
