@@ -32,6 +32,7 @@ def _pair_scores(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:  #
 
 @pytest.mark.parametrize("label", SYSTEMS)
 def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, tmp_path: Path, label: str) -> None:  # noqa: F811
+    from perbench.data.isolation import seal
     from perbench.runner.run import seal_all
     from perbench.runner.state import load_benchmark
 
@@ -54,7 +55,9 @@ def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, 
     if manifest["adapts_from_shots"]:  # the run's unseen users come adapted (stored, not recomputed)
         assert set(manifest["adapted_users"]) == {u for u in source.unseen_users if source.fewshot(u, 1)}
         assert all(rm.known(u) for u in manifest["adapted_users"])
-    expected = _pair_scores(run_dir)[label]
+    # samples.jsonl records pair ids keyed apart from those methods see: map them back
+    method_id = {r: m for m, r in seal(source).recorded.items()}
+    expected = {method_id[k]: v for k, v in _pair_scores(run_dir)[label].items()}
     n = 0
     for seen in (True, False):  # the run scored each group of test pairs in one call: so does this
         pairs = [_as_user(p, to_source[p.user_id]) for p in bench.test_pairs(seen=seen) if p.pair_id in expected]

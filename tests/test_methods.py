@@ -490,6 +490,10 @@ def test_lore_reg_reference_alpha_collapses_to_its_anchor_and_is_labelled_so() -
     assert float((cols @ anchor).abs().min()) > 0.99
     notes = rm.fit_notes()
     assert rm.degenerate and notes["label"] == DEGENERATE_LABEL and notes["alpha_source"] == "alpha"
+    # the analysis lists such a fit as a reference line, not among the personalized systems it may recommend
+    from perbench.runner.results import fit_reference_lines
+
+    assert fit_reference_lines({"lore_reg": {"fit_notes": notes}, "mpu": {"fit_notes": {}}}) == {"lore_reg": "baseline"}
     again = new("lore_reg", prob, alpha=1e4)
     again.load_state(rm.state())
     assert again.fit_notes()["label"] == DEGENERATE_LABEL

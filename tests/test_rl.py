@@ -650,13 +650,15 @@ def test_runner_shared_policy_with_user_context(tmp_path: Any) -> None:
         assert run_info["group"] == "all" and len(run_info["users"]) > 1
     assert set(info["evaluation"]) == {"greedy"}
     assert info["evaluation"]["greedy"]["rl[global_bt]"]["vs"]["placebo"]["against"] == "rl_shuffled[global_bt]"
-    bench = seal(load_benchmark(cfg)).bench  # the ids the run's methods and samples use
+    sealed = seal(load_benchmark(cfg))  # the ids the run's methods use; samples record them re-keyed
+    bench = sealed.bench
+    method_id = {r: m for m, r in sealed.recorded.items()}
     rows = [json.loads(x) for x in (first.run_dir / "samples.jsonl").read_text().splitlines()]
     rl_rows = [r for r in rows if r.get("decoder") in ("rl[global_bt]", "rl_shuffled[global_bt]", "rl_base")]
     assert {r["user_id"] for r in rl_rows} == set(run_info["users"])
     for r in rl_rows:
-        user = bench.users[r["user_id"]]
-        first_pair = bench.select(split="train", user=r["user_id"])[0]
+        user = bench.users[method_id[r["user_id"]]]
+        first_pair = bench.select(split="train", user=method_id[r["user_id"]])[0]
         assert first_pair.chosen.strip()[:40] in r["policy_prompt"] and r["policy_prompt"].endswith(r["prompt"])
         assert not any(len(t.split()) > 1 and t in r["policy_prompt"] for t in answer_key_texts(user))
 

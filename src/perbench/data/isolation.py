@@ -15,20 +15,24 @@ of a short label can be reversed by guessing. :func:`seal` closes these routes b
 - the answer key, the checkable rubric and ``User.meta`` stay on the grader's side: in ``Benchmark.users``,
   which no method is handed (methods get :class:`~perbench.data.user_context.UserView`).
 
-:class:`Sealed` keeps the map back to the source's ids, for results and reports (written once methods are done).
+:class:`Sealed` keeps the map back to the source's ids, for results and reports, and the map from the ids methods see
+to the ids results record (:func:`recorded_key`: a run's files never name an id a method is handed, so an earlier
+run's map back to the source says nothing about them), both written once methods are done.
 
-What this does not promise (see docs/architecture.md, "Isolation"): the run is one Python process, so code that
-walks the interpreter's objects (``gc``, stack frames) reaches the grader's records. Process isolation
+What this does not promise (see docs/methods.md, "Isolation, and what it promises"): the run is one Python process,
+so code that walks the interpreter's objects (``gc``, stack frames) reaches the grader's records. Process isolation
 (``perbench.rewards.isolated``) closes that for a method that runs in a child process, but no isolation stops a
-method that rebuilds a public benchmark from its source (it could then compute the key, or match texts).
+method that rebuilds a public benchmark from its source (it could then compute the key, or match texts); the
+built-in benchmark's key can be drawn by a private secret for that (:mod:`perbench.data.rubrics.secret`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perbench.data.records import Benchmark, PreferencePair, ProfileItem, Reference, User
@@ -51,6 +55,14 @@ def grader_key(bench: Benchmark) -> bytes:
     return hashlib.sha256(b"perbench-opaque-ids\x00" + bench.fingerprint().encode()).digest()
 
 
+def recorded_key(key: bytes) -> bytes:
+    """The key of the ids results record (results.json, cells, samples, the map back to the source's ids), derived
+    from the key of the ids methods see but not equal to it: a run's files name ids no method is ever handed, so an
+    earlier run's map says nothing about the ids a method sees, and no method can turn one into the other without
+    the key (which takes the answer keys)."""
+    return hmac.new(key, b"perbench-recorded-ids", hashlib.sha256).digest()
+
+
 def opaque(key: bytes, bench: str, kind: str, original: str, prefix: str) -> str:
     digest = hmac.new(key, f"{bench}\x00{kind}\x00{original}".encode(), hashlib.sha256).hexdigest()
     return prefix + digest[:12]
@@ -65,6 +77,12 @@ def method_meta(meta: Mapping[str, Any], rekey: Mapping[str, Any] | None = None)
     return out
 
 
+#: a sealed id as it appears in any string (a cell's user, a stranger's ``NAME/user-…``, a message)
+SEALED_ID = re.compile(r"\b(?:user|pair|list)-[0-9a-f]{12}\b")
+#: the pair metadata that says where a pair was read (a file's path or row label, its line, a dataset's index)
+TRACE_META = ("source", "line", "index", "row")
+
+
 @dataclass(frozen=True)
 class Sealed:
     """A sealed benchmark and the map back to its source's ids (grader side)."""
@@ -72,9 +90,40 @@ class Sealed:
     bench: Benchmark
     users: dict[str, str]  # opaque id -> the source's user id
     pairs: dict[str, str]  # opaque id -> the source's pair id
+    #: the id a method sees -> the id results record (users, pairs, lists)
+    recorded: dict[str, str] = field(default_factory=dict)
+    #: recorded pair id -> where the pair came from: the source's pair id and, where the loader kept them, the
+    #: file (or row label), line and dataset index (``TRACE_META``)
+    trace: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def original_user(self, opaque_id: str) -> str:
         return self.users.get(opaque_id, opaque_id)
+
+    def record(self, obj: Any) -> Any:
+        """``obj`` (results, cells, samples: dicts, lists, strings) with every id a method saw replaced by the id
+        results record (:func:`record_ids`)."""
+        return record_ids(obj, self.recorded)
+
+
+def record_ids(obj: Any, recorded: Mapping[str, str]) -> Any:
+    """``obj`` with each sealed id inside a string (a dict key, a value, a message) mapped through ``recorded``;
+    ids it does not know stay as they are."""
+    if not recorded:
+        return obj
+
+    def text(s: str) -> str:
+        return SEALED_ID.sub(lambda m: recorded.get(m.group(0), m.group(0)), s) if "-" in s else s
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, str):
+            return text(o)
+        if isinstance(o, dict):
+            return {(text(k) if isinstance(k, str) else k): walk(v) for k, v in o.items()}
+        if isinstance(o, list | tuple):
+            return [walk(v) for v in o]
+        return o
+
+    return walk(obj)
 
 
 def _unique(mapping: dict[str, str], what: str) -> dict[str, str]:
@@ -84,8 +133,9 @@ def _unique(mapping: dict[str, str], what: str) -> dict[str, str]:
 
 
 def seal(bench: Benchmark, key: bytes | None = None) -> Sealed:
-    """``bench`` as methods may see it (see the module docstring), under ``key`` (default :func:`grader_key`);
-    the answer keys stay in ``users``."""
+    """``bench`` as methods may see it (see the module docstring), under ``key`` (default :func:`grader_key`); the
+    ids results record are keyed apart (:func:`recorded_key`, ``Sealed.recorded``); the answer keys stay in
+    ``users``."""
     if bench.meta.get("sealed"):
         raise ValueError(f"benchmark {bench.name!r} is sealed already")
     key = grader_key(bench) if key is None else key
@@ -116,4 +166,23 @@ def seal(bench: Benchmark, key: bytes | None = None) -> Sealed:
         subsets={n: frozenset(pid[i] for i in ids) for n, ids in bench.subsets.items()},
         pair_sets={n: [pair(p) for p in ps] for n, ps in bench.pair_sets.items()},
     )
-    return Sealed(sealed, {v: k for k, v in uid.items()}, {v: k for k, v in pid.items()})
+    return Sealed(sealed, {v: k for k, v in uid.items()}, {v: k for k, v in pid.items()}, *_recorded(bench, key, every))
+
+
+def _recorded(
+    bench: Benchmark, key: bytes, every: list[PreferencePair]
+) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """(the id a method sees -> the id results record, recorded pair id -> where the pair came from)."""
+    rkey = recorded_key(key)
+    ids = [("user", u, USER_PREFIX) for u in bench.users] + [("pair", p.pair_id, PAIR_PREFIX) for p in every]
+    ids += [("pair", str(p.meta["paraphrase_of"]), PAIR_PREFIX) for p in every if p.meta.get("paraphrase_of")]
+    ids += [("list", str(p.meta["list_id"]), "list-") for p in every if p.meta.get("list_id") is not None]
+    recorded = {
+        opaque(key, bench.name, kind, orig, prefix): opaque(rkey, bench.name, kind, orig, prefix)
+        for kind, orig, prefix in ids
+    }
+    trace = {}
+    for p in every:
+        rid = opaque(rkey, bench.name, "pair", p.pair_id, PAIR_PREFIX)
+        trace[rid] = {"source_pair_id": p.pair_id, **{k: p.meta[k] for k in TRACE_META if p.meta.get(k) is not None}}
+    return recorded, trace

@@ -125,8 +125,9 @@ def answer_keys(users: Mapping[str, UserRecord]) -> dict[str, str]:
 
 
 def method_inputs(users: Mapping[str, UserRecord], *, oracle: bool = False) -> dict[str, Any]:
-    """What a method's ``RMContext.extra`` holds about the users: their views, and for a method named as an
-    oracle (``oracle = True``) also their answer keys."""
+    """What a method's ``RMContext.extra`` holds about the users: their views, and for a method registered as an
+    oracle (``registry.reward_models`` role ``oracle``; the runner decides, never the method) also their answer
+    keys."""
     out: dict[str, Any] = {"users": user_views(users)}
     if oracle:
         out["answer_keys"] = answer_keys(users)

@@ -129,8 +129,10 @@ def _manifest(folder: Path, mpath: Path) -> dict[str, Any]:
         name = m["files"].get(key)
         if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
             raise _fail(mpath, f"files.{key}", f"expected a file name inside the folder, got {json.dumps(name)}")
-    if not all(isinstance(k, str) and isinstance(u, str) for k, u in m["user_ids"].items()):
-        raise _fail(mpath, "user_ids", "expected a map of user ids to strings")
+    for key in ("user_ids", "report_ids"):
+        ids = m.get(key, {})
+        if not isinstance(ids, dict) or not all(isinstance(k, str) and isinstance(u, str) for k, u in ids.items()):
+            raise _fail(mpath, key, "expected a map of user ids to strings")
     for key in ("seen_users", "unseen_users"):
         if not all(isinstance(u, str) for u in m[key]):
             raise _fail(mpath, key, "expected a list of user ids (strings)")

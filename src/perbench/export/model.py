@@ -44,7 +44,11 @@ class ExportedRM:
         self.method = str(manifest["method"])
         #: the source's user ids -> the opaque ids the system was fit under (the run's sealed benchmark)
         self.user_ids: dict[str, str] = {str(k): str(v) for k, v in dict(manifest.get("user_ids") or {}).items()}
-        self._source: dict[str, str] = {v: k for k, v in self.user_ids.items()}
+        #: any other id a user is known by -> the source's: the fitted state's, and the one the run's report shows
+        self._source: dict[str, str] = {
+            **{str(k): str(v) for k, v in dict(manifest.get("report_ids") or {}).items()},
+            **{v: k for k, v in self.user_ids.items()},
+        }
         self._seen: set[str] = {str(u) for u in self.manifest.get("seen_users") or []}
         #: users (source ids) with parameters of their own besides the seen ones: adapted here or in the run
         self.adapted_users: set[str] = set()

@@ -23,7 +23,8 @@ class RunSource:
     results: dict[str, Any]
     system: SystemDef
     bench: Benchmark  # sealed: opaque user and pair ids, as the run's methods saw it
-    source_of: dict[str, str]  # opaque id -> the source's id
+    source_of: dict[str, str]  # the id inside the fitted state -> the source's id
+    report_of: dict[str, str]  # the id the run's files and report name a user by -> the source's id
     stores: Stores
 
     @classmethod
@@ -57,7 +58,7 @@ class RunSource:
                 "frozen-feature methods (global_bt, mpu, lore, pal, vpl, pref, …) and baselines"
             )
         bench = _sealed_bench(run, cfg, results)
-        return cls(run, cfg, results, sd, bench, _source_ids(run, bench, results), Stores.of_run(run))
+        return cls(run, cfg, results, sd, bench, *_source_ids(run, bench, results), Stores.of_run(run))
 
     @property
     def results_bench_fingerprint(self) -> str:
@@ -156,23 +157,25 @@ def _sealed_bench(run: Path, cfg: RunConfig, results: dict[str, Any]) -> Benchma
     return bench
 
 
-def _source_ids(run: Path, bench: Benchmark, results: dict[str, Any]) -> dict[str, str]:
-    """opaque -> source id for every user of the benchmark: the map results.json records (written once the
-    run's methods finished), else the one sealing gave."""
+def _source_ids(run: Path, bench: Benchmark, results: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the id each user has inside the fitted state -> the source's id, from sealing the benchmark again; the id
+    the run's files and report name each user by -> the source's id, the map results.json records once the run's
+    methods finished). Both must name the same source users."""
     recorded = _get(results, "benchmark", "meta", "source_user_ids")
     sealed = {str(k): str(v) for k, v in dict(bench.meta.get("source_user_ids") or {}).items()}
+    missing = [u for u in bench.users if u not in sealed]
+    if missing:
+        raise ConfigError(f"export: {run}: sealing the benchmark gave no source id for {missing[0]}")
     if recorded is None:
-        got = sealed
-    elif isinstance(recorded, dict) and all(isinstance(v, str) for v in recorded.values()):
-        got = {str(k): v for k, v in recorded.items()}
-    else:
+        return sealed, {}
+    if not (isinstance(recorded, dict) and all(isinstance(v, str) for v in recorded.values())):
         raise ConfigError(
             f"export: {run / 'results.json'}: benchmark.meta.source_user_ids: expected a map of user ids to strings"
         )
-    missing = [u for u in bench.users if u not in got]
-    if missing:
+    lost = sorted(set(sealed.values()) - set(recorded.values()))
+    if lost:
         raise ConfigError(
-            f"export: {run / 'results.json'}: benchmark.meta.source_user_ids: no source id for {len(missing)} of "
-            f"the run's users (e.g. {missing[0]}); the file does not belong to this run's data"
+            f"export: {run / 'results.json'}: benchmark.meta.source_user_ids: no recorded id for {len(lost)} of "
+            f"the run's users (e.g. {lost[0]}); the file does not belong to this run's data"
         )
-    return got
+    return sealed, {str(k): v for k, v in recorded.items() if str(k) not in sealed}

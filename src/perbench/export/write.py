@@ -89,6 +89,7 @@ def export_system(run_dir: str | Path, label: str, out: str | Path) -> Path:
         "unseen_users": [source[u] for u in bench.unseen_users] if adapts else [],
         "adapted_users": sorted(adapted),
         "user_ids": {source[u]: u for u in sorted(source, key=lambda k: source[k])},
+        "report_ids": dict(sorted(src.report_of.items())),  # the ids the run's report shows -> the source's
         "strings": strings,
         "files": {"state": STATE, "adapted": ADAPTED, "users": USERS, "shots": SHOTS},
     }

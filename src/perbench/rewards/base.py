@@ -28,7 +28,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -121,10 +121,9 @@ class RewardModel(ABC):
         pass
 
     def score_pairs(self, pairs: Sequence[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
-        items = [ScoreItem(p.user_id, p.prompt, p.chosen) for p in pairs]
-        items += [ScoreItem(p.user_id, p.prompt, p.rejected) for p in pairs]
-        scores = self.score_distinct(items)
-        return scores[: len(pairs)], scores[len(pairs) :]
+        """(chosen, rejected) scores of ``pairs``, for a caller's own use. A run never calls it: it scores pairs
+        with :func:`score_pair_sides`, so no method decides which score belongs to which side."""
+        return score_pair_sides(self, pairs, np.random.default_rng())
 
     def score_distinct(self, items: Sequence[ScoreItem]) -> np.ndarray:
         """``score(items)``, calling ``score`` once per distinct item: (prompt, response) for a user-agnostic
@@ -150,6 +149,35 @@ class RewardModel(ABC):
         with y = ``response_ids`` (token ids of this method's tokenizer, T of them), teacher-forced: one
         forward over the full response (plus, for hidden-state heads, one tree batch of the candidates)."""
         raise NotImplementedError(f"{self.name}: {self.no_prefix_reward or 'candidate rewards not implemented'}")
+
+
+def scores_in_order(rm: RewardModel, items: Sequence[ScoreItem], rng: np.random.Generator) -> np.ndarray:
+    """``rm.score_distinct(items)``, the items handed over in an order drawn from ``rng`` (a run draws it from a
+    secret of its own) and the scores put back in ``items``' order: the order carries nothing a method could read
+    (which item is a chosen response, which user or prompt comes next). ``score`` is a function of the item, so a
+    method that scores honestly gets the same scores in any order."""
+    order = rng.permutation(len(items))
+    return put_back(order, rm.score_distinct([items[i] for i in order]))
+
+
+def put_back(order: np.ndarray, values: Any) -> np.ndarray:
+    """``values`` of items handed over as ``items[order[j]]``, back in the items' own order."""
+    got = np.asarray(values)
+    out = np.empty(len(order), got.dtype if got.dtype.kind in "biuf" else np.float64)
+    out[order] = got
+    return out
+
+
+def score_pair_sides(
+    rm: RewardModel, pairs: Sequence[PreferencePair], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(chosen, rejected) scores of ``pairs``: both sides of every pair in one flat list, chosen and rejected
+    responses interleaved at random (:func:`scores_in_order`); the caller, never the method, says which score
+    belongs to which side."""
+    items = [ScoreItem(p.user_id, p.prompt, p.chosen) for p in pairs]
+    items += [ScoreItem(p.user_id, p.prompt, p.rejected) for p in pairs]
+    scores = scores_in_order(rm, items, rng)
+    return scores[: len(pairs)], scores[len(pairs) :]
 
 
 class FeatureRM(RewardModel):
@@ -290,3 +318,21 @@ class PairwiseJudge(RewardModel):
 
     @abstractmethod
     def prefer(self, pairs: Sequence[PreferencePair]) -> np.ndarray: ...
+
+
+def prefer_blind(judge: PairwiseJudge, pairs: Sequence[PreferencePair], rng: np.random.Generator) -> np.ndarray:
+    """``judge.prefer(pairs)`` with the pairs in an order drawn from ``rng`` and each pair's two responses shown as
+    A/B in an order drawn from ``rng`` too (a swapped pair goes in with ``chosen`` and ``rejected`` exchanged),
+    mapped back: 1.0 when the judge prefers the chosen response, 0.0 the rejected, 0.5 a tie, NaN unparsed. A
+    judge that always answers "the first" scores 50 % in expectation; an honest judge without position bias
+    scores as before."""
+    order = rng.permutation(len(pairs))
+    swap = rng.random(len(pairs)) < 0.5
+    shown = [
+        replace(pairs[i], chosen=pairs[i].rejected, rejected=pairs[i].chosen) if swap[i] else pairs[i] for i in order
+    ]
+    got = np.asarray(judge.prefer(shown), np.float64)
+    if got.shape != (len(pairs),):
+        raise ValueError(f"{judge.name}.prefer returned {got.shape} values for {len(pairs)} pairs")
+    out = put_back(order, got)
+    return np.where(swap, 1.0 - out, out)  # 1 - NaN is NaN, 1 - 0.5 is 0.5

@@ -315,6 +315,8 @@ class LoReReg(LoReAlt):
                 f"every seen user's direction is within cos {DEGENERATE_COS} of the anchor's: this fit ranks like the "
                 "anchor, rescaled per user"
             )
+            # the analysis lists it as a reference line, not among the personalized systems it may recommend
+            out["reference_line"] = f"{DEGENERATE_LABEL}: not a personalized system"
         return out
 
     def _state(self) -> dict[str, np.ndarray]:

@@ -66,8 +66,9 @@ class Cells:
         """The rows as zstd Parquet (:mod:`perbench.runner.tables`), made once per set of rows."""
         from perbench.runner.tables import cells_table, parquet_bytes
 
-        if getattr(self, "_parquet", (None, -1))[1] != len(self.rows):
-            self._parquet = (parquet_bytes(cells_table(self.rows)), len(self.rows))
+        key = hashlib.sha256(self.text().encode("utf-8")).hexdigest()  # rows may be rewritten in place
+        if getattr(self, "_parquet", (None, ""))[1] != key:
+            self._parquet = (parquet_bytes(cells_table(self.rows)), key)
         return self._parquet[0]
 
     def write(self, path: Path) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from perbench.config import Component, RunConfig
 from perbench.data.records import Benchmark, PreferencePair
+from perbench.metrics.analysis.roles import ORACLE
 from perbench.rewards.base import FeatureRM, RewardModel, RMContext
 from perbench.runner.units import Units, unit_key
 from perbench.systems import SystemDef, train_subset
@@ -45,7 +46,11 @@ class MethodHandle:
             ctx = dataclasses.replace(ctx, seed=system.seed)
         self.units = units
         self.cls: type[RewardModel] = registry.reward_models.get(spec.name)
-        if getattr(self.cls, "oracle", False):  # a separately named upper bound: it alone gets the answer keys
+        #: the method's registered role (``registry.reward_models``): the one place roles come from. Only a method
+        #: registered as ``oracle`` gets the answer keys, and the verdict reads the same role, so such a method is
+        #: always a reference line; a class attribute (``oracle = True``) grants nothing.
+        self.role = registry.reward_models.entry(spec.name).role
+        if self.role == ORACLE:  # a separately named upper bound: it alone gets the answer keys
             from perbench.data.user_context import method_inputs
 
             ctx = dataclasses.replace(ctx, extra={**ctx.extra, **method_inputs(bench.users, oracle=True)})

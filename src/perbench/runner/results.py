@@ -224,18 +224,30 @@ VERDICT_DEFAULTS = (
 )
 
 
+def fit_reference_lines(upstream: Mapping[str, Any]) -> dict[str, str]:
+    """The systems whose fit says it is no personalized system (``fit_notes.reference_line``, e.g. a lore_reg fit
+    that is its anchor rescaled per user): role ``baseline`` in the analysis, a reference line never recommended."""
+    out = {}
+    for label, up in upstream.items():
+        notes = up.get("fit_notes") if isinstance(up, Mapping) else None
+        if isinstance(notes, Mapping) and notes.get("reference_line"):
+            out[label] = "baseline"
+    return out
+
+
 def analyze_cells(
     cells: list[dict[str, Any]],
     cfg: RunConfig,
     adaptive: Mapping[str, Any] | None = None,
     systems: Mapping[str, Mapping[str, Any]] | None = None,
     invalid: Mapping[str, int] | None = None,
+    roles: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The selection analysis of a run's cells (method table, rankings, correlations, verdict). The config's
-    ``baselines`` are reference lines; ``adaptive[metric]`` says why adaptive rounds stopped; ``systems``:
-    results.json's ``systems.members`` (what the verdict's tie-break reads) (see ``analyze``); ``invalid``: the
-    systems that gave invalid (NaN) scores, with their pair counts (``rm_accuracy.invalid_pairs``): never a
-    candidate, and the verdict says so."""
+    ``baselines`` and ``roles`` (e.g. :func:`fit_reference_lines`) are reference lines; ``adaptive[metric]`` says
+    why adaptive rounds stopped; ``systems``: results.json's ``systems.members`` (what the verdict's tie-break
+    reads) (see ``analyze``); ``invalid``: the systems that gave invalid (NaN) scores, with their pair counts
+    (``rm_accuracy.invalid_pairs``): never a candidate, and the verdict says so."""
     from perbench.metrics.analysis import analyze
 
     metrics = {c["metric"] for c in cells}
@@ -249,7 +261,11 @@ def analyze_cells(
         equivalence_margin=cfg.equivalence_margin,
         equivalence_fraction=cfg.equivalence_fraction,
         verdict_predictor=cfg.verdict_predictor,
-        roles={**{m: "invalid" for m in invalid or {}}, **{b.label(): "baseline" for b in cfg.baselines}},
+        roles={
+            **{b.label(): "baseline" for b in cfg.baselines},
+            **(roles or {}),
+            **{m: "invalid" for m in invalid or {}},
+        },
         adaptive=adaptive,
         systems=systems,
     )

@@ -17,12 +17,20 @@ from typing import Any
 
 from perbench.config import RunConfig
 from perbench.data.checks import skip_line
+from perbench.data.isolation import TRACE_META, Sealed
 from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
 from perbench.runner.methods import MethodHandle
 from perbench.runner.outcome import RunResult as RunResult  # also importable from here
 from perbench.runner.preflight import check_config, check_models, check_paths, check_setup
-from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict, systems_section
+from perbench.runner.results import (
+    analyze_cells,
+    attach_analysis,
+    build_results,
+    fit_reference_lines,
+    print_verdict,
+    systems_section,
+)
 from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
 from perbench.runner.tables import write_samples_parquet
@@ -88,7 +96,9 @@ class Runner:
             for b in (bench, *extras.values()):  # every system scores the upstream benchmarks' pairs too
                 check_models(self.cfg, b)
         check_paths(self.run_dir)
-        bench, extras = seal_all(bench, extras)  # methods see opaque ids and stripped pairs from here on
+        # methods see opaque ids and stripped pairs from here on; ``sealed`` (grader side) maps the ids they see to
+        # the ids results record, applied only as results are written, once every method has finished
+        bench, extras, self.sealed = seal_run(bench, extras)
         from perbench import registry
 
         executor = registry.executors.get(self.cfg.executor)()
@@ -162,7 +172,9 @@ class Runner:
             members = systems_section(state)["members"]
             from perbench.metrics.rm_accuracy import invalid_pairs
 
-            analysis = analyze_cells(state.cells.rows, cfg, adaptive, members, invalid_pairs(upstream))
+            analysis = analyze_cells(
+                state.cells.rows, cfg, adaptive, members, invalid_pairs(upstream), fit_reference_lines(upstream)
+            )
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         if store_need is not None:
@@ -192,8 +204,14 @@ class Runner:
                 "retried": dict(sorted(work.retried.items())),
             }
         attach_analysis(results, analysis)  # one CI per number: the analysis's
-        results["cells"] = state.cells.record()
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
+        # every method has finished: what is written names the recorded ids, never the ones methods saw
+        record = self.sealed.record
+        state.cells.rows[:] = record(state.cells.rows)
+        state.samples[:] = record(state.samples)
+        results["cells"] = state.cells.record()
+        results = record(results)
+        results["benchmark"]["pair_sources"] = write_pair_sources(self.run_dir, self.sealed)
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)
         write_samples_parquet(self.run_dir / "samples.parquet", state.samples)
@@ -209,15 +227,38 @@ class Runner:
 
 def seal_all(bench: Benchmark, extras: dict[str, Benchmark]) -> tuple[Benchmark, dict[str, Benchmark]]:
     """The run's benchmark and its upstream benchmarks as methods may see them (:func:`perbench.data.isolation.seal`);
-    the map back to the source's user ids goes to ``meta["source_user_ids"]``."""
+    the map back to the source's user ids goes to ``meta["source_user_ids"]`` (keyed by the ids methods see)."""
+    got = seal_run(bench, extras)
+    return got[0], got[1]
+
+
+def seal_run(bench: Benchmark, extras: dict[str, Benchmark]) -> tuple[Benchmark, dict[str, Benchmark], Sealed]:
+    """:func:`seal_all` and, for the grader's side, one :class:`~perbench.data.isolation.Sealed` whose ``recorded``
+    maps the ids methods see (of every benchmark) to the ids results record and whose ``trace`` says where each
+    of the run's pairs was read."""
     from perbench.data.isolation import seal
 
-    out = []
-    for b in (bench, *extras.values()):
-        sealed = seal(b)
+    every = [seal(b) for b in (bench, *extras.values())]
+    recorded: dict[str, str] = {}
+    for sealed in every:
         sealed.bench.meta["source_user_ids"] = dict(sorted(sealed.users.items(), key=lambda kv: kv[1]))
-        out.append(sealed.bench)
-    return out[0], dict(zip(extras, out[1:], strict=True))
+        recorded.update(sealed.recorded)
+    main = every[0]
+    whole = Sealed(main.bench, main.users, main.pairs, recorded, main.trace)
+    return main.bench, {n: s.bench for n, s in zip(extras, every[1:], strict=True)}, whole
+
+
+#: the run directory's file that maps each recorded pair id back to the row it was read from
+PAIR_SOURCES = "pair_sources.jsonl"
+
+
+def write_pair_sources(run_dir: Path, sealed: Sealed) -> dict[str, Any]:
+    """``pair_sources.jsonl``: one line per pair of the run's benchmark, its recorded id and where it came from (the
+    source's pair id; the file or row label, line and dataset index where the loader kept them). Written with
+    results, after every method has finished; results.json names the file."""
+    rows = [{"pair_id": rid, **where} for rid, where in sorted(sealed.trace.items())]
+    atomic_write_jsonl(run_dir / PAIR_SOURCES, rows)
+    return {"file": PAIR_SOURCES, "pairs": len(rows), "fields": ["pair_id", "source_pair_id", *TRACE_META]}
 
 
 def log_work(work: dict[str, Any]) -> None:

@@ -255,14 +255,15 @@ class Scoring:
         targets: list[tuple[Prompt, str]],
     ) -> dict[str, np.ndarray]:
         """The guiding RM's rewards of its outputs and of the zero-shot outputs on ``targets`` (one unit)."""
-        from perbench.rewards.base import ScoreItem
+        from perbench.rewards.base import ScoreItem, scores_in_order
 
         def compute() -> dict[str, np.ndarray]:
+            # its own outputs and the zero-shot ones in one list, in a secret order: nothing says which is which
             rm = h.adapted(h.shots)
-            return {
-                "guided": rm.score_distinct([ScoreItem(u, p, mine[(prompt_key(p), u)]) for p, u in targets]),
-                "zero_shot": rm.score_distinct([ScoreItem(u, p, zero[(prompt_key(p), u)]) for p, u in targets]),
-            }
+            items = [ScoreItem(u, p, mine[(prompt_key(p), u)]) for p, u in targets]
+            items += [ScoreItem(u, p, zero[(prompt_key(p), u)]) for p, u in targets]
+            got = scores_in_order(rm, items, self.s.order_rng)
+            return {"guided": got[: len(targets)], "zero_shot": got[len(targets) :]}
 
         key = h.key(
             h.shots,

@@ -30,7 +30,7 @@ def run_seeds(
 
     from perbench.metrics.rm_accuracy import invalid_pairs
     from perbench.runner.cells import Cells, read_cells
-    from perbench.runner.results import analyze_cells, print_verdict
+    from perbench.runner.results import analyze_cells, fit_reference_lines, print_verdict
     from perbench.runner.state import log
 
     assert cfg.seeds
@@ -51,7 +51,11 @@ def run_seeds(
         invalid: Counter[str] = Counter()
         for r in runs:
             invalid.update(invalid_pairs(r.results.get("upstream") or {}))
-        analysis = analyze_cells(pooled.rows, cfg, systems=(first.get("systems") or {}).get("members"), invalid=invalid)
+        # a system any seed's fit calls a reference line (fit_notes) stays one in the pooled analysis
+        roles = {k: v for r in runs for k, v in fit_reference_lines(r.results.get("upstream") or {}).items()}
+        analysis = analyze_cells(
+            pooled.rows, cfg, systems=(first.get("systems") or {}).get("members"), invalid=invalid, roles=roles
+        )
         results: dict[str, Any] = {
             **first,
             "config": cfg.to_dict(),

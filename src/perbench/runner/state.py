@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +59,9 @@ class RunState:
         #: the config's ``upstream_benchmarks`` by name (see :func:`load_upstream_benchmarks`)
         self.extras = load_upstream_benchmarks(cfg) if extras is None else extras
         self.cells = Cells(f"{bench.name}|{cfg.policy}|seed{cfg.seed}")
+        #: the order items reach a method in (``rewards.base.scores_in_order``): drawn from a secret of this
+        #: process's own, in no config, file or environment a method is handed
+        self.order_rng = np.random.default_rng(secrets.randbits(128))
         self.samples: list[dict[str, Any]] = []
         self.timing: dict[str, float] = {}
         self.skipped_combos: list[dict[str, str]] = []

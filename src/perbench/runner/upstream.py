@@ -95,14 +95,16 @@ class Upstream:
     def _scores(
         self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str, *, active: bool = False
     ) -> dict[str, np.ndarray]:
-        from perbench.rewards.base import PairwiseJudge
+        from perbench.rewards.base import PairwiseJudge, prefer_blind, score_pair_sides
 
         def compute() -> dict[str, np.ndarray]:
+            # the method sees both sides of every pair in one list in a secret order (a judge: A/B drawn per pair);
+            # the runner, not the method, assembles which score is whose
             rm = h.adapted(shots, active=active)
             if isinstance(rm, PairwiseJudge):
-                prefs = rm.prefer(pairs)
+                prefs = prefer_blind(rm, pairs, self.s.order_rng)
                 return {"chosen": prefs, "rejected": np.full(len(prefs), 0.5)}
-            s_w, s_l = rm.score_pairs(pairs)
+            s_w, s_l = score_pair_sides(rm, pairs, self.s.order_rng)
             return {"chosen": s_w, "rejected": s_l}
 
         return self.s.units.arrays("scores", self._score_key(h, pairs, shots, tag, active=active), compute)
@@ -110,7 +112,10 @@ class Upstream:
     def _score_key(
         self, h: MethodHandle, pairs: Sequence[PreferencePair], shots: int, tag: str, *, active: bool = False
     ) -> str:
+        from perbench.rewards.base import PairwiseJudge
+
         extra = ["active"] if active else []
+        extra += ["ab_drawn"] if issubclass(h.cls, PairwiseJudge) else []  # not the chosen-first scores of before
         return h.key(shots, "scores", tag, pair_ids(pairs), *extra)
 
     def _accuracy(
@@ -348,7 +353,7 @@ class Upstream:
             teacher_forced_scores,
         )
         from perbench.metrics.rm_accuracy import pair_outcomes
-        from perbench.rewards.base import ScoreItem
+        from perbench.rewards.base import ScoreItem, put_back
 
         pw = pw or self.s.pa_headline(h)
         scores = self._scores(h, pairs, h.shots, group)
@@ -372,19 +377,19 @@ class Upstream:
 
             def compute() -> dict[str, np.ndarray]:
                 rm = h.adapted(h.shots)
-                res: dict[str, np.ndarray] = {}
-                for sd in ("chosen", "rejected"):
-                    items = [ScoreItem(p.user_id, p.prompt, getattr(p, sd)) for p in pairs]
-                    if self.s.cfg.pa_rgd:
-                        got = policy_accuracy_scores(
-                            self.s.policy, rm, items, w=w, k=k, max_length=self.s.cfg.max_length
-                        )
-                    else:  # one teacher-forced pass; the policy's log-probs come from the feature cache
-                        texts = [(i.prompt, i.response) for i in items]
-                        lps = [t.logprobs for t in self._policy_features().tokens(texts, desc="policy log-probs")]
-                        got = teacher_forced_scores(lps, rm.token_rewards(items), w)
-                    res.update({f"{sd}_{n}": v for n, v in got.items() if n not in ("tilt", "policy_sum")})
-                return res
+                # both sides in one list, in a secret order (as RM accuracy's scores): the order says nothing
+                sides = [ScoreItem(p.user_id, p.prompt, getattr(p, sd)) for sd in ("chosen", "rejected") for p in pairs]
+                order = self.s.order_rng.permutation(len(sides))
+                items = [sides[i] for i in order]
+                if self.s.cfg.pa_rgd:
+                    got = policy_accuracy_scores(self.s.policy, rm, items, w=w, k=k, max_length=self.s.cfg.max_length)
+                else:  # one teacher-forced pass; the policy's log-probs come from the feature cache
+                    texts = [(i.prompt, i.response) for i in items]
+                    lps = [t.logprobs for t in self._policy_features().tokens(texts, desc="policy log-probs")]
+                    got = teacher_forced_scores(lps, rm.token_rewards(items), w)
+                back = {n: put_back(order, v) for n, v in got.items() if n not in ("tilt", "policy_sum")}
+                return {f"{sd}_{n}": v[i * len(pairs) : (i + 1) * len(pairs)] for n, v in back.items()
+                        for i, sd in enumerate(("chosen", "rejected"))}  # fmt: skip
 
             if problem is None:
                 s = self.s.units.arrays("policy_accuracy", key, compute)

@@ -65,32 +65,42 @@ def load_rubrics(
     mirror_splits: Sequence[str] = ("train", "test"),
     consensus_per_prompt: int = 4,
     paraphrases: int = 0,
+    secret_file: str | None = None,
 ) -> Benchmark:
     """The rubric benchmark from the candidate pool. ``mirror_splits``: the splits where mirror pairs may be
     added so that the ``personalization_only`` subset covers (almost) every pair; ``()`` keeps only the
     hardest-negative pairs (the subset is then the naturally mirrored ones). ``consensus_per_prompt``: how many
     consensus pairs (see the module docstring) each test prompt gets at most, each evaluated for every user
     (0: none). ``paraphrases``: how many rephrasings (0-2) of each test prompt ask every test pair again (the
-    ``paraphrased`` pair set, for paraphrase consistency; the checkers read only the answer, so labels hold)."""
+    ``paraphrased`` pair set, for paraphrase consistency; the checkers read only the answer, so labels hold).
+    ``secret_file`` (or ``$PERBENCH_RUBRICS_SECRET``): a private secret that draws which user wants which rubric,
+    which prompts are held out and which candidates each pair takes (:mod:`perbench.data.rubrics.secret`)."""
     bad_splits = sorted(set(mirror_splits) - {"train", "test"})
     if bad_splits:
         raise ValueError(f"mirror_splits: unknown splits {bad_splits} (expected 'train' and/or 'test')")
     if isinstance(consensus_per_prompt, bool) or not isinstance(consensus_per_prompt, int) or consensus_per_prompt < 0:
         raise ValueError(f"consensus_per_prompt: expected an integer >= 0, got {consensus_per_prompt!r}")
     from perbench.data.rubrics.build import POOL_PATH
+    from perbench.data.rubrics.secret import pair_seed, read_secret, secret_split, secret_users
 
+    secret = read_secret(secret_file)
+    if secret is not None and paraphrases:
+        raise ValueError("paraphrases: the paraphrases are written for the public test prompts; a secret draws others")
+    rubric_users = RUBRIC_USERS if secret is None else secret_users(RUBRIC_USERS, secret)
+    prompts = RUBRIC_PROMPTS if secret is None else secret_split(RUBRIC_PROMPTS, secret)
     path = Path(pool) if pool else POOL_PATH
     by_prompt = read_pool(path)
-    users = {u.user_id: to_user(u) for u in RUBRIC_USERS}
-    train = [p for p in RUBRIC_PROMPTS if p.split == "train" and p.prompt_id in by_prompt][:max_train_prompts]
-    test = [p for p in RUBRIC_PROMPTS if p.split == "test" and p.prompt_id in by_prompt][:max_test_prompts]
+    users = {u.user_id: to_user(u) for u in rubric_users}
+    train = [p for p in prompts if p.split == "train" and p.prompt_id in by_prompt][:max_train_prompts]
+    test = [p for p in prompts if p.split == "test" and p.prompt_id in by_prompt][:max_test_prompts]
+    draw = pair_seed(seed, secret)
     skipped = SkipReport()
     pairs: list[PreferencePair] = []
     refs: list[Reference] = []
     for p in train + test:
         cands = by_prompt[p.prompt_id]
-        for ru in RUBRIC_USERS:
-            rng = random.Random(f"{seed}:{ru.user_id}:{p.prompt_id}")
+        for ru in rubric_users:
+            rng = random.Random(f"{draw}:{ru.user_id}:{p.prompt_id}")
             good = [c for c in cands if all(c["annotations"][ap.aspect] == ap.pole for ap in ru.rubric)]
             bad = []
             for c in cands:
@@ -124,7 +134,9 @@ def load_rubrics(
                 )
             )
             refs.append(Reference(ru.user_id, p.text, chosen["text"], p.split))
-    added, members, report = mirror_pairs(pairs, by_prompt, seed=seed, splits=tuple(mirror_splits))
+    added, members, report = mirror_pairs(
+        pairs, by_prompt, seed=seed, splits=tuple(mirror_splits), rubric_users=rubric_users
+    )
     pairs += added
     consensus, consensus_report = consensus_pairs(test, by_prompt, seed=seed, per_prompt=consensus_per_prompt)
     return Benchmark(
@@ -138,6 +150,7 @@ def load_rubrics(
             "candidates": sum(len(v) for v in by_prompt.values()),
             "prompts": {"train": len(train), "test": len(test)},
             "seed": seed,
+            "answer_key": "public (rebuildable from the package)" if secret is None else "drawn by a private secret",
             "subsets": {PERSONALIZATION_ONLY: report},
             "pair_sets": {CONSENSUS: consensus_report},
             "user_context": rubric_user_context(users),
@@ -168,6 +181,7 @@ def mirror_pairs(
     *,
     seed: int = 0,
     splits: tuple[str, ...] = ("train", "test"),
+    rubric_users: Sequence[RubricUser] = RUBRIC_USERS,
 ) -> tuple[list[PreferencePair], frozenset[str], dict[str, Any]]:
     """Match every pair (u, x, a ≻ b) one to one with a pair (v, x, b ≻ a), v ≠ u in the same group and split.
 
@@ -179,7 +193,7 @@ def mirror_pairs(
     Returns (added pairs, ids of the subset: matched originals and their partners, a report for meta).
     """
     cands = {c["cand_id"]: c for rows in by_prompt.values() for c in rows}
-    users = {ru.user_id: ru for ru in RUBRIC_USERS}
+    users = {ru.user_id: ru for ru in rubric_users}
 
     def key(p: PreferencePair, reverse: bool = False) -> tuple[str, bool, str, str, str]:
         a, b = p.meta["chosen_id"], p.meta["rejected_id"]
