@@ -6,6 +6,7 @@
   cells.jsonl holds them;
 - ``benchmark``, ``policy``, ``seed``: the parts of ``group`` (``benchmark|policy|seedN``);
 - ``rl_seed``: an RL-trained policy's training seed (one row per seed; None on every other row);
+- ``fit_seed``: the fit seed of a system that pools several fits of a stochastic method (None on every other row);
 - ``side``: ``upstream`` (a per-pair metric: ``rm_acc_*``, ``fewshot_acc@N``, ``pa*``) or ``downstream`` (a
   ``DECODER:QUALITY`` metric, one row per (user, prompt) target);
 - ``decoder``, ``quality``: the parts of a downstream metric (None upstream);
@@ -37,6 +38,7 @@ CELL_COLUMNS = (
     "policy",
     "seed",
     "rl_seed",
+    "fit_seed",
     "side",
     "decoder",
     "quality",
@@ -116,6 +118,7 @@ def read_cells(run_dir: str | Path, *, as_dataset: bool = False) -> Any:
                 "policy": policy or None,
                 "seed": int(seed[4:]) if seed.startswith("seed") and seed[4:].isdigit() else None,
                 "rl_seed": r.get("rl_seed"),
+                "fit_seed": r.get("fit_seed"),
                 "side": "downstream" if colon else "upstream",
                 "decoder": decoder if colon else None,
                 "quality": quality if colon else None,
