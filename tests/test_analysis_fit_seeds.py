@@ -13,20 +13,19 @@ from perbench.metrics.analysis import analyze
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.runner.cells import Cells
 from perbench.systems import SystemsSpec, expand, fit_seed_of, is_stochastic, pooled_fits
-from tests.test_analysis_rl_seeds import CELLS, P, U, _cell_effects
+from tests.test_analysis_rl_seeds import P, U, _cell_effects
+from tests.test_analysis_rl_seeds import _rows as rl_rows
 
 G = "b|p|seed0"
 BON = "best_of_n:rubric_satisfaction"
 
 
 def _rows(method: str, m: np.ndarray, seeds: tuple[int, ...] | None) -> list[dict[str, Any]]:
-    out = []
-    for i, row in enumerate(np.atleast_2d(m)):
-        for (u, p), v in zip(CELLS, row, strict=True):
-            r = {"group": G, "method": method, "metric": BON, "user": u, "prompt": p, "value": float(v)}
-            if seeds is not None:
-                r["fit_seed"] = seeds[i]
-            out.append(r)
+    """The RL test's rows of an (S, U·P) matrix, on a Best-of-N metric and tagged with fit seeds instead."""
+    out = rl_rows(method, BON, m, seeds)
+    for r in out:
+        if "rl_seed" in r:
+            r["fit_seed"] = r.pop("rl_seed")
     return out
 
 

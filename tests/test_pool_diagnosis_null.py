@@ -59,3 +59,14 @@ def test_a_reward_that_prefers_the_worse_samples_on_some_prompts_is_found() -> N
     assert {h["prompt"] for h in d["hacked_prompts"]} == bad
     assert all(h["p_adjusted"] <= 0.05 for h in d["hacked_prompts"])
     assert d["users_without_signal"] == [] and d["users_tested"] == 32
+
+
+def test_the_report_counts_users_with_no_evidence_of_signal() -> None:
+    from perbench.report.signal import collapse_rows
+
+    rng = np.random.default_rng(2)
+    T, us, ps = _pool(rng, users=8, prompts=6)
+    d = diagnose(_agnostic(rng, 8, 6, 16), T, {}, us, ps)
+    head, rows = collapse_rows({"downstream": {"best_of_n[rand]": {"guide": "rand", "diagnosis": d}}})
+    col = head.index("users with no evidence of signal")
+    assert rows[0][col] == f"{len(d['users_without_signal'])} of 8" and "null" in d["rules"]
