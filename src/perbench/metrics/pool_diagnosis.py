@@ -108,20 +108,25 @@ def null_rhos(
         cells = np.array([i for i in idx if ok[i]], dtype=np.intp)
         perms = np.argsort(rng.random((n_perm, S.shape[1])), axis=1)
         if cells.size:
-            num = np.einsum("cbn,cn->bc", rs[cells][:, perms], rq[cells])
-            out[:, cells] = num / den[cells]
+            num = np.matmul(rs[cells][:, perms], rq[cells][:, :, None])[..., 0]  # (cells, n_perm)
+            out[:, cells] = (num / den[cells, None]).T
     return out
 
 
-def _p_values(rho: FloatArray, null: FloatArray, idx: Sequence[int]) -> tuple[float, float]:
-    """One-sided permutation p-values (below, above) of the mean ρ over the cells ``idx`` with a finite ρ."""
-    cells = [i for i in idx if np.isfinite(rho[i])]
-    obs = float(rho[cells].mean())
-    means = null[:, cells].mean(1)
-    tol = 1e-12 * max(1.0, abs(obs))
-    below = (1 + int(np.sum(means <= obs + tol))) / (means.size + 1)
-    above = (1 + int(np.sum(means >= obs - tol))) / (means.size + 1)
-    return below, above
+def _p_values(rho: FloatArray, null: FloatArray, groups: Sequence[Sequence[int]]) -> list[tuple[float, float]]:
+    """Per group of cells, one-sided permutation p-values (below, above) of the mean ρ over its cells with a finite
+    ρ (the null's ρ is finite on exactly those cells)."""
+    finite = np.isfinite(rho)
+    member = np.zeros((rho.size, len(groups)))
+    for j, idx in enumerate(groups):
+        member[[i for i in idx if finite[i]], j] = 1.0
+    n = member.sum(0)
+    obs = np.where(finite, rho, 0.0) @ member / n
+    means = np.where(np.isfinite(null), null, 0.0) @ member / n  # (n_perm, groups)
+    tol = 1e-12 * np.maximum(1.0, np.abs(obs))
+    below = (1 + (means <= obs + tol).sum(0)) / (means.shape[0] + 1)
+    above = (1 + (means >= obs - tol).sum(0)) / (means.shape[0] + 1)
+    return [(float(lo), float(hi)) for lo, hi in zip(below, above, strict=True)]
 
 
 def diagnose(
@@ -166,7 +171,7 @@ def diagnose(
     alpha = 1 - LEVEL
     users_idx = sorted(_groups(users).items())
     testable = [(u, idx) for u, idx in users_idx if np.isfinite(rho[idx]).sum() >= 2]
-    tests = {u: _p_values(rho, null, idx) for u, idx in testable}
+    tests = dict(zip([u for u, _ in testable], _p_values(rho, null, [idx for _, idx in testable]), strict=True))
     low = dict(zip(tests, holm([t[0] for t in tests.values()]), strict=True))
     high = dict(zip(tests, holm([t[1] for t in tests.values()]), strict=True))
     collapsed = []
@@ -187,7 +192,7 @@ def diagnose(
     out["users_tested"] = len(tests)
     out["users_without_evidence"] = [u for u, _ in users_idx if u not in tests]
     by_prompt = [(p, idx) for p, idx in sorted(_groups(prompts).items()) if np.isfinite(rho[idx]).sum() >= 2]
-    p_low = [_p_values(rho, null, idx)[0] for _, idx in by_prompt]
+    p_low = [p[0] for p in _p_values(rho, null, [idx for _, idx in by_prompt])]
     adjusted = holm(p_low)
     hacked = [
         {"prompt": p, "rho": _mean(rho[idx]), "p": pl, "p_adjusted": pa, "users": int(np.isfinite(rho[idx]).sum())}
