@@ -84,19 +84,22 @@ class HeldOut(Systems):
     """:class:`Systems` whose coefficients with a downstream metric are cross-fitted over prompt folds (see the
     module docstring); values and coefficients between two upstream metrics are the in-sample ones."""
 
-    def __init__(self, est: Estimates, methods: Sequence[str]) -> None:
+    def __init__(self, est: Estimates, methods: Sequence[str], metrics: Sequence[str] = ()) -> None:
         super().__init__(est, methods)
         labels = np.array([f"{est.keys[g].benchmark}/{p}" for g, p in zip(est.g.tolist(), est.prompt_of, strict=True)])
-        self.prompt_label = labels
+        self._labels, code = np.unique(labels, return_inverse=True)
+        self._label_code: IntArray = np.asarray(code, dtype=np.intp).ravel()
+        #: the upstream metrics whose fold values are computed together (one bootstrap pass per downstream metric)
+        self.metrics = list(metrics)
         self._folds: dict[str, dict[str, int]] = {}
         self._fv: dict[tuple[str, str, str, str, int], Est | None] = {}
-        self._queue: dict[tuple[str, str, str, str, int], list[tuple[int, IntArray]]] = {}
+        self._ready: set[str] = set()
 
     def folds(self, d: str) -> dict[str, int]:
         """The fold of each of the downstream metric ``d``'s prompts."""
         if d not in self._folds:
             rows = np.concatenate([r for (_, _, k), r in self.est.rows.items() if k == d] or [np.zeros(0, np.intp)])
-            self._folds[d] = _fold_of(self.prompt_label[rows].tolist())
+            self._folds[d] = _fold_of(self._labels[np.unique(self._label_code[rows])].tolist())
         return self._folds[d]
 
     def usable(self, d: str) -> bool:
@@ -104,31 +107,56 @@ class HeldOut(Systems):
         counts = np.bincount(list(self.folds(d).values()), minlength=FOLDS)
         return bool(len(counts) == FOLDS and counts.min() >= 2)
 
+    def _parts(self, where: IntArray, s: str, m: str, k: str, f: int) -> list[IntArray]:
+        """The rows of system (s, m)'s metric k in fold f (``where``: each row's fold, −1 off d's prompts), per group;
+        all of a group's rows when none is on d's prompts (a predictor on other prompts: already held out)."""
+        est = self.est
+        parts = []
+        for g in range(len(est.groups)):
+            rows = est.rows.get((g, m, k))
+            if rows is None or est.keys[g].setting != s:
+                continue
+            w = where[rows]
+            if not (w >= 0).any():
+                parts.append(rows)
+            elif (w == f).any():
+                parts.append(rows[w == f])
+        return parts
+
+    def _prepare(self, d: str, metrics: Sequence[str]) -> None:
+        """Every system's fold values of ``metrics`` on d's folds, in one pass of the run's bootstrap."""
+        fold = self.folds(d)
+        per_code = np.array([fold.get(x, -1) for x in self._labels.tolist()], dtype=np.intp)
+        where = per_code[self._label_code]
+        keys: list[tuple[tuple[str, str, str, str, int], int, int]] = []
+        columns: list[IntArray] = []
+        for s in self.settings:
+            for m in self.methods:
+                for k in dict.fromkeys(metrics):
+                    for f in range(FOLDS):
+                        parts = self._parts(where, s, m, k, f)
+                        if not parts:
+                            self._fv[(s, m, k, d, f)] = None
+                            continue
+                        keys.append(((s, m, k, d, f), len(parts), sum(int(r.size) for r in parts)))
+                        columns += parts
+        if not columns:
+            return
+        point, reps = self.est.means_of(columns)
+        at = 0
+        for key, n, cells in keys:
+            self._fv[key] = Est(float(np.mean(point[at : at + n])), np.mean(reps[:, at : at + n], axis=1), cells=cells)
+            at += n
+
     def fold_value(self, s: str, m: str, k: str, d: str, f: int) -> Est | None:
         """System (s, m)'s value of metric k on the rows whose prompt is in fold f of d's prompts (all of k's rows
-        when none of them is on d's prompts); None when it has no row there."""
-        key = (s, m, k, d, f)
-        if key in self._fv:
-            return self._fv[key]
-        fold = self.folds(d)
-        est = self.est
-        groups = [g for g in range(len(est.groups)) if est.keys[g].setting == s and (g, m, k) in est.rows]
-        parts = []
-        for g in groups:
-            rows = est.rows[(g, m, k)]
-            where = np.array([fold.get(x, -1) for x in self.prompt_label[rows].tolist()])
-            if not (where >= 0).any():
-                parts.append((g, rows))  # a predictor on other prompts: already held out
-            elif (where == f).any():
-                parts.append((g, rows[where == f]))
-        if not parts:
-            self._fv[key] = None
-            return None
-        point, reps = est.means_of([r for _, r in parts])
-        per_setting = float(np.mean(point))
-        out = Est(per_setting, np.mean(reps, axis=1), cells=sum(int(r.size) for _, r in parts))
-        self._fv[key] = out
-        return out
+        when none of them is on d's prompts; the mean over a setting's groups); None when it has no row there."""
+        if d not in self._ready:
+            self._ready.add(d)
+            self._prepare(d, [*self.metrics, d])
+        if (s, m, k, d, f) not in self._fv:
+            self._prepare(d, [k])
+        return self._fv[(s, m, k, d, f)]
 
     def having(self, metrics: Sequence[str]) -> list[tuple[str, str]]:
         d = next((k for k in metrics if ":" in k), None)

@@ -246,7 +246,7 @@ def validity(
         selection = _selection(est, methods, preds)[0]
     sel = {(p["upstream"], p["downstream"]): p for p in selection.get("pairs", [])}
     sys = Systems(est, methods)
-    held_sys = HeldOut(est, methods)
+    held_sys = HeldOut(est, methods, preds)
     out: dict[str, Any] = {
         "systems": (
             f"the deployable systems; reference lines left out: {', '.join(reference)}"
