@@ -39,7 +39,7 @@ def test_a_cost_that_sampling_causes_is_not_charged_to_the_reward_model() -> Non
     text = next(p["text"] for p in v["parts"] if p["kind"] == "trade_offs")
     assert text.startswith("Re-ranking by pref (its pick − a random pick from the same pool, marginal CIs)")
     assert "changes no other quality reliably: ROUGE-L" in text and "trades away" not in text
-    assert "not the reward model's" in text
+    assert "comes from sampling from the policy" in text
 
 
 def test_a_cost_that_re_ranking_causes_is_charged_with_its_own_interval() -> None:

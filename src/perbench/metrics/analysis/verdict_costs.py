@@ -83,8 +83,8 @@ class CostParts(Phrasing):
                                                                          r["sampling"]["ci"][0] > 0)
         ]  # fmt: skip
         tail = (
-            "; what sampling from the policy costs against greedy zero-shot decoding (the random pick − zero-shot, "
-            "whichever reward model re-ranks) is not the reward model's, and is in trade_offs"
+            "; the rest of each difference to zero-shot decoding comes from sampling from the policy (a random pick "
+            "from the pool − zero-shot), whichever reward model re-ranks"
             if sampled
             else ""
         )
