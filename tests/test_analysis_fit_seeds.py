@@ -10,10 +10,9 @@ import numpy as np
 
 from perbench.config import Component, Where
 from perbench.metrics.analysis import analyze
-from perbench.metrics.analysis.estimates import Estimates
 from perbench.runner.cells import Cells
 from perbench.systems import SystemsSpec, expand, fit_seed_of, is_stochastic, pooled_fits
-from tests.test_analysis_rl_seeds import P, U, _cell_effects
+from tests.test_analysis_rl_seeds import P, U, _cell_effects, coverage
 from tests.test_analysis_rl_seeds import _rows as rl_rows
 
 G = "b|p|seed0"
@@ -65,16 +64,8 @@ def test_the_analysis_ci_covers_the_population_mean_with_three_fit_seeds() -> No
     """As for RL seeds: fits whose spread is of the order of the cells' standard error; with the 3 fits resampled
     the CI covers the population mean (0) in ≥ 90 % of 200 runs, the fits averaged first (one system, no fit
     factor) cover less."""
-    runs, hit, blind = 200, 0, 0
-    for r in range(runs):
-        rng = np.random.default_rng(r)
-        m = _cell_effects(rng)[None, :] + rng.normal(0, 0.15, 3)[:, None] + rng.normal(0, 0.05, (3, U * P))
-        for tagged in (True, False):
-            rows = _rows("pal_b", m, (0, 11, 12)) if tagged else _rows("pal_b", m.mean(0), None)
-            est = Estimates(rows, None, None, "", 300, r, 0.95, None)
-            lo, hi = est.ci(est.value("pal_b", BON)) or (np.nan, np.nan)
-            covered = lo <= 0.0 <= hi
-            hit, blind = (hit + covered, blind) if tagged else (hit, blind + covered)
+    runs = 200
+    hit, blind = coverage(lambda m, seeds: _rows("pal_b", m, seeds), "pal_b", BON, runs)
     assert hit / runs >= 0.9, hit / runs
     assert blind < hit - 0.05 * runs, (hit, blind)
 
