@@ -280,6 +280,30 @@ def test_seeds_pool_into_one_analysis_with_sd(tiny_pool: Path, tmp_path: Path) -
     assert all((Path(r["run_dir"]) / "report.html").exists() for r in res.results["seed_runs"])
 
 
+def test_a_run_pools_a_stochastic_methods_fits_into_one_system(tiny_pool: Path, tmp_path: Path) -> None:
+    """``systems: {fit_seeds: 2}`` fits pal_b twice (two fit units) and mpu, deterministic, once; pal_b's cells go
+    under the one label with their fit seed, the analysis ranks one pal_b, and results.json records the fits."""
+    from perbench.systems import fit_seed_of
+
+    cfg = tiny_config(tiny_pool, tmp_path).override(
+        methods=["mpu", "pal_b"], baselines=[], systems={"fit_seeds": 2},
+        decoders=["zero_shot", {"name": "best_of_n", "n": 2, "pool": 4}], max_new_tokens=4, bertscore=False,
+    )  # fmt: skip
+    res = run(cfg)
+    members = res.results["systems"]["members"]
+    assert set(members) == {"mpu", "pal_b", "pal_b(fit_seed=1)"}
+    assert members["pal_b(fit_seed=1)"]["pooled_as"] == "pal_b" and members["mpu"]["stochastic_fit"] is False
+    assert members["pal_b"]["fit_seeds"] == [0, fit_seed_of(0, 1)]
+    rows = [json.loads(line) for line in (res.run_dir / "cells.jsonl").read_text().splitlines()]
+    pal = [r for r in rows if r["method"] == "pal_b" and r["metric"] == "rm_acc_all"]
+    assert {r["fit_seed"] for r in pal} == {0, fit_seed_of(0, 1)}
+    assert not any(r["method"] == "pal_b(fit_seed=1)" for r in rows)
+    assert not any("fit_seed" in r for r in rows if r["method"] == "mpu")
+    a = res.results["analysis"]
+    assert "pal_b(fit_seed=1)" not in a["methods"] and a["fit_seeds"]["fits"] == {"pal_b": 2}
+    assert a["fit_seeds"]["single_seed"] == []
+
+
 def test_a_file_without_train_pairs_stops_before_any_model_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

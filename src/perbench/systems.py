@@ -23,6 +23,15 @@ parentheses: ``lore(K=2,train_fraction=0.5)``. So the system that is the plain m
 (they name a policy and a group elsewhere). The *family* of a system is its label up to the first ``(``: the
 method, whose variants are not independent draws (results.json records each system's family and axes).
 
+Fit seeds. A method whose fit is stochastic (``stochastic_fit``: a random initialisation, sampled contexts or
+minibatches; docs/methods.md lists which) gives one draw per fit. ``fit_seeds: N`` fits each of its systems N times,
+with the system's seed and N − 1 seeds derived from it (:func:`fit_seed_of`; systems with the same seed share them,
+so their fits pair in the analysis as RL runs of one seed do), on the same train pairs; the fits are
+*one* system: their cells carry ``fit_seed`` under the system's label, and the analysis takes the mean over fits and
+resamples the fits on top of users and prompts (as it does for RL training seeds). The extra fits are run as systems
+of their own (labels with ``fit_seed=i``, ``pooled`` naming the system they belong to). ``seed:`` is different: each
+of its values is a separate system (a different train subset and fit, compared side by side).
+
 A train fraction keeps, for each seen user, the first ⌈f·n⌉ of their n train pairs in an order fixed by the
 system's seed (:func:`train_subset`): a 0.25 subset lies inside the 0.5 subset of the same seed.
 """
@@ -32,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +59,9 @@ __all__ = [
     "check_systems",
     "expand",
     "family_of",
+    "fit_seed_of",
+    "is_stochastic",
+    "pooled_fits",
     "system_label",
     "train_subset",
 ]
@@ -65,6 +77,14 @@ class SystemDef:
     seed: int
     shots: int
     baseline: bool = False
+    #: the seed this fit runs with (None: ``seed``); one of ``fit_seeds`` when the system pools several fits
+    fit_seed: int | None = None
+    #: the label of the system this fit is one draw of (None: the system is its own, one fit)
+    pooled: str | None = None
+    #: the method's fit is stochastic (``stochastic_fit``): one fit is one draw
+    stochastic: bool = False
+    #: the seeds of every fit pooled into this system (empty: one fit, ``seed``)
+    fit_seeds: tuple[int, ...] = ()
 
     @property
     def family(self) -> str:
@@ -81,7 +101,51 @@ class SystemDef:
             "params": dict(self.method.params),
             **self.axes(),
             "baseline": self.baseline,
+            "stochastic_fit": self.stochastic,
+            "fit_seeds": list(self.fit_seeds) or [self.seed if self.fit_seed is None else self.fit_seed],
+            "pooled_as": self.pooled,
         }
+
+
+def fit_seed_of(seed: int, i: int) -> int:
+    """The seed of fit ``i`` of a system with seed ``seed``: the seed itself for fit 0, else one derived from both
+    (not a small integer another ``seed:`` value would be)."""
+    if i == 0:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"{seed}|fit{i}".encode()).digest()[:4], "little") % 2**31
+
+
+def is_stochastic(method: str) -> bool:
+    """Whether the registered method's fit is stochastic (``stochastic_fit``; imports the method's module)."""
+    from perbench import registry
+
+    if method not in registry.reward_models:
+        return False
+    return bool(getattr(registry.reward_models.get(method), "stochastic_fit", False))
+
+
+def _fits(sd: SystemDef, n: int, stochastic: bool) -> list[SystemDef]:
+    """The system ``sd`` as its fits: ``n`` of them (labels ``fit_seed=i`` beyond the first) for a stochastic
+    method, else ``sd`` alone."""
+    import dataclasses
+
+    if not stochastic or n <= 1:
+        return [dataclasses.replace(sd, stochastic=stochastic)]
+    seeds = tuple(fit_seed_of(sd.seed, i) for i in range(n))
+    out = []
+    for i, s in enumerate(seeds):
+        label = sd.label if i == 0 else _with_axis(sd.label, f"fit_seed={i}")
+        out.append(dataclasses.replace(sd, label=label, fit_seed=s, pooled=sd.label, stochastic=True, fit_seeds=seeds))
+    return out
+
+
+def _with_axis(label: str, extra: str) -> str:
+    return label[:-1] + "," + extra + ")" if label.endswith(")") else f"{label}({extra})"
+
+
+def pooled_fits(systems: Iterable[SystemDef]) -> dict[str, tuple[str, int]]:
+    """Each fit that is one draw of a pooled system: its label -> (the system's label, its fit seed)."""
+    return {sd.label: (sd.pooled, sd.fit_seed) for sd in systems if sd.pooled is not None and sd.fit_seed is not None}
 
 
 def family_of(label: str) -> str:
@@ -111,8 +175,11 @@ def expand(
     *,
     seed: int,
     shots: int,
+    stochastic_of: Callable[[str], bool] | None = None,
 ) -> list[SystemDef]:
-    """Every system of a run, methods first (in config order, each method's grid in order), then baselines.
+    """Every system of a run, methods first (in config order, each method's grid in order), then baselines; a
+    stochastic method's system with ``fit_seeds`` > 1 as its fits (see the module docstring). ``stochastic_of``:
+    whether a method's fit is stochastic (None: its registered class says, :func:`is_stochastic`).
     Raises ValueError naming the first duplicate label or a label holding ``@`` or ``|``."""
     from perbench.config import Component
 
@@ -120,8 +187,9 @@ def expand(
     out: list[SystemDef] = []
     for m in methods:
         expands = spec is not None and (spec.methods is None or m.name in spec.methods or m.label() in spec.methods)
+        stochastic = is_stochastic(m.name) if stochastic_of is None else stochastic_of(m.name)
         if not expands:
-            out.append(SystemDef(m.label(), m, 1.0, seed, shots))
+            out += _fits(SystemDef(m.label(), m, 1.0, seed, shots), 1 if spec is None else spec.fit_seeds, stochastic)
             continue
         assert spec is not None
         grid = {**spec.params.get(m.name, {}), **spec.params.get(m.label(), {})}
@@ -132,7 +200,8 @@ def expand(
                 spec.train_fraction or (1.0,), spec.seed or (seed,), spec.shots or (shots,)
             ):
                 axes = {"train_fraction": float(f), "seed": s, "shots": k}
-                out.append(SystemDef(system_label(variant, axes, defaults), variant, float(f), s, k))
+                sd = SystemDef(system_label(variant, axes, defaults), variant, float(f), s, k)
+                out += _fits(sd, spec.fit_seeds, stochastic)
     for b in baselines:
         comp = b if isinstance(b, Component) else Component(b)
         out.append(SystemDef(comp.label(), comp, 1.0, seed, shots, baseline=True))

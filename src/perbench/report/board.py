@@ -71,8 +71,14 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
         head.append('<span title="(system − random pick) / (oracle − random pick), 95% CI">share of headroom</span>')
     head += [_mhead(u) for u in ups]
 
+    one_fit = set(_l(_d(a.get("fit_seeds")).get("single_seed")))
+    one_fit_note = (
+        ' <span class="note" title="one fit of a stochastic method: its CI leaves out the variance between fits">'
+        "1 fit</span>"
+    )
+
     def row(m: str, rank: str, note: str = "") -> list[str]:
-        cells = [rank, name_cell(m, names) + note]
+        cells = [rank, name_cell(m, names) + (one_fit_note if m in one_fit else "") + note]
         own = own_decoding(tab, m, metric) if metric else None
         if own is not None:  # a decoder without an RM (zero-shot): its own value, as the reference
             cells.append(_entry(tab, m, own))

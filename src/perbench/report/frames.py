@@ -8,6 +8,7 @@ digest results.json records, else from its JSONL) and ``perbench.read_systems(RU
   cells.jsonl holds them;
 - ``benchmark``, ``policy``, ``seed``: the parts of ``group`` (``benchmark|policy|seedN``);
 - ``rl_seed``: an RL-trained policy's training seed (one row per seed; None on every other row);
+- ``fit_seed``: the fit seed of a system that pools several fits of a stochastic method (None on every other row);
 - ``side``: ``upstream`` (a per-pair metric: ``rm_acc_*``, ``fewshot_acc@N``, ``pa*``) or ``downstream`` (a
   ``DECODER:QUALITY`` metric, one row per (user, prompt) target);
 - ``decoder``, ``quality``: the parts of a downstream metric (None upstream);
@@ -55,6 +56,7 @@ CELL_COLUMNS = (
     "policy",
     "seed",
     "rl_seed",
+    "fit_seed",
     "side",
     "decoder",
     "quality",
@@ -146,14 +148,18 @@ def _cells_frame(run_dir: Path) -> Any:
     pq = _parquet_beside(path, CELLS_PARQUET, record.get("sha256")) if record or not path.is_file() else None
     if pq is not None:
         raw = read_parquet_frame(pq)
-        raw["rl_seed"] = raw["rl_seed"].astype(object).where(raw["rl_seed"].notna(), None)
     else:
         try:
             rows = read_rows(path)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        raw = pd.DataFrame(rows, columns=["group", "method", "metric", "user", "prompt", "value", "rl_seed"])
-        raw["rl_seed"] = raw["rl_seed"].astype(object).where(raw["rl_seed"].notna(), None)
+        raw = pd.DataFrame(
+            rows, columns=["group", "method", "metric", "user", "prompt", "value", "rl_seed", "fit_seed"]
+        )
+    for col in ("rl_seed", "fit_seed"):
+        if col not in raw:  # a Parquet file written before the column existed
+            raw[col] = None
+        raw[col] = raw[col].astype(object).where(raw[col].notna(), None)
     analysis = _dict(results.get("analysis"))
     roles = _dict(analysis.get("roles"))
     members = _dict(_dict(results.get("systems")).get("members"))
@@ -170,6 +176,7 @@ def _cells_frame(run_dir: Path) -> Any:
             "policy": part("group", lambda g: _group_parts(g)[1]),
             "seed": part("group", lambda g: _group_parts(g)[2]),
             "rl_seed": raw["rl_seed"],
+            "fit_seed": raw["fit_seed"],
             "side": part("metric", lambda m: "downstream" if ":" in m else "upstream"),
             "decoder": part("metric", lambda m: m.partition(":")[0] if ":" in m else None),
             "quality": part("metric", lambda m: m.partition(":")[2] if ":" in m else None),

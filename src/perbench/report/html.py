@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from perbench.io import atomic_write_text, refuse_links, writing_inside
 from perbench.report import board, details, extract, plots, sections, signal, validity, verdict
+from perbench.report.costs import trade_off_section
 from perbench.report.extract import _d
 from perbench.report.fmt import esc, is_missing
 
@@ -188,7 +189,7 @@ def render(
         )
     )
     names = system_names(a, results)
-    body.append(verdict.verdict_box(a, names))
+    body.append(verdict.verdict_box(a, names) + trade_off_section(a, names))
     full = sections.leaderboard(a, f"Leaderboard — {bench}, all columns", names)
     body += _shared_sections(a, figs, results, bool(cells), board.glance(a, names, f"Leaderboard — {bench}", full))
     picks = picks_section(samples, a, names)

@@ -41,6 +41,7 @@ def leaderboard_table(analysis: Mapping[str, Any], title: str = "Leaderboard") -
     lines = [f"## {_md(title)}", "", "| # | method | " + " | ".join(_md(metric_label(c)) for c in cols) + " |"]
     lines.append("|---|---|" + "---|" * len(cols))
     reasons: list[str] = []
+    one_fit = set(_l(_d(analysis.get("fit_seeds")).get("single_seed")))
     for i, m in enumerate(methods, 1):
         cells = []
         for c in cols:
@@ -57,7 +58,8 @@ def leaderboard_table(analysis: Mapping[str, Any], title: str = "Leaderboard") -
                 text += " (reference)"
             cells.append(text)
         rank = str(i) if m in order else "–"
-        lines.append(f"| {rank} | {_md(m)} | " + " | ".join(cells) + " |")
+        shown = _md(m) + (" (1 fit of a stochastic method)" if m in one_fit else "")
+        lines.append(f"| {rank} | {shown} | " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"[{k}] {_md(why)}  " for k, why in enumerate(reasons, 1)]
     if reasons:

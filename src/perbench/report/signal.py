@@ -112,7 +112,8 @@ def pole_heatmap(results: Mapping[str, Any], limit: int = 20) -> Plot | None:
 
 
 def collapse_rows(results: Mapping[str, Any], shown: int = 4) -> tuple[list[str], list[list[str]]]:
-    """Per system: how many users it collapses on (flat or blind), the first few, and the prompts it hacks."""
+    """Per system: how many users it collapses on (flat, or worse than a scorer with no information), the first few,
+    for how many the data show no signal, and the prompts it hacks (both tested against that null, Holm-adjusted)."""
     rows = []
     for s, d in diagnoses(results).items():
         users = [_d(u) for u in _l(d.get("collapsed_users"))]
@@ -125,13 +126,17 @@ def collapse_rows(results: Mapping[str, Any], shown: int = 4) -> tuple[list[str]
         )
         if len(hacked) > 2:
             prompts += f" and {len(hacked) - 2} more"
+        silent = len(_l(d.get("users_without_signal")))
+        tested = d.get("users_tested")
+        silent_text = f"{silent} of {tested}" if isinstance(tested, int) else "–"
         rho = _d(d.get("rho_truth"))
         mean = "–" if is_missing(rho.get("mean")) else f"{float(rho['mean']):+.2f}"
         rows.append(
-            [esc(s), mean, f"{len(users)} ({flat} flat)", (names + more) or "none", prompts or "none",
+            [esc(s), mean, f"{len(users)} ({flat} flat)", (names + more) or "none", silent_text, prompts or "none",
              f"{d.get('cells_constant_truth', '?')} of {d.get('cells', '?')}"]
         )  # fmt: skip
-    head = ["system", "mean within-pool ρ(reward, truth)", "collapsed users", "which", "hacked prompts",
+    head = ["system", "mean within-pool ρ(reward, truth)", "collapsed users", "which",
+            "users with no evidence of signal", "hacked prompts",
             "pools with constant truth"]  # fmt: skip
     return head, rows
 

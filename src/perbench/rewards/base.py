@@ -94,6 +94,9 @@ class RewardModel(ABC):
     #: False when ``adapt`` ignores the shots (e.g. an in-context judge reads the user's rubric instead):
     #: results then do not depend on the shot count and are computed once.
     uses_shots: ClassVar[bool] = True
+    #: True when a fit depends on its seed beyond the data (a random initialisation, sampled contexts or minibatches):
+    #: one fit is one draw, and ``systems: {fit_seeds: N}`` fits it N times and pools them into one system
+    stochastic_fit: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         self.params = params

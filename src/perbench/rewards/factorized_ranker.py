@@ -56,6 +56,7 @@ def ranker_param_count(d: int, hidden: int, emb: int, n_users: int) -> int:
 
 
 class FactorizedRanker(PersonalFeatureRM):
+    stochastic_fit = True  # random network weights at initialisation: one fit is one draw
     name: ClassVar[str] = "factorized_ranker"
     fallback_doc = "the mean seen user embedding"
 

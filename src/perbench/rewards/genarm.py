@@ -79,6 +79,7 @@ class GenARMStepper:
 
 
 class GenARM(RewardModel):
+    stochastic_fit = True  # LoRA training on shuffled minibatches: one fit is one draw
     name: ClassVar[str] = "genarm"
     no_prefix_reward: ClassVar[str | None] = None
     uses_shots: ClassVar[bool] = False  # conditioned on the user's profile text; ``adapt`` ignores the shots

@@ -46,6 +46,7 @@ from perbench.rewards.personal import seeded
 
 
 class GlobalBTv2(RewardModel):
+    stochastic_fit = True  # LoRA training on shuffled minibatches: one fit is one draw
     name: ClassVar[str] = "global_bt_v2"
     user_agnostic: ClassVar[bool] = True
     no_prefix_reward: ClassVar[str | None] = None

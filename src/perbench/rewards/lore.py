@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
 
 class LoRe(PersonalFeatureRM):
+    stochastic_fit = True  # a random initialisation of V: one fit is one draw
     name: ClassVar[str] = "lore"
     mode: ClassVar[str] = "joint"
     fallback_doc = "the mean of the seen users' basis weights"

@@ -95,6 +95,7 @@ REFERENCE_BATCH = 4
 
 
 class _PALBase(PersonalFeatureRM):
+    stochastic_fit = True  # random prototypes and network weights at initialisation: one fit is one draw
     fallback_doc = "the mean of the seen users' prototype weights"
 
     def __init__(

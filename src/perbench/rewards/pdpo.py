@@ -50,6 +50,7 @@ from perbench.rewards.personal import seeded, str_array, str_list, user_seed
 
 
 class PDPO(RewardModel):
+    stochastic_fit = True  # LoRA training on shuffled minibatches: one fit is one draw
     name: ClassVar[str] = "pdpo"
     no_prefix_reward: ClassVar[str | None] = None
 

@@ -64,6 +64,7 @@ class VPLNet(torch.nn.Module):
 
 
 class VPL(PersonalFeatureRM):
+    stochastic_fit = True  # random weights, sampled contexts and latent draws: one fit is one draw
     name: ClassVar[str] = "vpl"
     fallback_doc = "the mean of the seen users' latent μ"
 

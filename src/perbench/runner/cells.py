@@ -13,6 +13,9 @@ A row is ``{"group", "method", "metric", "user", "prompt", "value"}``:
   (user, prompt) target);
 - ``rl_seed`` (only on the rows of RL-trained policies, ``rl:QUALITY`` and ``rl_sampled:QUALITY``): the training
   seed, one row per (seed, user, prompt), so the analysis resamples the seeds as the RL table does;
+- ``fit_seed`` (only on the rows of a system that pools several fits of a stochastic method, ``systems:
+  {fit_seeds: N}``): the fit's seed, the row under the pooled system's label, so the analysis takes the mean over
+  fits and resamples them as it does RL training seeds;
 - a user for whom a method is not applicable has no row; the reason is reported in results.json.
 """
 
@@ -31,9 +34,11 @@ from perbench.io import atomic_write_text
 
 
 class Cells:
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, pooled: dict[str, tuple[str, int]] | None = None) -> None:
         self.group = group
         self.rows: list[dict[str, Any]] = []
+        #: a fit's label -> (the label of the system it is one fit of, its fit seed): its rows go under that label
+        self.pooled = dict(pooled or {})
 
     def add_pairs(self, method: str, metric: str, pairs: Sequence[PreferencePair], values: Iterable[float]) -> None:
         """One row per pair (value 1 / 0 / ½); NaN values are never written (they mean "not applicable")."""
@@ -49,7 +54,12 @@ class Cells:
             self.rows.append(row)
 
     def _row(self, method: str, metric: str, user: str, prompt: str, value: float) -> dict[str, Any]:
-        return {"group": self.group, "method": method, "metric": metric, "user": user, "prompt": prompt, "value": value}
+        fit = self.pooled.get(method)
+        row = {"group": self.group, "method": method if fit is None else fit[0], "metric": metric, "user": user,
+               "prompt": prompt, "value": value}  # fmt: skip
+        if fit is not None:
+            row["fit_seed"] = int(fit[1])
+        return row
 
     def text(self) -> str:
         """The rows as ``cells.jsonl`` holds them, one sorted-key JSON object per line."""

@@ -42,8 +42,9 @@ class MethodHandle:
         self.shots = system.shots
         self.train_fraction = system.train_fraction
         self.bench = bench
-        if system.seed != ctx.seed:
-            ctx = dataclasses.replace(ctx, seed=system.seed)
+        fit_seed = system.seed if system.fit_seed is None else system.fit_seed
+        if fit_seed != ctx.seed:  # the fit's seed (one of a pooled system's fit seeds, or the system's seed)
+            ctx = dataclasses.replace(ctx, seed=fit_seed)
         self.units = units
         self.cls: type[RewardModel] = registry.reward_models.get(spec.name)
         #: the method's registered role (``registry.reward_models``): the one place roles come from. Only a method
@@ -66,7 +67,9 @@ class MethodHandle:
         # the length its inputs are cut to.
         f = ctx.features
         backbone = None if f is None else (f.fingerprint, getattr(f, "max_length", None))
-        part = [] if self.train_fraction >= 1.0 else [("train_fraction", self.train_fraction)]
+        part: list[tuple[str, Any]] = [] if self.train_fraction >= 1.0 else [("train_fraction", self.train_fraction)]
+        if part and system.seed != ctx.seed:  # a pooled fit: its train subset is the system's, drawn by its seed
+            part.append(("subset_seed", system.seed))
         self.fit_key = unit_key("fit", probe.config_key(), bench.fingerprint(), backbone, ctx.seed, *part)
 
     @property
@@ -100,7 +103,7 @@ class MethodHandle:
 
     def train_pairs(self) -> list[PreferencePair]:
         """The seen users' train pairs this system is fit on (its train fraction, chosen by its seed)."""
-        return train_subset(self.bench.train_pairs(), self.train_fraction, self.ctx.seed)
+        return train_subset(self.bench.train_pairs(), self.train_fraction, self.system.seed)
 
     @property
     def selects_shots(self) -> bool:

@@ -90,9 +90,10 @@ def check_cells(path: Path, rows: list[dict[str, Any]]) -> None:
         v = row.get("value")
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
             raise DataError(path, i, "value", f"expected a finite number, got {json.dumps(v)[:40]}")
-        s = row.get("rl_seed")
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int)):
-            raise DataError(path, i, "rl_seed", f"expected an integer training seed, got {json.dumps(s)[:40]}")
+        for key, what in (("rl_seed", "training"), ("fit_seed", "fit")):
+            s = row.get(key)
+            if s is not None and (isinstance(s, bool) or not isinstance(s, int)):
+                raise DataError(path, i, key, f"expected an integer {what} seed, got {json.dumps(s)[:40]}")
 
 
 def load_run(run_dir: str | Path, *, need_cells: bool = False) -> RunData:

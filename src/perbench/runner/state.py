@@ -24,7 +24,7 @@ from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle
 from perbench.runner.stores import Stores
-from perbench.systems import SystemDef
+from perbench.systems import SystemDef, pooled_fits
 
 
 def log(msg: str) -> None:
@@ -58,7 +58,7 @@ class RunState:
         self.units = stores.units
         #: the config's ``upstream_benchmarks`` by name (see :func:`load_upstream_benchmarks`)
         self.extras = load_upstream_benchmarks(cfg) if extras is None else extras
-        self.cells = Cells(f"{bench.name}|{cfg.policy}|seed{cfg.seed}")
+        self.cells = Cells(f"{bench.name}|{cfg.policy}|seed{cfg.seed}", pooled_fits(self.systems()))
         #: the order items reach a method in (``rewards.base.scores_in_order``): drawn from a secret of this
         #: process's own, in no config, file or environment a method is handed
         self.order_rng = np.random.default_rng(secrets.randbits(128))

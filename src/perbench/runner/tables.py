@@ -39,6 +39,7 @@ def cells_table(rows: list[dict[str, Any]]) -> Any:
             ("prompt", pa.string()),
             ("value", pa.float64()),
             ("rl_seed", pa.int64()),
+            ("fit_seed", pa.int64()),
         ]
     )
     cols = {f.name: [r.get(f.name) for r in rows] for f in schema}

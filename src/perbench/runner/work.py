@@ -276,7 +276,7 @@ class Work:
         """Compute ``unit``: its results go to the stores only (the assembly pass writes cells and samples once)."""
         handles = {h.label: h for h in self.handles}
         cells, samples = self.s.cells, self.s.samples
-        self.s.cells, self.s.samples = Cells(cells.group), []
+        self.s.cells, self.s.samples = Cells(cells.group, cells.pooled), []
         try:
             with self.s.timed(f"units.{unit.kind}"):
                 self._compute(unit, handles)

@@ -1,7 +1,7 @@
 """The ``systems:`` block of a run config as plain data (:class:`SystemsSpec`): the run-level axes
 (``train_fraction``, ``seed``, ``shots``), each method's parameter grid, and which methods expand. What the block
 expands to (labels, each variant's parameters checked as a method's) is ``perbench.systems``'s: the run's preflight
-checks it."""
+checks it. ``fit_seeds: N`` fits each system of a stochastic method N times and pools the fits into one system."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from typing import Any
 from perbench.specs.located import Where
 
 AXES = ("train_fraction", "seed", "shots")
-_KEYS = (*AXES, "params", "methods")
+_KEYS = (*AXES, "params", "methods", "fit_seeds")
+#: the most fits pooled into one system
+MAX_FIT_SEEDS = 100
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class SystemsSpec:
     shots: tuple[int, ...] = ()
     params: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
     methods: tuple[str, ...] | None = None
+    fit_seeds: int = 1
 
     @classmethod
     def from_dict(cls, data: Any, where: Where) -> SystemsSpec:
@@ -81,8 +84,19 @@ class SystemsSpec:
         methods = data.get("methods")
         if methods is not None:
             methods = values("methods", lambda v: isinstance(v, str) and v.strip(), "a method's name or label")
+        fit_seeds = data.get("fit_seeds", 1)
+        if not is_int(fit_seeds) or not 1 <= fit_seeds <= MAX_FIT_SEEDS:
+            raise where.at("fit_seeds", data).error(
+                f"expected an integer in [1, {MAX_FIT_SEEDS}] (fits pooled into each stochastic system), got "
+                f"{fit_seeds!r}"
+            )
         return cls(
-            tuple(float(f) for f in fractions), seeds, shots, params, None if methods is None else tuple(methods)
+            tuple(float(f) for f in fractions),
+            seeds,
+            shots,
+            params,
+            None if methods is None else tuple(methods),
+            fit_seeds,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -91,4 +105,6 @@ class SystemsSpec:
             out["params"] = {m: {p: list(v) for p, v in g.items()} for m, g in self.params.items()}
         if self.methods is not None:
             out["methods"] = list(self.methods)
+        if self.fit_seeds != 1:
+            out["fit_seeds"] = self.fit_seeds
         return out

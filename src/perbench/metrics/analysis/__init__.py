@@ -48,6 +48,7 @@ from perbench.metrics.analysis.base import (
 )
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.fairness import fairness, minority_users
+from perbench.metrics.analysis.fits import fit_seeds, single_seed_note
 from perbench.metrics.analysis.headroom import DEFAULT_FRACTION, headroom, margin_of, qualified
 from perbench.metrics.analysis.leader_plan import identify
 from perbench.metrics.analysis.power import POWER, decision
@@ -132,6 +133,8 @@ def analyze(
     }
     valid = validity(est, sel, predictors, role, verdict_predictor)
     v, _ = verdict(est, verdict_metric, rankings, role, margins, adaptive, room, valid, systems, verdict_predictor)
+    fits = fit_seeds(est, systems)
+    _note_single_seed(v, fits)
     margin = margins[v["metric"]]["value"] if v["metric"] in margins else DEFAULT_MARGIN
     minority = minority_users(est)
     whole = _whole_decision(est, v["metric"], rankings, margin)
@@ -178,10 +181,23 @@ def analyze(
         "minority": minority,
         "fairness": fairness(est, v["metric"] if v["metric"] and is_downstream(v["metric"]) else None, minority),
         "verdict": v,
+        "fit_seeds": fits,
         "power": {v["metric"]: whole["leader"] + whole["vs_random"]} if v["metric"] else {},
         "power_decision": {v["metric"]: whole["decision"]} if v["metric"] else {},
     }
     return dict(json_safe(out))
+
+
+def _note_single_seed(v: dict[str, Any], fits: Mapping[str, Any]) -> None:
+    """The verdict's part about the systems it names that are one fit of a stochastic method, after its decision."""
+    named = [v.get("pick") or _d(v.get("headroom")).get("leader"), *(v.get("equivalent") or [])]
+    text = single_seed_note(fits, [str(m) for m in named if m])
+    if not text:
+        return
+    after = [i + 1 for i, p in enumerate(v["parts"]) if p["kind"] in ("decision", "tie_break")]
+    at = max(after) if after else len(v["parts"])
+    v["parts"].insert(at, {"kind": "fit_seeds", "text": text})
+    v["text"] = " ".join(p["text"] for p in v["parts"])
 
 
 def _with_upstream(est: Estimates) -> set[str]:

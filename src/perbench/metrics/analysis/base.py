@@ -56,6 +56,7 @@ class Cell:
     prompt: str
     value: float
     rl_seed: int | None = None  # the training seed of an RL-trained policy's row (None: not a trained policy's)
+    fit_seed: int | None = None  # the fit seed of a pooled stochastic system's row (None: a system of one fit)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,12 @@ def as_row(c: Any) -> tuple[str, str, str, str, str, float]:
     return str(c["group"]), str(c["method"]), str(c["metric"]), str(c["user"]), str(c["prompt"]), float(c["value"])
 
 
-def training_seed(c: Any) -> int | None:
-    """A cell's training seed (``rl_seed``: one row per seed of an RL-trained policy), or None."""
-    got = c.rl_seed if isinstance(c, Cell) else c.get("rl_seed")
-    return None if got is None else int(got)
+def training_seed(c: Any) -> str | None:
+    """A cell's training seeds as one label (``<s>``: the seed of an RL-trained policy, one row per seed; ``fit<s>``:
+    the fit seed of a system that pools several fits of a stochastic method), or None."""
+    if isinstance(c, Cell):
+        rl, fit = c.rl_seed, c.fit_seed
+    else:
+        rl, fit = c.get("rl_seed"), c.get("fit_seed")
+    parts = ([] if fit is None else [f"fit{int(fit)}"]) + ([] if rl is None else [str(int(rl))])
+    return "|".join(parts) or None

@@ -7,7 +7,9 @@ User draws are stratified by user class where a benchmark splits its users into 
 Rows of RL-trained policies carry their training seed (``rl_seed``: one row per (seed, user, prompt)): a column of
 them is the mean over its seeds of each seed's mean, and its replicates resample the seeds on top of the users and
 prompts (:func:`perbench.stats.seeded.seeded_means`, the RL table's bootstrap), one draw of a run's seeds shared by
-every column with the same seeds, so differences stay paired by seed. Columns without seeds are as before.
+every column with the same seeds, so differences stay paired by seed. Columns without seeds are as before. Rows of
+a system that pools several fits of a stochastic method carry their fit seed (``fit_seed``) and are resampled the
+same way: a fit seed is a training seed.
 """
 
 from __future__ import annotations
@@ -165,7 +167,8 @@ class Data:
             if on.any() and not on.all():
                 raise ValueError(
                     f"cells of group {self.groups[g]}, method {m}, metric {k}: {int((~on).sum())} of {rows.size} "
-                    "rows carry no rl_seed while the others do (a trained policy's rows need one each)"
+                    "rows carry no rl_seed / fit_seed while the others do (a trained policy's or a pooled fit's rows "
+                    "need one each)"
                 )
             if on.any():
                 seeds.setdefault(g, set()).update(str(self.seed_label[i]) for i in rows.tolist())
@@ -193,6 +196,14 @@ class Data:
         for (g, _), n in per.items():
             most[g] = max(most.get(g, 0), n)
         return sum(most.values())
+
+    def means_of(self, columns: Sequence[IntArray]) -> tuple[FloatArray, FloatArray]:
+        """Point means and replicates of further row columns, drawn with the run's own bootstrap (and seed) draws,
+        so they pair with every registered column (a column's replicates do not depend on the other columns)."""
+        if any(s is not None for s in self.seed_label):
+            point, reps, _ = seeded_means(self.boot, self.values, columns, self.seed_label, seed=self.seed)
+            return point, reps
+        return self.boot.means(self.values, columns)
 
     def methods_with(self, metric: str) -> list[str]:
         return [m for m in self.methods if any((g, m, metric) in self.rows for g in range(len(self.groups)))]

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from perbench.metrics.analysis.base import EXTERNAL, Est, FloatArray, ci_, f_, order_by_value
+from perbench.metrics.analysis.base import EXTERNAL, FloatArray, ci_, f_, order_by_value
+from perbench.metrics.analysis.crossfit import COEFFICIENTS, FOLDS, HeldOut, Systems
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.predictors import (
     CURATED,
@@ -52,11 +53,9 @@ from perbench.metrics.analysis.ranking import simultaneous
 from perbench.metrics.analysis.roles import BASELINE, DEPLOYABLE, ORACLE
 from perbench.metrics.analysis.selection import bias_note, coefficient_ci
 from perbench.metrics.analysis.selection import selection as _selection
-from perbench.metrics.correlation import BATCHED, CORRELATIONS, MIN_REPORTED_SYSTEMS
+from perbench.metrics.correlation import MIN_REPORTED_SYSTEMS
 from perbench.stats.bootstrap import replicate_position, symmetric_ci
 
-#: the coefficients compared between predictors (τ-b decides the verdict)
-COEFFICIENTS = ("kendall_tau_b", "spearman", "ndcg")
 _TIE = 1e-12
 
 
@@ -71,50 +70,7 @@ def predictors_of(est: Estimates, predictors: Sequence[str] | None) -> list[str]
     return chosen if len(chosen) >= 2 else list(est.upstream)
 
 
-class _Systems:
-    """System values and coefficients on a set of systems, cached (a system is a (setting, method) of
-    ``methods``)."""
-
-    def __init__(self, est: Estimates, methods: Sequence[str]) -> None:
-        self.est = est
-        self.methods = sorted(methods)
-        self.settings = sorted({k.setting for k in est.keys})
-        self._v: dict[tuple[str, str, str], Est | None] = {}
-        self._c: dict[tuple[str, str, tuple[tuple[str, str], ...]], dict[str, tuple[float | None, FloatArray]]] = {}
-
-    def value(self, s: str, m: str, k: str) -> Est | None:
-        if (s, m, k) not in self._v:
-            self._v[(s, m, k)] = self.est.value(m, k, s)
-        return self._v[(s, m, k)]
-
-    def having(self, metrics: Sequence[str]) -> list[tuple[str, str]]:
-        return [
-            (s, m) for s in self.settings for m in self.methods if all(self.value(s, m, k) is not None for k in metrics)
-        ]
-
-    def resampled(self, systems: Sequence[tuple[str, str]], metrics: Sequence[str]) -> bool:
-        """Every system's value of every metric has a bootstrap (at least 2 (user, prompt) pairs)."""
-        ests = [self.value(s, m, k) for s, m in systems for k in metrics]
-        return self.est.n_boot >= 2 and all(e is not None and all(self.est.plans[c].unit for c in e.cols) for e in ests)
-
-    def coefs(self, x: str, y: str, systems: Sequence[tuple[str, str]]) -> dict[str, tuple[float | None, FloatArray]]:
-        """Each coefficient of x's ranking with y's over ``systems``: (point or None, replicates with NaN)."""
-        key = (x, y, tuple(systems))
-        if key not in self._c:
-            xs = [self.value(s, m, x) for s, m in systems]
-            ys = [self.value(s, m, y) for s, m in systems]
-            px = np.array([e.point for e in xs if e is not None])
-            py = np.array([e.point for e in ys if e is not None])
-            n = self.est.n_boot
-            rx = np.stack([e.reps for e in xs if e is not None], axis=1) if systems else np.zeros((n, 0))
-            ry = np.stack([e.reps for e in ys if e is not None], axis=1) if systems else np.zeros((n, 0))
-            self._c[key] = {
-                name: (CORRELATIONS[name](px, py), BATCHED[name](rx, ry) if n else np.zeros(0)) for name in COEFFICIENTS
-            }
-        return self._c[key]
-
-
-def _difference(sys: _Systems, a: str, b: str, d: str, own: dict[str, int]) -> dict[str, Any]:
+def _difference(sys: Systems, a: str, b: str, d: str, own: dict[str, int]) -> dict[str, Any]:
     """The coefficients of a with d minus b's, on the systems that have a, b and d (see the module docstring);
     a and b are swapped when b has the higher τ-b there, so every difference reads "a − b ≥ 0"."""
     systems = sys.having([a, b, d])
@@ -172,7 +128,7 @@ def _delta(
 
 
 def _verdict(
-    sys: _Systems, d: str, table: list[dict[str, Any]], diffs: dict[frozenset[str], dict[str, Any]]
+    sys: Systems, d: str, table: list[dict[str, Any]], diffs: dict[frozenset[str], dict[str, Any]]
 ) -> dict[str, Any]:
     """The leader by τ-b (on its own systems) and its simultaneous comparisons with every other predictor."""
     taus = {
@@ -244,7 +200,7 @@ def _prespecified(table: Sequence[Mapping[str, Any]], name: str | None) -> dict[
     return {"upstream": chosen, "n_systems": rows[chosen]["n_systems"], "kendall_tau_b": rows[chosen]["kendall_tau_b"]}
 
 
-def _max_of_k(sys: _Systems, d: str, order: Sequence[str]) -> dict[str, Any]:
+def _max_of_k(sys: Systems, d: str, order: Sequence[str]) -> dict[str, Any]:
     """The highest τ-b of K predictors is a maximum, selected after the fact: its percentile interval does not
     cover it (it sits high in its own replicates). The interval given instead is simultaneous over the K
     predictors (the max-statistic bootstrap of |τ*_k − τ̂_k| / se*_k), so it holds whichever predictor came out
@@ -289,7 +245,8 @@ def validity(
     if reference:  # (pure decoders have no upstream cells: they are in no system either way)
         selection = _selection(est, methods, preds)[0]
     sel = {(p["upstream"], p["downstream"]): p for p in selection.get("pairs", [])}
-    sys = _Systems(est, methods)
+    sys = Systems(est, methods)
+    held_sys = HeldOut(est, methods, preds)
     out: dict[str, Any] = {
         "systems": (
             f"the deployable systems; reference lines left out: {', '.join(reference)}"
@@ -308,6 +265,11 @@ def validity(
             "intervals over the comparisons with the leader (max-statistic bootstrap)"
         ),
         "published": [dict(p) for p in PUBLISHED],
+        "held_out": (
+            f"each predictor measured on one of {FOLDS} halves of the outcome's prompts and the outcome on the other, "
+            "the coefficient averaged over the two ways round (a predictor on other prompts is read whole); "
+            "which predictor to trust is decided on these"
+        ),
         "agreement": _agreement(sys, preds),
         "by_downstream": {},
     }
@@ -325,11 +287,25 @@ def validity(
         vs_curated = [
             diffs[frozenset((p, CURATED))] for p in preds if p.startswith(ONPOLICY) and frozenset((p, CURATED)) in diffs
         ]
+        held = _held_out(held_sys, d, preds, prespecified) if held_sys.usable(d) else None
+        if held is not None:
+            verdict = held["verdict"]
+        else:  # no folds to cross-fit over: the on-policy predictors are in-sample, and left out of the verdict
+            kept = [r for r in table if not r["upstream"].startswith(ONPOLICY)]
+            verdict = _verdict(sys, d, kept, diffs)
+            left = [r["upstream"] for r in table if r not in kept]
+            if left:
+                verdict["text"] += (
+                    f" Left out: {', '.join(left)}, read off the same pool samples as {d} and measured in-sample "
+                    "(too few prompts to hold half of them out)."
+                )
         out["by_downstream"][d] = {
             "predictors": table,
+            "in_sample": [r["upstream"] for r in table if r["upstream"].startswith(ONPOLICY)],
             "differences": list(diffs.values()),
             "onpolicy_vs_curated": vs_curated,
-            "verdict": _verdict(sys, d, table, diffs),
+            "held_out": held,
+            "verdict": verdict,
             "prespecified": _prespecified(table, prespecified),
             "headline": None if head is None else head["text"],
             "published": published_for(downstream=d),
@@ -337,7 +313,45 @@ def validity(
     return out
 
 
-def _agreement(sys: _Systems, preds: Sequence[str]) -> list[dict[str, Any]]:
+def _held_out(held: HeldOut, d: str, preds: Sequence[str], prespecified: str | None) -> dict[str, Any] | None:
+    """Every predictor's coefficients with ``d`` cross-fitted over prompt folds (:class:`.crossfit.HeldOut`), their
+    differences and the verdict on them; None when fewer than two predictors have enough systems."""
+    est = held.est
+    table: list[dict[str, Any]] = []
+    for u in preds:
+        systems = held.having([u, d])
+        if len(systems) < MIN_REPORTED_SYSTEMS:
+            continue
+        c = held.coefs(u, d, systems)
+        n_boot = est.n_boot if held.resampled(systems, [u, d]) else 0
+        row: dict[str, Any] = {"upstream": u, "n_systems": len(systems)}
+        for name in COEFFICIENTS:
+            v, reps = c[name]
+            ci, pos = coefficient_ci(name, f_(v), reps, est.level, n_boot)
+            row[name] = {"value": f_(v), "ci": ci_(ci), "note": bias_note(pos)}
+        table.append(row)
+    if not table:
+        return None
+    own = {r["upstream"]: r["n_systems"] for r in table}
+    names = [r["upstream"] for r in table]
+    diffs = {frozenset((a, b)): _difference(held, a, b, d, own) for i, a in enumerate(names) for b in names[i + 1 :]}
+    verdict = _verdict(held, d, table, diffs)
+    verdict["text"] += (
+        f" (Held out: each predictor on one half of {d}'s prompts, {d} on the other, averaged over both ways round.)"
+    )
+    if verdict.get("max_of_k"):
+        verdict["max_of_k"]["held_out"] = True
+    return {
+        "folds": FOLDS,
+        "unit": "prompts",
+        "predictors": table,
+        "differences": list(diffs.values()),
+        "verdict": verdict,
+        "prespecified": _prespecified(table, prespecified),
+    }
+
+
+def _agreement(sys: Systems, preds: Sequence[str]) -> list[dict[str, Any]]:
     """τ-b between every two predictors' rankings of the systems that have both, with its CI."""
     out = []
     for i, a in enumerate(preds):

@@ -3,10 +3,10 @@ the difference to zero-shot split into sampling and re-ranking, and its reward-h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perbench.metrics.analysis.base import ZERO_SHOT, f_
+from perbench.metrics.analysis.base import ZERO_SHOT, Est, f_
 from perbench.metrics.analysis.roles import RANDOM_PICK
 from perbench.metrics.analysis.verdict_phrasing import Phrasing
 
@@ -21,8 +21,17 @@ _QUALITY_NAMES = {
 
 
 class CostParts(Phrasing):
+    def _part(self, d: Est | None) -> dict[str, Any] | None:
+        if d is None:
+            return None
+        ci = self.est.ci(d)
+        return {"value": f_(d.point), "ci": None if ci is None else list(ci), "cells": d.cells, "partial": d.partial}
+
     def trade_offs(self, metric: str, pick: str) -> tuple[list[dict[str, Any]], str]:
-        """The pick against zero-shot decoding on every other quality of its decoder (marginal 95% CIs)."""
+        """The pick against zero-shot decoding on every other quality of its decoder (marginal 95% CIs), each
+        difference split, where the decoder has a random pick from the same pool, into ``sampling`` (random pick −
+        zero-shot: what drawing from the policy does, whichever RM re-ranks) and ``reranking`` (pick − random pick:
+        what the reward model does); the sentence charges the reward model with its part only."""
         fam = metric.partition(":")[0]
         rows: list[dict[str, Any]] = []
         for k in self.est.downstream:
@@ -31,26 +40,70 @@ class CostParts(Phrasing):
                 continue
             zs = self.est.zero_shot_metric(k)
             d = None if zs is None else self.est.delta(pick, k, ZERO_SHOT, zs)
-            if d is None:
+            if d is None or zs is None:
                 continue
             ci = self.est.ci(d)
-            rows.append({"metric": k, "delta": f_(d.point), "ci": None if ci is None else list(ci)})
+            row: dict[str, Any] = {"metric": k, "delta": f_(d.point), "ci": None if ci is None else list(ci)}
+            rand = self.est.value(RANDOM_PICK, k)
+            row["sampling"] = None if rand is None else self._part(self.est.delta(RANDOM_PICK, k, ZERO_SHOT, zs))
+            row["reranking"] = None if rand is None else self._part(self.est.delta(pick, k, RANDOM_PICK, k))
+            rows.append(row)
+        split = [r for r in rows if r["reranking"] is not None and r["reranking"]["value"] is not None]
+        whole = [r for r in rows if r not in split]
+        return rows, " ".join(t for t in (self._reranking_text(pick, split), self._total_text(pick, whole)) if t)
+
+    def _say(self, k: str, value: float, ci: Sequence[float] | None) -> str:
+        q = _QUALITY_NAMES.get(k.partition(":")[2], k)
+        return f"{q} {self.pct(k, value, True)} ({self.est.fmt_ci(k, ci)})"
+
+    def _reranking_text(self, pick: str, rows: Sequence[Mapping[str, Any]]) -> str:
+        """What re-ranking by the pick changes on the other qualities (the RM's part of each trade-off)."""
+        if not rows:
+            return ""
+        part = [(r["metric"], r["reranking"]) for r in rows]
+        lost = [(k, p) for k, p in part if p["ci"] is not None and p["ci"][1] < 0]
+        won = [(k, p) for k, p in part if p["ci"] is not None and p["ci"][0] > 0]
+        rest = [(k, p) for k, p in part if (k, p) not in lost and (k, p) not in won]
+
+        def say(xs: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+            return ", ".join(self._say(k, p["value"], p["ci"]) for k, p in xs)
+
+        head = f"Re-ranking by {pick} (its pick − a random pick from the same pool, marginal CIs)"
+        bits = []
+        if lost:
+            bits.append("trades away " + say(lost))
+        if won:
+            bits.append("gains " + say(won))
+        if rest:
+            bits.append(("and " if bits else "") + "changes no other quality reliably: " + say(rest))
+        sampled = [
+            (r["metric"], r["sampling"])
+            for r in rows
+            if r.get("sampling") and r["sampling"]["ci"] is not None and (r["sampling"]["ci"][1] < 0 or
+                                                                         r["sampling"]["ci"][0] > 0)
+        ]  # fmt: skip
+        tail = (
+            "; the rest of each difference to zero-shot decoding comes from sampling from the policy (a random pick "
+            "from the pool − zero-shot), whichever reward model re-ranks"
+            if sampled
+            else ""
+        )
+        return f"{head} {'; '.join(bits)}{tail}."
+
+    def _total_text(self, pick: str, rows: Sequence[Mapping[str, Any]]) -> str:
+        """The pick against zero-shot decoding where the decoder has no random pick to split the difference by."""
         lost = [r for r in rows if r["ci"] is not None and r["ci"][1] < 0]
         won = [r for r in rows if r["ci"] is not None and r["ci"][0] > 0]
-
-        def say(r: Mapping[str, Any]) -> str:
-            q = _QUALITY_NAMES.get(r["metric"].partition(":")[2], r["metric"])
-            return f"{q} {self.pct(r['metric'], r['delta'], True)} ({self.est.fmt_ci(r['metric'], r['ci'])})"
-
         parts = []
         if lost:
-            parts.append(f"Against zero-shot decoding, {pick} trades away " + ", ".join(say(r) for r in lost))
+            parts.append(f"Against zero-shot decoding, {pick} trades away " + ", ".join(
+                self._say(r["metric"], r["delta"], r["ci"]) for r in lost
+            ))  # fmt: skip
         if won:
             parts.append(("and gains " if lost else f"Against zero-shot decoding, {pick} gains ") + ", ".join(
-                say(r) for r in won
+                self._say(r["metric"], r["delta"], r["ci"]) for r in won
             ))  # fmt: skip
-        text = (" ".join(parts) + " (marginal CIs).") if parts else ""
-        return rows, text
+        return (" ".join(parts) + " (marginal CIs).") if parts else ""
 
     def zero_shot_split(self, metric: str, pick: str) -> tuple[dict[str, Any] | None, str]:
         zs = self.est.zero_shot_metric(metric)

@@ -68,9 +68,10 @@ class UpstreamPart(Phrasing):
         if best.get("upstream") and best["upstream"] != predictor and best.get("value") is not None:
             ci = best.get("ci")
             adj = f", simultaneous 95% interval [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
+            held = " on prompts held out from the outcome (cross-fitted over 2 folds)" if best.get("held_out") else ""
             out.append(
-                f"The highest of the {best['k']} predictors here, {best['upstream']}, has τ-b {best['value']:+.2f}; "
-                f"as the maximum of {best['k']} it is selected after the fact{adj}."
+                f"The highest of the {best['k']} predictors here, {best['upstream']}, has τ-b {best['value']:+.2f}"
+                f"{held}; as the maximum of {best['k']} it is selected after the fact{adj}."
             )
         res["max_of_k"] = best or None
         return out

@@ -1,0 +1,55 @@
+"""What the verdict's pick costs on the other qualities of its decoder: each difference to zero-shot decoding
+beside its two causes, sampling from the policy (random pick − zero-shot) and re-ranking by the reward model
+(pick − random pick), read from ``verdict.trade_offs`` (the analysis's numbers; nothing here decides)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perbench.report.extract import _d, _l
+from perbench.report.fmt import esc, is_pct_metric, metric_label, table, value_ci
+
+
+def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
+    """The verdict's trade-offs as a table (one row per quality), or "" when the verdict has none."""
+    v = _d(_d(analysis).get("verdict"))
+    rows = [_d(r) for r in _l(v.get("trade_offs"))]
+    pick = str(v.get("pick") or "")
+    if not rows or not pick:
+        return ""
+    shown = (names or {}).get(pick, pick)
+    out = []
+    for r in rows:
+        metric = str(r.get("metric") or "")
+        pct = is_pct_metric(metric)
+
+        def part(p: Any, pct: bool = pct) -> str:
+            p = _d(p)
+            if not p:
+                return '<span class="na" title="no random pick from the same pool on this decoder">n/a</span>'
+            return value_ci(p.get("value"), p.get("ci"), pct, signed=True)
+
+        out.append(
+            [
+                esc(metric_label(metric)),
+                value_ci(r.get("delta"), r.get("ci"), pct, signed=True),
+                part(r.get("sampling")),
+                part(r.get("reranking")),
+            ]
+        )
+    head = [
+        "quality",
+        f"{shown} − zero-shot",
+        "sampling (random pick − zero-shot)",
+        f"re-ranking by {shown} (pick − random pick)",
+    ]
+    return (
+        f"<details><summary>What {esc(shown)} trades against zero-shot decoding, by cause "
+        f"({len(out)} qualities)</summary>"
+        + table([esc(h) for h in head], out)
+        + '<p class="muted">Marginal 95% two-way CIs (users × prompts). The difference to greedy zero-shot decoding '
+        "is the sum of what sampling from the policy does whichever reward model re-ranks (the random pick from the "
+        "same pool) and what re-ranking by the reward model adds; the verdict charges the reward model with the "
+        "second part only.</p></details>"
+    )
