@@ -131,6 +131,9 @@ class RunConfig:
     #: under these. None: ``device`` / ``dtype``
     unit_device: Annotated[str, DEVICE] | None = None
     unit_dtype: Annotated[str, DTYPE] | None = None
+    #: run on a CPU even when the run's estimated CPU time is over an hour (``perbench.runner.estimate``: such a run is
+    #: refused with its estimate unless this is true)
+    allow_slow: bool = False
     out_dir: Annotated[str, NON_EMPTY] = "runs"
     #: the run's folder inside ``out_dir`` (one plain name; default: ``BENCHMARK-CONFIGHASH``)
     run_name: Annotated[str, RUN_NAME] | None = None

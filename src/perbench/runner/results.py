@@ -231,22 +231,22 @@ def analyze_cells(
     results.json's ``systems.members`` (what the verdict's tie-break reads) (see ``analyze``)."""
     from perbench.metrics.analysis import analyze
 
-    metrics = {c["metric"] for c in cells}
-    verdict = cfg.verdict_metric or next((m for m in VERDICT_DEFAULTS if m in metrics), None)
-    analysis = analyze(
-        cells,
-        verdict_metric=verdict,
-        reference_method=cfg.reference_method,
-        n_boot=cfg.bootstrap,
-        seed=cfg.seed,
-        equivalence_margin=cfg.equivalence_margin,
-        equivalence_fraction=cfg.equivalence_fraction,
-        verdict_predictor=cfg.verdict_predictor,
-        roles={b.label(): "baseline" for b in cfg.baselines},
-        adaptive=adaptive,
-        systems=systems,
-    )
-    return analysis
+    return analyze(cells, **analysis_options({c["metric"] for c in cells}, cfg), adaptive=adaptive, systems=systems)
+
+
+def analysis_options(metrics: set[str], cfg: RunConfig) -> dict[str, Any]:
+    """The keywords of ``analyze`` that the config decides, for cells with these ``metrics`` (plain data: they also
+    key the analysis's memo, :mod:`perbench.runner.derived`)."""
+    return {
+        "verdict_metric": cfg.verdict_metric or next((m for m in VERDICT_DEFAULTS if m in metrics), None),
+        "reference_method": cfg.reference_method,
+        "n_boot": cfg.bootstrap,
+        "seed": cfg.seed,
+        "equivalence_margin": cfg.equivalence_margin,
+        "equivalence_fraction": cfg.equivalence_fraction,
+        "verdict_predictor": cfg.verdict_predictor,
+        "roles": {b.label(): "baseline" for b in cfg.baselines},
+    }
 
 
 def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:

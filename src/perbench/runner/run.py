@@ -19,10 +19,13 @@ from perbench.config import RunConfig
 from perbench.data.checks import skip_line
 from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
+from perbench.runner.cells import cells_record as cells_record_of
+from perbench.runner.derived import analysis_of, compute_record
+from perbench.runner.estimate import check_cpu_time
 from perbench.runner.methods import MethodHandle
 from perbench.runner.outcome import RunResult as RunResult  # also importable from here
 from perbench.runner.preflight import check_config, check_models, check_paths, check_setup
-from perbench.runner.results import analyze_cells, attach_analysis, build_results, print_verdict, systems_section
+from perbench.runner.results import attach_analysis, build_results, print_verdict, systems_section
 from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
 from perbench.runner.work import Work
@@ -69,6 +72,7 @@ class Runner:
         if needs_models(self.cfg):  # what would fail mid-run fails here, before any weights load
             for b in (bench, *extras.values()):  # every system scores the upstream benchmarks' pairs too
                 check_models(self.cfg, b)
+            check_cpu_time(self.cfg, bench)  # a GPU-sized run on a CPU: refused with its estimate (allow_slow)
         check_paths(self.run_dir)
         bench, extras = seal_all(bench, extras)  # methods see opaque ids and stripped pairs from here on
         from perbench import registry
@@ -139,10 +143,13 @@ class Runner:
         for label, by_policy in state.pa_by_policy.items():
             upstream[label]["policy_accuracy_by_policy"] = by_policy
         state.timing["total"] = time.perf_counter() - t0
+        cells_text = state.cells.text()  # once: its digest keys the analysis; results.json records it
+        cells_record = cells_record_of(cells_text.encode("utf-8"), len(state.cells.rows))
         with state.timed("analysis"):
             adaptive = {rec["metric"]: rec["summary"] for rec in state.adaptive.values()}
             members = systems_section(state)["members"]
-            analysis = analyze_cells(state.cells.rows, cfg, adaptive, members)
+            # read back when an earlier run analysed the same cells the same way (runner/derived.py)
+            analysis, memo = analysis_of(state.cells.rows, cells_record["sha256"], cfg, adaptive, members)
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
         if store_need is not None:
@@ -172,15 +179,17 @@ class Runner:
                 "retried": dict(sorted(work.retried.items())),
             }
         attach_analysis(results, analysis)  # one CI per number: the analysis's
-        results["cells"] = state.cells.record()
+        results["cells"] = cells_record
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
+        results["work"]["derived"] = {"analysis": "read from the cache" if memo else "computed"}
+        results["provenance"]["compute"] = compute_record(self.run_dir, results)
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)
-        state.cells.write(self.run_dir / "cells.jsonl")
+        atomic_write_text(self.run_dir / "cells.jsonl", cells_text)
         print_verdict(analysis)
         log_work(results["work"])
         log(f"results: {self.run_dir / 'results.json'}")
-        result = RunResult(self.run_dir, results, state.samples)
+        result = RunResult(self.run_dir, results, state.samples, state.cells.rows)
         if self.finish is not None:
             self.finish(result)
         return result
