@@ -3,6 +3,7 @@ the default edition unchanged by it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,10 @@ from perbench.io import atomic_write_jsonl
 DEFAULT_FINGERPRINT = "066f6c1449ac6522"
 
 
-@pytest.fixture
-def more_bases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_cache: Path) -> Path:
+@pytest.fixture(scope="module")
+def more_bases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Hand-written base responses for the extra prompts (the shipped ones are the policy's), in place of
-    ``pool_more.jsonl``."""
+    ``pool_more.jsonl``, with one cache for the module (the large pool is derived once)."""
     texts = {
         "brief": "Start with the basics. Keep it simple and steady.",
         "list": "Here are some tips:\n- Plan ahead.\n- Keep notes.\n- Review weekly.\n- Ask for help early.",
@@ -37,10 +38,13 @@ def more_bases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_cache: Path)
         for p in MORE_PROMPTS
         for i, s in enumerate(STYLES)
     ]
-    path = tmp_path / "pool_more.jsonl"
+    folder = tmp_path_factory.mktemp("more")
+    path = folder / "pool_more.jsonl"
     atomic_write_jsonl(path, rows)
-    monkeypatch.setattr(pool_large, "MORE_POOL_PATH", path)
-    return path
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pool_large, "MORE_POOL_PATH", path)
+        mp.setenv("PERBENCH_CACHE", str(folder / "cache"))
+        yield path
 
 
 def test_the_default_edition_is_unchanged() -> None:
@@ -78,7 +82,7 @@ def test_every_large_want_is_reachable_in_the_default_pool() -> None:
 
 
 def test_the_large_pool_is_derived_once(more_bases: Path) -> None:
-    first = pool_large.large_pool(more=more_bases)
+    first = pool_large.large_pool(more=more_bases)  # derived here or by an earlier test of the module
     assert set(first) == {p.prompt_id for p in RUBRIC_PROMPTS + MORE_PROMPTS}
     assert all(len(rows) > len(STYLES) for rows in first.values())
     calls: list[int] = []
@@ -94,12 +98,3 @@ def test_the_large_pool_is_derived_once(more_bases: Path) -> None:
     finally:
         pool_large.assemble_pool = real
     assert again == first and calls == []  # read back from the cache
-
-
-def test_the_shipped_extra_bases_cover_every_extra_prompt() -> None:
-    from perbench.io import read_jsonl
-
-    rows = [row for _, row in read_jsonl(pool_large.MORE_POOL_PATH)]
-    got = {(r["prompt_id"], r["source"]) for r in rows}
-    assert got == {(p.prompt_id, f"base-{s}") for p in MORE_PROMPTS for s in STYLES}
-    assert all(r["text"].strip() for r in rows)
