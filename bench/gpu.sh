@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # perbench on one CUDA GPU, side by side with the plain libraries under it, within BUDGET_S (default 480 s):
 #   bash bench/gpu.sh               the measurements; writes docs/benchmarks-gpu.md (and DEST/benchmarks-gpu.md)
-#   bash bench/gpu.sh --cpu-smoke   every step at tiny sizes on a CPU, in about a minute (a check of the script)
+#   bash bench/gpu.sh --cpu-smoke   every step at tiny sizes on a CPU, in a few minutes (a check of the script)
 # Steps, in order, each under a timeout that leaves the later ones their time: the environment; the plain-library
 # anchors (transformers `generate` at batch 64/256/1,024 and a bf16 forward at batch 16/256, SmolLM2-135M-shaped
 # random weights); bench/suite.py's guided and rm_scoring pieces; `perbench run` of the default config from an empty
@@ -56,7 +56,7 @@ if [ "$SMOKE" = 1 ]; then
   TINY=(--set policy=tiny-random --set rm_backbone=tiny-random --set device=cpu --set bootstrap=20
         --set max_new_tokens=6 --set max_test_prompts=2 --set max_gen_users=2 --set max_pool_prompts=2
         --set shot_curve=[1,2] --set "benchmark={name: rubrics, max_train_prompts: 3, max_test_prompts: 2}")
-  DEFAULT_SET=("${TINY[@]}")
+  DEFAULT_SET=("${TINY[@]}" --set "methods=[global_bt, mpu]" --set "systems={train_fraction: [0.5, 1.0]}")
   SCALE_SET=("${TINY[@]}" --set "methods=[global_bt, {name: pdpo, steps: 1}]" --set "guide_with=[global_bt]"
              --set "systems={train_fraction: [0.5, 1.0]}"
              --set "decoders=[zero_shot, {name: best_of_n, n: 2, pool: 4}, {name: args, k: 2, w: 1.0}]")
