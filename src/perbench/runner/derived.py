@@ -60,13 +60,7 @@ def compute_record(run_dir: Path, results: Mapping[str, Any]) -> dict[str, Any]:
     """``provenance.compute`` of a run about to write ``results``: this run's seconds and units, and the first run's
     (the run that computed units in this folder: its record is carried over from the results.json being replaced;
     this run itself when it computed units and nothing earlier did)."""
-    units = (results.get("work") or {}).get("units") or {}
-    this = {
-        "created": results.get("created"),
-        "timing_s": dict(results.get("timing_s") or {}),
-        "units_computed": int(units.get("computed") or 0),
-        "units_found_finished": int(units.get("found_finished") or 0),
-    }
+    this = _record(results)
     first = _earlier_first_run(run_dir / "results.json")
     if first is None and this["units_computed"]:
         first = this
@@ -90,12 +84,16 @@ def _earlier_first_run(path: Path) -> dict[str, Any] | None:
     compute = (earlier.get("provenance") or {}).get("compute") or {}
     if isinstance(compute.get("first_run"), dict):
         return dict(compute["first_run"])
-    units = (earlier.get("work") or {}).get("units") or {}
-    if not units.get("computed"):
-        return None
+    record = _record(earlier)
+    return record if record["units_computed"] else None
+
+
+def _record(results: Mapping[str, Any]) -> dict[str, Any]:
+    """One run's entry of ``provenance.compute``: when it ran, its phases' seconds and its units."""
+    units = (results.get("work") or {}).get("units") or {}
     return {
-        "created": earlier.get("created"),
-        "timing_s": dict(earlier.get("timing_s") or {}),
+        "created": results.get("created"),
+        "timing_s": dict(results.get("timing_s") or {}),
         "units_computed": int(units.get("computed") or 0),
         "units_found_finished": int(units.get("found_finished") or 0),
     }
