@@ -69,7 +69,7 @@ fi
 
 step environment 60 "$PY" bench/gpu_bench.py environment --figures "$FIG"
 step anchors 90 "$PY" bench/gpu_bench.py anchors --figures "$FIG" "${DEV[@]}"
-step suite 90 "$PY" bench/suite.py "${SUITE[@]}" --out "$DEST/suite.md" --figures "$DEST/suite.json"
+step suite 120 "$PY" bench/suite.py "${SUITE[@]}" --out "$DEST/suite.md" --figures "$DEST/suite.json"
 [ -f "$DEST/suite.json" ] && "$PY" bench/gpu_bench.py suite "$DEST/suite.json" --figures "$FIG"
 # the default run from an empty cache, then its rerun with every unit cached
 export PERBENCH_CACHE="$DEST/cache-default"
