@@ -182,7 +182,7 @@ def test_cli_list(capsys: pytest.CaptureFixture[str]) -> None:
         assert name in out
 
 
-@pytest.mark.parametrize("name", ["default", "all_methods", "decoders", "rl", "rl_full"])
+@pytest.mark.parametrize("name", ["default", "all_methods", "decoders", "rl", "rl_full", "scale"])
 def test_embedded_configs_resolve_by_name_and_validate(name: str, tmp_path: Path) -> None:
     import yaml
 

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sealed",
             "sqlite_file",
             "cache",
+            "memo",
             "calls",
             "stats",
         ),

@@ -27,8 +27,14 @@ def run(config: RunConfig | str | Path | None = None, **overrides: Any) -> RunRe
 def write_run_report(result: RunResult) -> Path:
     """A finished run's report.html (with leaderboard.md and plots/) from the results it just wrote."""
     from perbench.report.html import write_report
+    from perbench.runner.rundir import RunData, read_jsonl
     from perbench.runner.state import log
 
-    write_report(result.results, result.report_path)
+    run = None
+    if result.cells is not None:  # the cells in memory are the file's rows: not read back (a run's largest file)
+        notes: list[str] = []
+        samples = read_jsonl(result.run_dir / "samples.jsonl", notes)
+        run = RunData(result.run_dir, result.results, cells=result.cells, samples=samples, notes=notes)
+    write_report(result.results, result.report_path, run)
     log(f"report:  {result.report_path}")
     return result.report_path

@@ -40,11 +40,17 @@ def build_pool(
     max_new_tokens: int = 200,
     n_edits: int = 8,
     batch_size: int = 8,
+    size: str = "default",
 ) -> Path:
     """Write the pool (default: the shipped ``pool.jsonl``) from ``policy``'s base responses to the first ``limit``
-    prompts (all: None), deterministically from ``seed``."""
+    prompts (all: None), deterministically from ``seed``. ``size="large"``: the base responses of the large
+    edition's extra prompts instead (``pool_more.jsonl``; the large pool's edits are derived when it loads)."""
     from perbench.device import set_threads
 
     set_threads()
     write = policy_writer(policy, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    if size == "large":
+        from perbench.data.rubrics.pool_large import write_more_bases
+
+        return write_more_bases(write, out, seed=seed)
     return write_pool(write, out, seed=seed, limit=limit, n_edits=n_edits)

@@ -20,6 +20,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--policy", default="smollm2", help="(rubrics) the policy that writes the candidate pool")
     p.add_argument("--limit", type=int, help="(rubrics) only the first N prompts")
+    p.add_argument(
+        "--size",
+        default="default",
+        choices=["default", "large"],
+        help="(rubrics) large: the base responses of the large edition's 48 extra prompts (pool_more.jsonl)",
+    )
     p.add_argument("--lamp-dir", help="(pref-lamp) folder with LaMP-5 files")
     p.add_argument(
         "--layout",
@@ -40,7 +46,11 @@ def command(args: argparse.Namespace) -> int:
         from perbench.builders.rubric_pool import build_pool
 
         path = build_pool(
-            out=Path(args.out) if args.out else None, seed=args.seed, policy=args.policy, limit=args.limit
+            out=Path(args.out) if args.out else None,
+            seed=args.seed,
+            policy=args.policy,
+            limit=args.limit,
+            size=args.size,
         )
         print(f"wrote {path}")
         return 0

@@ -11,7 +11,16 @@ from collections.abc import Mapping
 from typing import Any
 
 #: keys that say where or how results are computed, not what they are
-NOT_HASHED = ("out_dir", "run_name", "batch_size", "feature_batch_size", "executor", "resources", "hub_kernels")
+NOT_HASHED = (
+    "out_dir",
+    "run_name",
+    "batch_size",
+    "feature_batch_size",
+    "executor",
+    "resources",
+    "hub_kernels",
+    "allow_slow",
+)
 #: optional extras: absent (None) = the hash configs had before they existed
 HASHED_WHEN_SET = (
     "judge",

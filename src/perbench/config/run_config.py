@@ -136,6 +136,9 @@ class RunConfig:
     #: let transformers swap model layers for kernels it fetches from the Hugging Face hub and runs (the ``kernels``
     #: package; on load and on ``model.train()``). Off: every model runs its own torch code, offline
     hub_kernels: bool = False
+    #: run on a CPU even when the run's estimated CPU time is over an hour (``perbench.runner.estimate``: such a run is
+    #: refused with its estimate unless this is true)
+    allow_slow: bool = False
     out_dir: Annotated[str, NON_EMPTY] = "runs"
     #: the run's folder inside ``out_dir`` (one plain name; default: ``BENCHMARK-CONFIGHASH``)
     run_name: Annotated[str, RUN_NAME] | None = None

@@ -107,6 +107,67 @@ def build_plots(
     return out
 
 
+#: what a run's results hold that no figure reads (they differ between a run and its rerun)
+_NOT_PLOTTED = ("created", "timing_s", "work", "provenance", "plan", "batching")
+
+
+def memo_plots(
+    analysis: Mapping[str, Any], results: Mapping[str, Any], cells: Sequence[Mapping[str, Any]] | None
+) -> dict[str, Plot]:
+    """:func:`build_plots` (every figure), kept in the shared cache under the digest of what the figures read (the
+    results but their timings, work counters and provenance; the cells, by results.json's digest of cells.jsonl)
+    and the code: a rerun's report draws nothing that the first run drew."""
+    import hashlib
+    import json
+
+    from perbench.memo import derived_store, memo_key
+
+    shown = {k: v for k, v in results.items() if k not in _NOT_PLOTTED}
+    record = _d(results.get("cells"))
+    cells_digest = (
+        record.get("sha256")
+        or hashlib.sha256(json.dumps(list(cells or []), sort_keys=True, default=str).encode()).hexdigest()
+    )
+    key = memo_key("plots", shown, cells_digest, bool(cells))
+    store = derived_store()
+    if store is None:
+        return build_plots(analysis, results, cells)
+    try:
+        got = store.get_json(key)
+        if isinstance(got, list):
+            try:
+                return {
+                    str(p["role"]): Plot(
+                        str(p["name"]),
+                        str(p["title"]),
+                        base64.b64decode(p["png"]),
+                        base64.b64decode(p["svg"]),
+                        bool(p["in_page"]),
+                    )
+                    for p in got
+                }
+            except (KeyError, TypeError, ValueError):
+                pass  # a value of another shape: drawn again and replaced
+        figs = build_plots(analysis, results, cells)
+        store.put_json(
+            key,
+            [
+                {
+                    "role": role,
+                    "name": p.name,
+                    "title": p.title,
+                    "png": base64.b64encode(p.png).decode("ascii"),
+                    "svg": base64.b64encode(p.svg).decode("ascii"),
+                    "in_page": p.in_page,
+                }
+                for role, p in figs.items()
+            ],
+        )
+        return figs
+    finally:
+        store.close()
+
+
 def system_names(analysis: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Compact labels of every system and decoder the report names (``report.labels``)."""
     labels = [*_d(analysis.get("table")), *_d(_d(results).get("upstream")), *_d(_d(results).get("downstream"))]
@@ -234,7 +295,7 @@ def write_report(results: Mapping[str, Any], path: str | Path, run: RunData | No
     cells = read_jsonl(path.parent / "cells.jsonl", notes) if run is None else run.cells
     samples = read_jsonl(path.parent / "samples.jsonl", notes) if run is None else run.samples
     a = _d(results.get("analysis"))
-    figs = build_plots(a, results, cells)
+    figs = memo_plots(a, results, cells)
     html = render(results, cells=cells, samples=samples, figures=figs, notes=notes)
     bench = str(_d(results.get("benchmark")).get("name", "run"))
     md = render_markdown(a, f"perbench — {bench}")

@@ -65,29 +65,33 @@ class Cells:
         """The rows as ``cells.jsonl`` holds them, one sorted-key JSON object per line."""
         return "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows)
 
-    def record(self) -> dict[str, Any]:
+    def record(self, text: str | None = None) -> dict[str, Any]:
         """What results.json keeps of the cells files, so a reader notices a file that lost or changed rows: the
-        JSONL's count and digest, and the Parquet copy's digest (``parquet``)."""
+        JSONL's count and digest, and the Parquet copy's digest (``parquet``). ``text``: :meth:`text`, when the
+        caller has it."""
         from perbench.runner.tables import parquet_record
 
-        return {**cells_record(self.text().encode("utf-8"), len(self.rows)), "parquet": parquet_record(self.parquet())}
+        text = self.text() if text is None else text
+        return {**cells_record(text.encode("utf-8"), len(self.rows)), "parquet": parquet_record(self.parquet(text))}
 
-    def parquet(self) -> bytes:
-        """The rows as zstd Parquet (:mod:`perbench.runner.tables`), made once per set of rows."""
+    def parquet(self, text: str | None = None) -> bytes:
+        """The rows as zstd Parquet (:mod:`perbench.runner.tables`), made once per set of rows (rows may be
+        rewritten in place: the set is told by the JSONL text's digest)."""
         from perbench.runner.tables import cells_table, parquet_bytes
 
-        key = hashlib.sha256(self.text().encode("utf-8")).hexdigest()  # rows may be rewritten in place
+        key = hashlib.sha256((self.text() if text is None else text).encode("utf-8")).hexdigest()
         if getattr(self, "_parquet", (None, ""))[1] != key:
             self._parquet = (parquet_bytes(cells_table(self.rows)), key)
         return self._parquet[0]
 
-    def write(self, path: Path) -> None:
+    def write(self, path: Path, text: str | None = None) -> None:
         """``path`` (cells.jsonl) and, beside it, cells.parquet."""
         from perbench.io import atomic_write_bytes
         from perbench.runner.tables import CELLS_PARQUET
 
-        atomic_write_text(path, self.text())
-        atomic_write_bytes(path.with_name(CELLS_PARQUET), self.parquet())
+        text = self.text() if text is None else text
+        atomic_write_text(path, text)
+        atomic_write_bytes(path.with_name(CELLS_PARQUET), self.parquet(text))
 
 
 def cells_record(raw: bytes, count: int) -> dict[str, Any]:

@@ -12,6 +12,8 @@ class RunResult:
     run_dir: Path
     results: dict[str, Any]
     samples: list[dict[str, Any]] = field(default_factory=list)
+    #: the cells the run just wrote to cells.jsonl (plain rows, as the file holds them); None: read the file
+    cells: list[dict[str, Any]] | None = None
 
     @property
     def results_path(self) -> Path:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from perbench.data.records import Prompt, prompt_key
+from perbench.memo import Memo, array_digest
 from perbench.metrics.analysis.roles import ORACLE_PICK, RANDOM_PICK
 from perbench.runner.methods import MethodHandle
 from perbench.runner.pool_units import Pool, PoolUnits
@@ -47,10 +48,23 @@ class Pooled(PoolUnits):
         targets: list[tuple[Prompt, str]],
         zero: dict[tuple[str, str], str] | None,
     ) -> dict[str, Any]:
-        """Cells, per-cell sample rows and a summary (with the Best-of-n curve) for every pooled system."""
-        from perbench.decoding.best_of_n import bon_expected, bon_ns
+        """Cells, per-cell sample rows and a summary (with the Best-of-n curve) for every pooled system. The curves'
+        bootstrap and the diagnosis are memoized by content (:class:`perbench.cache.Memo`): a rerun reads them."""
+        memo = Memo()
+        try:
+            return self._evaluate(systems, targets, zero, memo)
+        finally:
+            memo.close()
 
-        cfg = self.s.cfg
+    def _evaluate(
+        self,
+        systems: Sequence[Any],
+        targets: list[tuple[Prompt, str]],
+        zero: dict[tuple[str, str], str] | None,
+        memo: Memo,
+    ) -> dict[str, Any]:
+        from perbench.decoding.best_of_n import bon_ns, bon_weights
+
         bench = self.s.bench
         result: dict[str, Any] = {}
         written: set[str] = set()
@@ -71,10 +85,11 @@ class Pooled(PoolUnits):
             n = decoder.n
             metrics = [m for m in (*QUALITY_METRICS, "rubric_all", "words") if m in qual]
             rows: list[dict[str, Any]] = []
-            expected = {m: bon_expected(S, qual[m], n) for m in metrics}
+            w = bon_weights(S, n)  # once per system: every quality, the win rate and the gain weigh by it
+            expected = {m: (w * np.asarray(qual[m], np.float64)).sum(-1) for m in metrics}
             base = {m: qual[m].mean(1) for m in metrics}
-            win = self._expected_win(S, Z, n)
-            gain = bon_expected(S, np.where(np.isnan(S), 0.0, S), n) - Z
+            win = self._expected_win(w, S, Z)
+            gain = (w * np.where(np.isnan(S), 0.0, S)).sum(-1) - Z
             for c in keep:
                 u = pool.cells[c][1]
                 row: dict[str, Any] = {"user_id": u, "seen": bench.users[u].seen, "prompt_id": pool.prompt_id(c)}
@@ -124,23 +139,13 @@ class Pooled(PoolUnits):
                 ok = [c for c in keep if not np.isnan(qual[m][c]).any()]
                 if not ok:
                     continue
-                from perbench.decoding.best_of_n import bon_curve
-
-                curves[m] = bon_curve(
-                    S[ok],
-                    qual[m][ok],
-                    ns,
-                    users=[pool.cells[c][1] for c in ok],
-                    prompts=[pool.prompt_id(c) for c in ok],
-                    n_boot=cfg.bootstrap,
-                    seed=cfg.seed,
-                )
+                curves[m] = self._curve(memo, S[ok], qual[m][ok], ns, ok, pool)
             summary["bon_curve"] = curves
             if "rm_win" in summary:
                 summary["rm_win"]["null"] = n / (n + 1)
                 summary["rm_win"]["null_rule"] = NULL_WIN_RULE.format(n=n)
             if sys.family == diagnosed:
-                summary["diagnosis"] = self._diagnose(h, pool, qual, S, keep)
+                summary["diagnosis"] = self._diagnose(h, pool, qual, S, keep, memo)
             result[sys.label] = summary
         return result
 
@@ -193,8 +198,22 @@ class Pooled(PoolUnits):
                     row["oracle_top"][m] = int(np.argmax(qual[m][c]))
             self.s.samples.append(row)
 
+    def _curve(self, memo: Memo, S: np.ndarray, Q: np.ndarray, ns: list[int], ok: list[int], pool: Pool) -> Any:
+        """``bon_curve`` of one system and quality (its bootstrap CIs are the cost), memoized by content."""
+        from perbench.decoding.best_of_n import bon_curve
+
+        cfg = self.s.cfg
+        users = [pool.cells[c][1] for c in ok]
+        prompts = [pool.prompt_id(c) for c in ok]
+        parts = [array_digest(S, Q), ns, users, prompts, cfg.bootstrap, cfg.seed]
+        return memo.json(
+            "bon_curve",
+            parts,
+            lambda: bon_curve(S, Q, ns, users=users, prompts=prompts, n_boot=cfg.bootstrap, seed=cfg.seed),
+        )
+
     def _diagnose(
-        self, h: MethodHandle, pool: Pool, qual: dict[str, np.ndarray], S: np.ndarray, keep: list[int]
+        self, h: MethodHandle, pool: Pool, qual: dict[str, np.ndarray], S: np.ndarray, keep: list[int], memo: Memo
     ) -> dict[str, Any]:
         """On-policy accuracy cells (``onpolicy_acc``, ``onpolicy_bok_acc@K``) and the per-pole / per-user /
         per-prompt diagnosis of one system on the pool (``perbench.metrics.onpolicy``)."""
@@ -216,7 +235,8 @@ class Pooled(PoolUnits):
             if bok is not None:
                 self.s.cells.add(h.label, f"{ONPOLICY_BOK}@{k}", u, p, float(bok.value[i]))
         wants = {p: w[keep] for p, w in self.wants(pool).items()}
-        out = diagnose(Sk, T, wants, users, prompts)
+        parts = [array_digest(Sk, T, *(wants[p] for p in sorted(wants))), sorted(wants), users, prompts]
+        out: dict[str, Any] = memo.json("pool_diagnosis", parts, lambda: diagnose(Sk, T, wants, users, prompts))
         out.update(
             truth=truth_name,
             onpolicy={
@@ -233,12 +253,9 @@ class Pooled(PoolUnits):
         return out
 
     @staticmethod
-    def _expected_win(S: np.ndarray, Z: np.ndarray, n: int) -> np.ndarray:
+    def _expected_win(w: np.ndarray, S: np.ndarray, Z: np.ndarray) -> np.ndarray:
         """Per cell, P(the pick of a random n-subset scores above the zero-shot output) + ½ P(a tie), in the
-        system's own reward (NaN where there is no zero-shot reward)."""
-        from perbench.decoding.best_of_n import bon_weights
-
-        w = bon_weights(S, n)
+        system's own reward (NaN where there is no zero-shot reward); ``w``: ``bon_weights(S, n)``."""
         zero = Z[:, None]
         beats = np.where(zero < S, 1.0, np.where(zero == S, 0.5, 0.0))
         out: np.ndarray = (w * beats).sum(1)

@@ -250,24 +250,8 @@ def analyze_cells(
     (``rm_accuracy.invalid_pairs``): never a candidate, and the verdict says so."""
     from perbench.metrics.analysis import analyze
 
-    metrics = {c["metric"] for c in cells}
-    verdict = cfg.verdict_metric or next((m for m in VERDICT_DEFAULTS if m in metrics), None)
     analysis = analyze(
-        cells,
-        verdict_metric=verdict,
-        reference_method=cfg.reference_method,
-        n_boot=cfg.bootstrap,
-        seed=cfg.seed,
-        equivalence_margin=cfg.equivalence_margin,
-        equivalence_fraction=cfg.equivalence_fraction,
-        verdict_predictor=cfg.verdict_predictor,
-        roles={
-            **{b.label(): "baseline" for b in cfg.baselines},
-            **(roles or {}),
-            **{m: "invalid" for m in invalid or {}},
-        },
-        adaptive=adaptive,
-        systems=systems,
+        cells, **analysis_options({c["metric"] for c in cells}, cfg, invalid, roles), adaptive=adaptive, systems=systems
     )
     if invalid:
         analysis["invalid_scores"] = dict(sorted(invalid.items()))
@@ -276,6 +260,31 @@ def analyze_cells(
         if isinstance(verdict, dict) and isinstance(verdict.get("text"), str):
             verdict["text"] += f" Never a candidate, for returning invalid (NaN) scores: {said}."
     return analysis
+
+
+def analysis_options(
+    metrics: set[str],
+    cfg: RunConfig,
+    invalid: Mapping[str, int] | None = None,
+    roles: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The keywords of ``analyze`` that the config (and the run's ``invalid`` systems and reference-line ``roles``)
+    decide, for cells with these ``metrics`` (plain data: they also key the analysis's memo,
+    :mod:`perbench.runner.derived`)."""
+    return {
+        "verdict_metric": cfg.verdict_metric or next((m for m in VERDICT_DEFAULTS if m in metrics), None),
+        "reference_method": cfg.reference_method,
+        "n_boot": cfg.bootstrap,
+        "seed": cfg.seed,
+        "equivalence_margin": cfg.equivalence_margin,
+        "equivalence_fraction": cfg.equivalence_fraction,
+        "verdict_predictor": cfg.verdict_predictor,
+        "roles": {
+            **{b.label(): "baseline" for b in cfg.baselines},
+            **(roles or {}),
+            **{m: "invalid" for m in invalid or {}},
+        },
+    }
 
 
 def attach_analysis(results: dict[str, Any], analysis: dict[str, Any]) -> None:

@@ -20,17 +20,13 @@ from perbench.data.checks import skip_line
 from perbench.data.isolation import TRACE_META, Sealed
 from perbench.data.records import Benchmark
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
+from perbench.runner.cells import cells_record as cells_record_of
+from perbench.runner.derived import analysis_of, compute_record
+from perbench.runner.estimate import check_cpu_time
 from perbench.runner.methods import MethodHandle
 from perbench.runner.outcome import RunResult as RunResult  # also importable from here
 from perbench.runner.preflight import check_config, check_models, check_paths, check_setup
-from perbench.runner.results import (
-    analyze_cells,
-    attach_analysis,
-    build_results,
-    fit_reference_lines,
-    print_verdict,
-    systems_section,
-)
+from perbench.runner.results import attach_analysis, build_results, fit_reference_lines, print_verdict, systems_section
 from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
 from perbench.runner.tables import write_samples_parquet
@@ -95,6 +91,7 @@ class Runner:
         if needs_models(self.cfg):  # what would fail mid-run fails here, before any weights load
             for b in (bench, *extras.values()):  # every system scores the upstream benchmarks' pairs too
                 check_models(self.cfg, b)
+            check_cpu_time(self.cfg, bench)  # a GPU-sized run on a CPU: refused with its estimate (allow_slow)
         check_paths(self.run_dir)
         # methods see opaque ids and stripped pairs from here on; ``sealed`` (grader side) maps the ids they see to
         # the ids results record, applied only as results are written, once every method has finished
@@ -167,13 +164,22 @@ class Runner:
         for label, by_policy in state.pa_by_policy.items():
             upstream[label]["policy_accuracy_by_policy"] = by_policy
         state.timing["total"] = time.perf_counter() - t0
+        cells_text = state.cells.text()  # once: its digest keys the analysis; results.json records it
+        cells_record = cells_record_of(cells_text.encode("utf-8"), len(state.cells.rows))
         with state.timed("analysis"):
             adaptive = {rec["metric"]: rec["summary"] for rec in state.adaptive.values()}
             members = systems_section(state)["members"]
             from perbench.metrics.rm_accuracy import invalid_pairs
 
-            analysis = analyze_cells(
-                state.cells.rows, cfg, adaptive, members, invalid_pairs(upstream), fit_reference_lines(upstream)
+            # read back when an earlier run analysed the same cells the same way (runner/derived.py)
+            analysis, memo = analysis_of(
+                state.cells.rows,
+                cells_record["sha256"],
+                cfg,
+                adaptive,
+                members,
+                invalid_pairs(upstream),
+                fit_reference_lines(upstream),
             )
         results = build_results(state, upstream, downstream)
         results["plan"] = {"executor": cfg.executor, "units": plan.summary()}
@@ -205,21 +211,24 @@ class Runner:
             }
         attach_analysis(results, analysis)  # one CI per number: the analysis's
         results["timing_s"]["analysis"] = round(state.timing["analysis"], 2)
+        results["work"]["derived"] = {"analysis": "read from the cache" if memo else "computed"}
+        results["provenance"]["compute"] = compute_record(self.run_dir, results)
         # every method has finished: what is written names the recorded ids, never the ones methods saw
         record = self.sealed.record
         state.cells.rows[:] = record(state.cells.rows)
         state.samples[:] = record(state.samples)
-        results["cells"] = state.cells.record()
+        cells_text = state.cells.text()
+        results["cells"] = state.cells.record(cells_text)
         results = record(results)
         results["benchmark"]["pair_sources"] = write_pair_sources(self.run_dir, self.sealed)
         atomic_write_json(self.run_dir / "results.json", results)
         atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)
         write_samples_parquet(self.run_dir / "samples.parquet", state.samples)
-        state.cells.write(self.run_dir / "cells.jsonl")
+        state.cells.write(self.run_dir / "cells.jsonl", cells_text)
         print_verdict(analysis)
         log_work(results["work"])
         log(f"results: {self.run_dir / 'results.json'}")
-        result = RunResult(self.run_dir, results, state.samples)
+        result = RunResult(self.run_dir, results, state.samples, state.cells.rows)
         if self.finish is not None:
             self.finish(result)
         return result

@@ -26,22 +26,30 @@ import hashlib
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from perbench.data.records import CONSENSUS, PARAPHRASED, Benchmark, PreferencePair, Reference, SkipReport
+from perbench.data.rubrics import pool_large
 from perbench.data.rubrics.aspects import ASPECTS, opposite
-from perbench.data.rubrics.prompts import PROMPT_TOPICS, RUBRIC_PROMPTS, RubricPrompt, paraphrased_pairs
+from perbench.data.rubrics.prompts import (
+    PROMPT_TOPICS,
+    RUBRIC_PROMPTS,
+    RubricPrompt,
+    edition_prompts,
+    paraphrased_pairs,
+)
 from perbench.data.rubrics.users import RUBRIC_USERS, RubricUser, rubric_user_context, to_user
+from perbench.data.rubrics.users_large import edition_users
 from perbench.io import read_jsonl
 
 #: the named subset of pairs on which every user-agnostic scorer scores exactly 0.5
 PERSONALIZATION_ONLY = "personalization_only"
 
 
-def read_pool(path: Path) -> dict[str, list[dict[str, Any]]]:
+def read_pool(path: Path, prompts: Sequence[RubricPrompt] = RUBRIC_PROMPTS) -> dict[str, list[dict[str, Any]]]:
     if not path.exists():
         raise FileNotFoundError(f"rubric pool not found: {path} (build it with `perbench build rubrics`)")
-    known = {p.prompt_id for p in RUBRIC_PROMPTS}
+    known = {p.prompt_id for p in prompts}
     by_prompt: dict[str, list[dict[str, Any]]] = {}
     for line_no, row in read_jsonl(path):
         if not isinstance(row, dict):
@@ -66,6 +74,7 @@ def load_rubrics(
     consensus_per_prompt: int = 4,
     paraphrases: int = 0,
     secret_file: str | None = None,
+    size: Literal["default", "large"] = "default",
 ) -> Benchmark:
     """The rubric benchmark from the candidate pool. ``mirror_splits``: the splits where mirror pairs may be
     added so that the ``personalization_only`` subset covers (almost) every pair; ``()`` keeps only the
@@ -74,22 +83,34 @@ def load_rubrics(
     (0: none). ``paraphrases``: how many rephrasings (0-2) of each test prompt ask every test pair again (the
     ``paraphrased`` pair set, for paraphrase consistency; the checkers read only the answer, so labels hold).
     ``secret_file`` (or ``$PERBENCH_RUBRICS_SECRET``): a private secret that draws which user wants which rubric,
-    which prompts are held out and which candidates each pair takes (:mod:`perbench.data.rubrics.secret`)."""
+    which prompts are held out and which candidates each pair takes (:mod:`perbench.data.rubrics.secret`).
+    ``size``: the edition. ``default``: 24 seen + 8 unseen users, 48 train + 16 test prompts, the shipped pool.
+    ``large``: 72 seen + 24 unseen users (:mod:`~perbench.data.rubrics.users_large`), 48 train + 64 test prompts,
+    and a pool whose edits cover all 96 users' rubrics, derived from the base responses of ``pool.jsonl`` and
+    ``pool_more.jsonl`` (:func:`large_pool`); the default edition's users, prompts, pairs and ids are its own."""
     bad_splits = sorted(set(mirror_splits) - {"train", "test"})
     if bad_splits:
         raise ValueError(f"mirror_splits: unknown splits {bad_splits} (expected 'train' and/or 'test')")
     if isinstance(consensus_per_prompt, bool) or not isinstance(consensus_per_prompt, int) or consensus_per_prompt < 0:
         raise ValueError(f"consensus_per_prompt: expected an integer >= 0, got {consensus_per_prompt!r}")
+    if size not in ("default", "large"):
+        raise ValueError(f"size: expected 'default' or 'large', got {size!r}")
     from perbench.data.rubrics.build import POOL_PATH
     from perbench.data.rubrics.secret import pair_seed, read_secret, secret_split, secret_users
 
+    rubric_users, prompts = edition_users(size), edition_prompts(size)
     secret = read_secret(secret_file)
     if secret is not None and paraphrases:
         raise ValueError("paraphrases: the paraphrases are written for the public test prompts; a secret draws others")
-    rubric_users = RUBRIC_USERS if secret is None else secret_users(RUBRIC_USERS, secret)
-    prompts = RUBRIC_PROMPTS if secret is None else secret_split(RUBRIC_PROMPTS, secret)
-    path = Path(pool) if pool else POOL_PATH
-    by_prompt = read_pool(path)
+    if secret is not None:
+        rubric_users, prompts = secret_users(rubric_users, secret), secret_split(prompts, secret)
+    if pool:
+        path = Path(pool)
+        by_prompt = read_pool(path, prompts)
+    elif size == "large":
+        path, by_prompt = pool_large.MORE_POOL_PATH, pool_large.large_pool()
+    else:
+        path, by_prompt = POOL_PATH, read_pool(POOL_PATH)
     users = {u.user_id: to_user(u) for u in rubric_users}
     train = [p for p in prompts if p.split == "train" and p.prompt_id in by_prompt][:max_train_prompts]
     test = [p for p in prompts if p.split == "test" and p.prompt_id in by_prompt][:max_test_prompts]
@@ -134,11 +155,11 @@ def load_rubrics(
                 )
             )
             refs.append(Reference(ru.user_id, p.text, chosen["text"], p.split))
-    added, members, report = mirror_pairs(
-        pairs, by_prompt, seed=seed, splits=tuple(mirror_splits), rubric_users=rubric_users
-    )
+    added, members, report = mirror_pairs(pairs, by_prompt, seed=seed, splits=tuple(mirror_splits), users=rubric_users)
     pairs += added
-    consensus, consensus_report = consensus_pairs(test, by_prompt, seed=seed, per_prompt=consensus_per_prompt)
+    consensus, consensus_report = consensus_pairs(
+        test, by_prompt, seed=seed, per_prompt=consensus_per_prompt, users=rubric_users
+    )
     return Benchmark(
         name="rubrics",
         pairs=pairs,
@@ -149,6 +170,7 @@ def load_rubrics(
             "pool": str(path),
             "candidates": sum(len(v) for v in by_prompt.values()),
             "prompts": {"train": len(train), "test": len(test)},
+            **({"size": size} if size != "default" else {}),
             "seed": seed,
             "answer_key": "public (rebuildable from the package)" if secret is None else "drawn by a private secret",
             "subsets": {PERSONALIZATION_ONLY: report},
@@ -181,7 +203,7 @@ def mirror_pairs(
     *,
     seed: int = 0,
     splits: tuple[str, ...] = ("train", "test"),
-    rubric_users: Sequence[RubricUser] = RUBRIC_USERS,
+    users: Sequence[RubricUser] = RUBRIC_USERS,
 ) -> tuple[list[PreferencePair], frozenset[str], dict[str, Any]]:
     """Match every pair (u, x, a ≻ b) one to one with a pair (v, x, b ≻ a), v ≠ u in the same group and split.
 
@@ -193,11 +215,11 @@ def mirror_pairs(
     Returns (added pairs, ids of the subset: matched originals and their partners, a report for meta).
     """
     cands = {c["cand_id"]: c for rows in by_prompt.values() for c in rows}
-    users = {ru.user_id: ru for ru in rubric_users}
+    by_id = {ru.user_id: ru for ru in users}
 
     def key(p: PreferencePair, reverse: bool = False) -> tuple[str, bool, str, str, str]:
         a, b = p.meta["chosen_id"], p.meta["rejected_id"]
-        return (p.split, users[p.user_id].seen, p.meta["prompt_id"], *((b, a) if reverse else (a, b)))
+        return (p.split, by_id[p.user_id].seen, p.meta["prompt_id"], *((b, a) if reverse else (a, b)))
 
     by_key: dict[tuple[str, bool, str, str, str], list[str]] = {}
     for p in pairs:
@@ -221,8 +243,8 @@ def mirror_pairs(
         pid, a, b = p.meta["prompt_id"], p.meta["chosen_id"], p.meta["rejected_id"]
         eligible = []
         if p.split in splits:
-            for v, ru in users.items():
-                if v == p.user_id or ru.seen != users[p.user_id].seen or (v, pid, b, a) in existing:
+            for v, ru in by_id.items():
+                if v == p.user_id or ru.seen != by_id[p.user_id].seen or (v, pid, b, a) in existing:
                     continue
                 n_viol = _disagrees(ru, cands[b], cands[a])
                 if n_viol:
@@ -268,7 +290,9 @@ def _prefers(ru: RubricUser, a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def rubric_consensus_counts(
-    prompts: Sequence[RubricPrompt], by_prompt: dict[str, list[dict[str, Any]]]
+    prompts: Sequence[RubricPrompt],
+    by_prompt: dict[str, list[dict[str, Any]]],
+    users: Sequence[RubricUser] = RUBRIC_USERS,
 ) -> dict[str, int]:
     """Ordered candidate pairs (a, b) of one prompt, over ``prompts``: how many the labelling rule orders the same
     way for every user (``every_user_prefers``), and how many some user prefers while no user prefers b to a
@@ -281,8 +305,8 @@ def rubric_consensus_counts(
                 if a is b:
                     continue
                 total += 1
-                fwd = [_prefers(ru, a, b) for ru in RUBRIC_USERS]
-                if any(fwd) and not any(_prefers(ru, b, a) for ru in RUBRIC_USERS):
+                fwd = [_prefers(ru, a, b) for ru in users]
+                if any(fwd) and not any(_prefers(ru, b, a) for ru in users):
                     pareto += 1
                     every += all(fwd)
     return {"ordered_pairs": total, "every_user_prefers": every, "no_user_reverses": pareto}
@@ -294,6 +318,7 @@ def consensus_pairs(
     *,
     seed: int = 0,
     per_prompt: int = 4,
+    users: Sequence[RubricUser] = RUBRIC_USERS,
 ) -> tuple[list[PreferencePair], dict[str, Any]]:
     """Pairs every user prefers the same way, one copy per user (see the module docstring).
 
@@ -301,7 +326,7 @@ def consensus_pairs(
     prompts of ``prompts`` with the same verdict on every aspect (and another text); the rejected response is a
     twin from x's topic when there is one, else from any topic (a seeded choice). Up to ``per_prompt`` of x's
     candidates with a twin are drawn (seeded); each (x, a ≻ b) becomes one pair per user, ``split="test"``."""
-    users = sorted(ru.user_id for ru in RUBRIC_USERS)
+    user_ids = sorted(ru.user_id for ru in users)
     twins: dict[tuple[str | None, ...], list[tuple[str, dict[str, Any]]]] = {}
     for p in prompts:
         for c in by_prompt[p.prompt_id]:
@@ -325,7 +350,7 @@ def consensus_pairs(
             same = PROMPT_TOPICS.get(q) == PROMPT_TOPICS.get(p.prompt_id)
             built.append({"prompt_id": p.prompt_id, "chosen_id": a["cand_id"], "rejected_id": b["cand_id"]})
             n_same += same
-            for u in users:
+            for u in user_ids:
                 out.append(
                     PreferencePair(
                         pair_id=f"{u}-{p.prompt_id}-consensus-{a['cand_id']}",
@@ -350,9 +375,9 @@ def consensus_pairs(
         "per_prompt": per_prompt,
         "distinct_pairs": len(built),
         "same_topic": n_same,
-        "users": len(users),
+        "users": len(user_ids),
         "pairs": len(out),
         "prompts_without_twin": without,
-        "rubric_consensus_in_pool": rubric_consensus_counts(prompts, by_prompt),
+        "rubric_consensus_in_pool": rubric_consensus_counts(prompts, by_prompt, users),
     }
     return out, report

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from perbench.data.records import AspectPole
 from perbench.data.rubrics.aspects import ASPECTS, annotate, satisfies_all, to_pole
 from perbench.data.rubrics.prompts import RUBRIC_PROMPTS, RubricPrompt
-from perbench.data.rubrics.users import RUBRIC_USERS
+from perbench.data.rubrics.users import RUBRIC_USERS, RubricUser
 from perbench.io import atomic_write_jsonl
 
 POOL_PATH = Path(__file__).with_name("pool.jsonl")
@@ -48,9 +48,11 @@ EDIT_ORDER = (
 )
 
 
-def cover_assignments(rng: random.Random, n_edits: int) -> list[dict[str, str]]:
+def cover_assignments(
+    rng: random.Random, n_edits: int, users: Sequence[RubricUser] = RUBRIC_USERS
+) -> list[dict[str, str]]:
     """Greedy set cover of the users' rubrics by full pole assignments (seeded tie-breaks)."""
-    rubrics = [dict((ap.aspect, ap.pole) for ap in u.rubric) for u in RUBRIC_USERS]
+    rubrics = [dict((ap.aspect, ap.pole) for ap in u.rubric) for u in users]
     uncovered = list(range(len(rubrics)))
     rng.shuffle(uncovered)
     out: list[dict[str, str]] = []
@@ -117,13 +119,19 @@ def generate_bases(
     return bases
 
 
-def assemble_pool(bases: dict[str, dict[str, str]], *, seed: int = 0, n_edits: int = 8) -> list[dict[str, Any]]:
-    """Base responses + rubric-covering edits, deduplicated and annotated by every checker."""
+def assemble_pool(
+    bases: dict[str, dict[str, str]],
+    *,
+    seed: int = 0,
+    n_edits: int = 8,
+    users: Sequence[RubricUser] = RUBRIC_USERS,
+) -> list[dict[str, Any]]:
+    """Base responses + edits covering ``users``' rubrics, deduplicated and annotated by every checker."""
     rows: list[dict[str, Any]] = []
     for pid, by_style in bases.items():
         rng = random.Random(f"{seed}:{pid}")
         cands = [(f"base-{s}", t) for s, t in by_style.items()]
-        for j, assignment in enumerate(cover_assignments(rng, n_edits)):
+        for j, assignment in enumerate(cover_assignments(rng, n_edits, users)):
             src_name, src_text = cands[j % len(by_style)]
             cands.append((f"edit{j}<-{src_name}", apply_assignment(src_text, assignment, rng)))
         seen: set[str] = set()

@@ -1,8 +1,10 @@
-"""Everyday questions for the rubrics benchmark: 64 prompts over 8 topics, split 48 train / 16 test.
+"""Everyday questions for the rubrics benchmark: 64 prompts over 8 topics, split 48 train / 16 test, and 48 more
+test prompts (6 per topic) that only the large edition of the benchmark asks (``load_rubrics(size="large")``).
 
 Each question is self-contained, needs no current facts, and can be answered well in 40-200 words, so
 every rubric (short or long, listed or not, ...) can be met. Within each topic of eight questions the
-4th and 8th are test prompts, which spreads the test split evenly over the topics.
+4th and 8th are test prompts, which spreads the test split evenly over the topics. The large edition's
+questions (``p65``-``p112``) come after the default's, so the default prompts keep their ids.
 """
 
 from __future__ import annotations
@@ -128,8 +130,100 @@ _TOPICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
 )
 
+#: the large edition's extra test questions, six per topic (in ``_TOPICS`` order); ids continue after the default's
+_MORE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "cooking",
+        (
+            "How do I keep a cutting board clean and free of odors?",
+            "What is an easy way to roast vegetables so they come out crisp?",
+            "How can I use up leftover bread before it goes stale?",
+            "What should I keep in mind when cooking a meal for someone with a food allergy?",
+            "How do I make a basic vinaigrette for salads?",
+            "How can I tell whether the eggs in my fridge are still fresh?",
+        ),
+    ),
+    (
+        "travel",
+        (
+            "How should I prepare for a long day of sightseeing on foot?",
+            "What can I do if my luggage does not arrive at the airport?",
+            "How do I find reasonably priced flights for a holiday trip?",
+            "What should I pack for a weekend camping trip?",
+            "How can I get around a city where I do not speak the language?",
+            "What is a good way to keep travel documents organized?",
+        ),
+    ),
+    (
+        "money",
+        (
+            "How can I save money on my electricity bill at home?",
+            "What should I think about before lending money to a friend?",
+            "How do I keep track of where my money goes each month?",
+            "What is a sensible way to save for a large purchase like a new laptop?",
+            "How can I avoid late fees on my bills?",
+            "What should I look for when comparing two job offers with different pay and benefits?",
+        ),
+    ),
+    (
+        "health habits",
+        (
+            "How can I cut back on how much coffee I drink each day?",
+            "What can I do to keep my posture better while working at a laptop?",
+            "How do I build a simple stretching routine for the evening?",
+            "What are some ways to spend less time on my phone before bed?",
+            "How can I remember to take regular walks during a busy week?",
+            "What can I do to make my bedroom better for sleeping?",
+        ),
+    ),
+    (
+        "home",
+        (
+            "How do I remove a coffee stain from a carpet?",
+            "What is a good way to keep a refrigerator organized?",
+            "How can I keep my windows from fogging up in winter?",
+            "What should I do to prepare my home before leaving for a long trip?",
+            "How do I get rid of fruit flies in the kitchen?",
+            "What is a simple weekly cleaning routine for a small flat?",
+        ),
+    ),
+    (
+        "tech help",
+        (
+            "How can I free up storage space on my phone?",
+            "What should I do if I forget the password to an important account?",
+            "How do I keep my laptop battery healthy over the years?",
+            "What is a safe way to use public Wi-Fi at a cafe?",
+            "How can I organize the files and folders on my computer?",
+            "What should I check before installing a new app on my phone?",
+        ),
+    ),
+    (
+        "learning and work",
+        (
+            "How can I stop putting off tasks I find boring?",
+            "What is a good way to prepare slides for a short presentation?",
+            "How do I ask my manager for a day off politely?",
+            "How can I keep learning new skills while working full time?",
+            "What is a practical way to handle a very full email inbox?",
+            "How do I introduce myself well on the first day at a new job?",
+        ),
+    ),
+    (
+        "relationships and hobbies",
+        (
+            "How can I make a good impression when meeting my partner's family?",
+            "What is a fun way to start a book club with friends?",
+            "How do I get started with growing herbs on a windowsill?",
+            "What can I do to support a friend who is going through a hard time?",
+            "How can I plan a relaxing day at home on my own?",
+            "What is a good way to start learning to take better photos with my phone?",
+        ),
+    ),
+)
 
-def _build() -> tuple[tuple[RubricPrompt, ...], dict[str, str]]:
+
+def _build() -> tuple[tuple[RubricPrompt, ...], tuple[RubricPrompt, ...], dict[str, str]]:
     prompts: list[RubricPrompt] = []
     topics: dict[str, str] = {}
     for topic, questions in _TOPICS:
@@ -137,12 +231,26 @@ def _build() -> tuple[tuple[RubricPrompt, ...], dict[str, str]]:
             prompt_id = f"p{len(prompts) + 1:02d}"
             prompts.append(RubricPrompt(prompt_id, question, "test" if i % 4 == 3 else "train"))
             topics[prompt_id] = topic
-    return tuple(prompts), topics
+    more: list[RubricPrompt] = []
+    for topic, questions in _MORE:
+        for question in questions:
+            prompt_id = f"p{len(prompts) + len(more) + 1:02d}"
+            more.append(RubricPrompt(prompt_id, question, "test"))
+            topics[prompt_id] = topic
+    return tuple(prompts), tuple(more), topics
 
 
-RUBRIC_PROMPTS: tuple[RubricPrompt, ...]
-PROMPT_TOPICS: dict[str, str]  # prompt_id -> topic
-RUBRIC_PROMPTS, PROMPT_TOPICS = _build()
+RUBRIC_PROMPTS: tuple[RubricPrompt, ...]  # the default benchmark's prompts
+MORE_PROMPTS: tuple[RubricPrompt, ...]  # the large edition's extra test prompts
+PROMPT_TOPICS: dict[str, str]  # prompt_id -> topic, for both
+RUBRIC_PROMPTS, MORE_PROMPTS, PROMPT_TOPICS = _build()
+
+
+def edition_prompts(size: str = "default") -> tuple[RubricPrompt, ...]:
+    """The prompts of an edition of the benchmark: ``default`` (64: 48 train / 16 test) or ``large`` (those and
+    the 48 extra test prompts: 48 train / 64 test)."""
+    return RUBRIC_PROMPTS + MORE_PROMPTS if size == "large" else RUBRIC_PROMPTS
+
 
 #: two rephrasings of every test question, same request in other words: the rubric checkers read only the answer,
 #: so a pair's label is the same under every phrasing (paraphrase consistency has an exact target)
