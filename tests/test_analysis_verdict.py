@@ -153,7 +153,7 @@ def test_a_proportion_at_1_never_prints_a_zero_width_ci() -> None:
 def test_the_printed_verdict_names_the_decision_and_the_chance_values(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from perbench.runner.results import print_verdict
+    from perbench.runner.summary import print_verdict
 
     cells: list[dict[str, Any]] = []
     for m, q in [("mpu", 0.8), ("pref", 0.6), ("lore", 0.4), ("vpl", 0.3), ("pal_b", 0.2), ("random", 0.5)]:

@@ -48,7 +48,7 @@ def write_comparison(
     out_dir = Path(out) if out else Path(run_dirs[0]).resolve().parent / "compare"
     path = compare_runs(run_dirs, out_dir, metric=metric, n_boot=n_boot, seed=seed, equivalence_margin=margin)
     if summary:
-        from perbench.runner.results import print_validity
+        from perbench.runner.summary import print_validity
 
         print_validity(json.loads((out_dir / "analysis.json").read_text(encoding="utf-8"))["analysis"])
     print(path)

@@ -186,7 +186,7 @@ def _print_summary(results: dict[str, Any]) -> None:
     from perbench.metrics.rm_accuracy import invalid_pairs
     from perbench.report.extract import _d, rl_summary
     from perbench.report.fmt import ci_text, num
-    from perbench.runner.results import print_headroom, print_validity
+    from perbench.runner.summary import print_headroom, print_validity
 
     benches = [(str(_d(results.get("benchmark")).get("name", "benchmark")), _d(results.get("benchmark")))]
     benches += [(str(n), _d(b)) for n, b in _d(results.get("upstream_benchmarks")).items()]

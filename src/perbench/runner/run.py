@@ -26,9 +26,10 @@ from perbench.runner.estimate import check_cpu_time
 from perbench.runner.methods import MethodHandle
 from perbench.runner.outcome import RunResult as RunResult  # also importable from here
 from perbench.runner.preflight import check_config, check_models, check_paths, check_setup
-from perbench.runner.results import attach_analysis, build_results, fit_reference_lines, print_verdict, systems_section
+from perbench.runner.results import attach_analysis, build_results, fit_reference_lines, systems_section
 from perbench.runner.state import RunState, load_benchmark, load_upstream_benchmarks, log, needs_models
 from perbench.runner.stores import Stores
+from perbench.runner.summary import print_verdict
 from perbench.runner.tables import write_samples_parquet
 from perbench.runner.work import Work
 

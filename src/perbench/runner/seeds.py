@@ -30,8 +30,9 @@ def run_seeds(
 
     from perbench.metrics.rm_accuracy import invalid_pairs
     from perbench.runner.cells import Cells, read_cells
-    from perbench.runner.results import analyze_cells, fit_reference_lines, print_verdict
+    from perbench.runner.results import analyze_cells, fit_reference_lines
     from perbench.runner.state import log
+    from perbench.runner.summary import print_verdict
 
     assert cfg.seeds
     runs = []
