@@ -1,5 +1,6 @@
-"""Greedy generation at the library's speed: transformers' own ``generate`` with a static KV cache, whose decode
-step transformers compiles on a GPU (``cache_implementation="static"``). The plain greedy path
+"""Greedy generation at the library's speed: transformers' own ``generate`` over one left-padded batch, with its
+dynamic KV cache by default, or a static one whose decode step transformers compiles (``PERBENCH_LIBRARY_GENERATE=
+static``; see :func:`static_cache` for why that is not the default). The plain greedy path
 (:func:`perbench.models.generate.generate_plain`) takes it on CUDA for models transformers can compile whole, and
 falls back to perbench's own token loop elsewhere (a CPU; a model or device it fails on, said once).
 
@@ -34,21 +35,30 @@ def supported(lm: LoadedLM) -> bool:
     return bool(getattr(lm.model, "_can_compile_fullgraph", False)) and lm.fingerprint not in _FAILED
 
 
+def static_cache() -> bool:
+    """Whether the library path uses a static KV cache with its compiled decode step (``PERBENCH_LIBRARY_GENERATE=
+    static``). Off by default: on an H200 (bf16, torch 2.11, transformers 5.25) compiling it held the default run's
+    first zero-shot batch for over 150 s, where the dynamic cache's ``generate`` runs at the anchors' speed."""
+    return os.environ.get("PERBENCH_LIBRARY_GENERATE", "1").strip() == "static"
+
+
 def greedy_ids(
-    lm: LoadedLM, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int, *, static: bool = True
+    lm: LoadedLM, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int, *, static: bool | None = None
 ) -> list[list[int]]:
     """Each prompt's greedy continuation (token ids; after a row's first stop token, transformers' padding: cut it
     with :func:`~perbench.models.generate.until_stop`), one left-padded batch through ``model.generate``;
-    ``static``: a static KV cache (compiled decode on a GPU)."""
+    ``static``: a static KV cache (compiled decode on a GPU; default :func:`static_cache`)."""
     import torch
     from transformers import GenerationConfig
 
+    static = static_cache() if static is None else static
     pad = int(lm.tokenizer.pad_token_id)
     n = len(prompt_ids)
-    # shapes rounded up (prompt length to LENGTH_STEP, rows to ROW_STEP, the extra rows copies of the last) so that
-    # successive calls reuse the compiled decode step and its CUDA graphs instead of compiling one per shape
-    B = -(-n // ROW_STEP) * ROW_STEP
-    L = -(-max(len(p) for p in prompt_ids) // LENGTH_STEP) * LENGTH_STEP
+    # under a static cache, shapes rounded up (prompt length to LENGTH_STEP, rows to ROW_STEP, the extra rows copies
+    # of the last) so that successive calls reuse the compiled decode step instead of compiling one per shape
+    B = -(-n // ROW_STEP) * ROW_STEP if static else n
+    L = max(len(p) for p in prompt_ids)
+    L = -(-L // LENGTH_STEP) * LENGTH_STEP if static else L
     prompt_ids = list(prompt_ids) + [prompt_ids[-1]] * (B - n)
     ids = torch.full((B, L), pad, dtype=torch.long)
     mask = torch.zeros((B, L), dtype=torch.long)
@@ -86,7 +96,7 @@ def try_greedy(lm: LoadedLM, prompt_ids: Sequence[Sequence[int]], max_new_tokens
         from perbench.io import warn
 
         warn(
-            f"{lm.name}: transformers' static-cache generate failed ({_one_line(e)}); greedy decoding uses the "
+            f"{lm.name}: transformers' generate failed ({_one_line(e)}); greedy decoding uses the "
             "token loop for this model"
         )
         return None
