@@ -45,11 +45,13 @@ class ImportsRunnerInFit(Length):
 
 
 class SomeNaN(Length):
-    """NaN for every third item."""
+    """NaN for about a third of the responses (chosen by the text, so whatever order the items come in)."""
 
     def score(self, items: Sequence[ScoreItem]) -> np.ndarray:
+        import zlib
+
         out = super().score(items)
-        out[::3] = np.nan
+        out[[zlib.crc32(str(it.response).encode()) % 3 == 0 for it in items]] = np.nan
         return out
 
 

@@ -291,7 +291,7 @@ def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["run", str(missing)]) == 2
     assert capsys.readouterr().err == (
         f"perbench: error: config {str(missing)!r} is neither a file nor an embedded config "
-        "(embedded: all_methods, decoders, default, rl, rl_full)\n"
+        "(embedded: all_methods, decoders, default, rl, rl_full, scale)\n"
     )
 
 

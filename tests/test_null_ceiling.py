@@ -186,10 +186,12 @@ def test_verdict_lists_stay_compact() -> None:
 
 @pytest.mark.parametrize("n", [1, 4, 8])
 def test_the_win_rate_of_a_random_scorer_is_n_over_n_plus_one(n: int) -> None:
+    from perbench.decoding.best_of_n import bon_weights
+
     rng = np.random.default_rng(n)
     S = rng.normal(size=(20000, 16))
     Z = rng.normal(size=20000)
-    assert Pooled._expected_win(S, Z, n).mean() == pytest.approx(n / (n + 1), abs=0.006)
+    assert Pooled._expected_win(bon_weights(S, n), S, Z).mean() == pytest.approx(n / (n + 1), abs=0.006)
 
 
 # ---------------------------------------------------------------------------------------------- on-policy accuracy

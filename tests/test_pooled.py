@@ -89,4 +89,6 @@ def test_pooled_scores_read_each_cells_own_user(tiny_lm, store, tmp_path: Path) 
     quality[:, int(np.argmax(S[0]))] = 1.0
     values = bon_expected(S, quality, 5)
     assert values[0] == values[2] == pytest.approx(1.0) and values[1] == pytest.approx(0.0)
-    assert pooled._expected_win(S, Z, 2)[0] == pytest.approx((bon_weights(S, 2)[0] * (S[0] > Z[0])).sum())
+    assert pooled._expected_win(bon_weights(S, 2), S, Z)[0] == pytest.approx(
+        (bon_weights(S, 2)[0] * (S[0] > Z[0])).sum()
+    )
