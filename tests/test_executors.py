@@ -342,6 +342,23 @@ class FakeRay:
         return types.SimpleNamespace(gcs_address="127.0.0.1:1")
 
 
+def _chain_work(pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
+    """A run's work on a tiny config (in-memory stores) and a three-unit chain: features -> fit -> upstream."""
+    from perbench.runner.plan import Unit
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Stores
+    from perbench.runner.work import Work
+
+    monkeypatch.setenv("PERBENCH_QUIET", "1")
+    cfg = tiny_config(pool, tmp_path)
+    work = Work(RunState(cfg, None, load_benchmark(cfg), Stores.in_memory()), [])
+    return work, [
+        Unit("features", "train", "ka"),
+        Unit("fit", "m", "kb", ("ka",)),
+        Unit("upstream", "m", "kc", ("kb",)),
+    ]
+
+
 def test_a_task_is_handed_its_closures_keys_after_they_finished_and_every_attempt_is_counted(
     tiny_pool: Path,  # noqa: F811
     tmp_path: Path,
@@ -353,15 +370,10 @@ def test_a_task_is_handed_its_closures_keys_after_they_finished_and_every_attemp
     at attempt 2 (rebuilt by Ray after a node loss) are both counted in ``work.remote.retried``."""
     from perbench.cache import encode_json
     from perbench.runner.executors import RayExecutor
-    from perbench.runner.plan import Plan, Unit
-    from perbench.runner.state import RunState, load_benchmark
-    from perbench.runner.stores import Stores, UnitResult
-    from perbench.runner.work import Work
+    from perbench.runner.plan import Plan
+    from perbench.runner.stores import UnitResult
 
-    monkeypatch.setenv("PERBENCH_QUIET", "1")
-    cfg = tiny_config(tiny_pool, tmp_path)
-    work = Work(RunState(cfg, None, load_benchmark(cfg), Stores.in_memory()), [])
-    units = [Unit("features", "train", "ka"), Unit("fit", "m", "kb", ("ka",)), Unit("upstream", "m", "kc", ("kb",))]
+    work, units = _chain_work(tiny_pool, tmp_path, monkeypatch)
     results = {
         "features:train": UnitResult("ka", {"features": {"phi": b"1"}}),
         "fit:m": UnitResult("kb", {"units": {"w": encode_json(1)}}, attempt=1, read={"ka": 0}),
@@ -388,15 +400,10 @@ def test_a_unit_another_run_finished_after_the_plan_is_not_submitted_once_its_le
     missing. Claiming the free lease, the driver looks again and reuses the unit instead of computing it twice."""
     from perbench.cache import encode_json
     from perbench.runner.executors import RayExecutor
-    from perbench.runner.plan import Plan, Unit
-    from perbench.runner.state import RunState, load_benchmark
-    from perbench.runner.stores import Stores, UnitResult
-    from perbench.runner.work import Work
+    from perbench.runner.plan import Plan
+    from perbench.runner.stores import UnitResult
 
-    monkeypatch.setenv("PERBENCH_QUIET", "1")
-    cfg = tiny_config(tiny_pool, tmp_path)
-    work = Work(RunState(cfg, None, load_benchmark(cfg), Stores.in_memory()), [])
-    units = [Unit("features", "train", "ka"), Unit("fit", "m", "kb", ("ka",)), Unit("upstream", "m", "kc", ("kb",))]
+    work, units = _chain_work(tiny_pool, tmp_path, monkeypatch)
     results = {
         "features:train": UnitResult("ka", {"features": {"phi": b"1"}}),
         "upstream:m": UnitResult("kc", {"units": {"s": encode_json(2)}}),
