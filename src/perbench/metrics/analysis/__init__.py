@@ -39,6 +39,7 @@ from perbench.metrics.analysis.base import (
     TRAIN_ACC,
     Cell,
     GroupKey,
+    is_descriptive,
     is_diagnostic,
     is_downstream,
     json_safe,
@@ -172,7 +173,7 @@ def analyze(
         "notes": est.notes,
         "methods": est.methods,
         "roles": role,
-        "metrics": {"upstream": est.upstream, "downstream": est.downstream},
+        "metrics": {"upstream": est.upstream, "downstream": est.downstream, "descriptive": est.descriptive},
         "table": est.table(),
         "ranking": rankings,
         "paired": est.paired(),
@@ -253,6 +254,8 @@ def plan_sizes(
     size, from the comparisons' joint distribution). ``points``:
     ``effect`` and ``equivalence_margin`` are in points (1/100) when the metric is a proportion. Without
     ``equivalence_margin``, the margin is ``run_margin`` (the run's, in metric units), else ``DEFAULT_MARGIN``."""
+    if metric is not None and is_descriptive(metric):
+        raise ValueError(f"{metric} is the answers' length, no quality: nothing to plan a decision on")
     est = Estimates(cells, None, None, "", 0, 0, level, None)
     chosen, notes = choose_metric(est, metric)
     if chosen is None:
