@@ -168,3 +168,43 @@ def test_beats_the_random_pick_uses_the_simultaneous_critical_value_over_the_dep
     crit = entry["critical_value"]
     # independent systems: near the value for k independent differences, far from the marginal 1.645
     assert crit == pytest.approx(norm.ppf(0.95 ** (1 / k)), abs=0.2) and crit > 2.1
+
+
+def test_the_length_cells_are_each_picks_expected_words_the_pools_mean_and_the_greedy_outputs(
+    small_run: Path,
+) -> None:
+    """``words`` cells (the length a trade-off's split reads): a Best-of-n pick's is the exact expectation of its
+    pick's length, the random pick's the pool's mean length, zero-shot's the length of its own output; none of them
+    is ranked."""
+    samples = _lines(small_run / "samples.jsonl")
+    pools: dict[str, list[str]] = {}
+    for r in samples:
+        if r.get("kind") == "bon_sample" and r["decoder"] == BON:
+            pools.setdefault(r["prompt_id"], []).append(r["text"])
+    greedy = {(r["user_id"], r["prompt_id"]): r["text"] for r in samples
+              if r.get("kind") == "generation" and r["decoder"].startswith("zero_shot")}  # fmt: skip
+    words = [c for c in _lines(small_run / "cells.jsonl") if c["metric"].endswith(":words")]
+    seen: dict[str, int] = {}
+    distinct = 0  # a length pick whose length differs from the pool's mean: the two are told apart
+    for c in words:
+        key = (c["method"], c["metric"])
+        if key == ("random_pick", "best_of_n:words"):
+            want = float(np.mean([len(t.split()) for t in pools[c["prompt"]]]))
+        elif key == ("length(unit=chars)", "best_of_n:words"):
+            pool = pools[c["prompt"]]
+            n_words = np.array([len(t.split()) for t in pool], float)
+            want = expected_pick(np.array([float(len(t)) for t in pool]), n_words, N_PICK)
+            distinct += int(abs(want - n_words.mean()) > 1e-9)
+        elif key == ("zero_shot", "zero_shot:words"):
+            want = float(len(greedy[(c["user"], c["prompt"])].split()))
+        else:
+            continue
+        assert c["value"] == pytest.approx(want, abs=1e-9), c
+        seen[c["method"]] = seen.get(c["method"], 0) + 1
+    assert set(seen) == {"random_pick", "length(unit=chars)", "zero_shot"} and min(seen.values()) >= 2 * 2, seen
+    assert distinct > 0
+    assert {c["method"] for c in words if c["metric"] == "best_of_n:words"} >= {"mpu", "random_pick"}
+    assert "oracle_pick" not in {c["method"] for c in words}  # length is no quality: it has no ceiling
+    analysis = json.loads((small_run / "results.json").read_text(encoding="utf-8"))["analysis"]
+    assert "best_of_n:words" in analysis["metrics"]["descriptive"]
+    assert not any(k.endswith(":words") for k in [*analysis["metrics"]["downstream"], *analysis["ranking"]])

@@ -86,11 +86,10 @@ class Data:
         present = list(dict.fromkeys(r[2] for r in raw))
         self.present = set(present)
         reported = [m for m in present if not is_diagnostic(m) and not is_descriptive(m)]
-        ranked = [*(upstream or ()), *(downstream or ())]
-        if any(is_descriptive(m) for m in ranked):
-            bad = next(m for m in ranked if is_descriptive(m))
+        asked = next((m for m in [*(upstream or ()), *(downstream or ())] if is_descriptive(m)), None)
+        if asked is not None:
             raise ValueError(
-                f"upstream/downstream: {bad} describes the text (its length), it is no quality to rank; it enters "
+                f"upstream/downstream: {asked} describes the text (its length), it is no quality to rank; it enters "
                 "only the verdict's trade-offs"
             )
         #: descriptive metrics present (:func:`is_descriptive`): paired against the random pick and zero-shot only
