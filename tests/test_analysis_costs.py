@@ -139,3 +139,20 @@ def test_length_is_never_ranked_correlated_chosen_or_diagnosed() -> None:
     assert v["metric"] != WORDS and "describes the answers (their length)" in v["metric_note"]
     with pytest.raises(ConfigError, match="verdict_metric"):
         RunConfig.from_dict({"verdict_metric": WORDS})
+
+
+def test_words_cells_move_no_other_number() -> None:
+    """The analysis of a run's cells with its words cells is the analysis without them, but for the words split in the
+    trade-offs and the list of descriptive metrics: every value, CI, ranking and verdict stays as it was."""
+    cells = _cells(0.08, longer=8.0)
+    a = analyze(cells, verdict_metric=METRIC, n_boot=100)
+    b = analyze([c for c in cells if not str(c["metric"]).endswith(":words")], verdict_metric=METRIC, n_boot=100)
+    assert a["metrics"].pop("descriptive") == [WORDS, "zero_shot:words"] and b["metrics"].pop("descriptive") == []
+    trade = a["verdict"].pop("trade_offs")
+    assert [t for t in trade if t["metric"] != WORDS] == b["verdict"].pop("trade_offs")
+    said = next(p for p in a["verdict"]["parts"] if p["kind"] == "trade_offs")
+    head, length, tail = said["text"].partition(" Length: ")
+    assert length and tail.startswith("re-ranking by pref lengthens answers by +8.0 words")
+    said["text"] = head
+    a["verdict"]["text"] = a["verdict"]["text"].replace(length + tail, "")
+    assert a == b
