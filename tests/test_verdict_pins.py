@@ -208,3 +208,26 @@ def test_the_length_cells_are_each_picks_expected_words_the_pools_mean_and_the_g
     analysis = json.loads((small_run / "results.json").read_text(encoding="utf-8"))["analysis"]
     assert "best_of_n:words" in analysis["metrics"]["descriptive"]
     assert not any(k.endswith(":words") for k in [*analysis["metrics"]["downstream"], *analysis["ranking"]])
+
+
+def test_the_length_split_of_a_run_is_the_paired_means_of_its_words_cells(small_run: Path) -> None:
+    """On the run's own cells, the trade-off row for length of a pick (here the chars-length baseline, whose pick is
+    the longest of each n-subset): sampling is the mean over cells of the pool's mean length − the greedy output's,
+    re-ranking the pick's expected length − the pool's mean, in words."""
+    from perbench.metrics.analysis.estimates import Estimates
+    from perbench.metrics.analysis.roles import method_roles
+    from perbench.metrics.analysis.verdict import Verdict
+
+    cells = _lines(small_run / "cells.jsonl")
+    est = Estimates(cells, None, None, "mpu", 20, 0, 0.95, None)
+    v = Verdict(est, method_roles(est.methods, est.pure_decoders), {"value": 0.05, "source": "test"}, None, None)
+    rows, text = v.trade_offs(METRIC, "length(unit=chars)")
+    row = {r["metric"]: r for r in rows}["best_of_n:words"]
+    by = {(c["method"], c["user"], c["prompt"]): c["value"] for c in cells if c["metric"].endswith(":words")}
+    keys = [(u, p) for m, u, p in by if m == "random_pick"]
+    zero = [by[("zero_shot", u, p)] - by[("random_pick", u, p)] for u, p in keys]
+    pick = [by[("length(unit=chars)", u, p)] - by[("random_pick", u, p)] for u, p in keys]
+    assert row["sampling"]["value"] == pytest.approx(-np.mean(zero), abs=1e-9)
+    assert row["reranking"]["value"] == pytest.approx(np.mean(pick), abs=1e-9) and row["reranking"]["value"] > 0
+    assert row["delta"] == pytest.approx(row["sampling"]["value"] + row["reranking"]["value"], abs=1e-9)
+    assert "Length: re-ranking by length(unit=chars) " in text and "words" in text
