@@ -97,7 +97,8 @@ def analyze(
     """The selection analysis of a run's cells: ``results["analysis"]`` (JSON-safe, deterministic given seed).
 
     ``upstream`` / ``downstream`` default to the metrics present (names without / with ``:``; diagnostic metrics
-    such as ``rm_acc_train`` are left out). ``verdict_metric`` defaults to ``args:rubric_satisfaction`` when
+    such as ``rm_acc_train`` are left out, and descriptive ones, ``DECODER:words``, which only the verdict's
+    trade-offs read; naming one is a ValueError). ``verdict_metric`` defaults to ``args:rubric_satisfaction`` when
     present, else the first downstream metric. ``na_reasons[method][metric]`` gives the runner's reason for a
     method that has no rows. ``equivalence_margin`` is ε in the metric's units (None: ``DEFAULT_MARGIN``, 5 points
     of a proportion; 0: never claim equivalence). ``roles[method]`` is ``deployable``, ``baseline``, ``oracle`` or
