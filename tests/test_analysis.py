@@ -118,7 +118,7 @@ def test_perfect_upstream_predictor() -> None:
     v = res["verdict"]
     assert v["upstream_metric"] == "rm_acc_unseen" and v["agrees"] is True
     assert v["upstream_tau"] == pytest.approx(1.0)
-    assert res["metrics"] == {"upstream": ["rm_acc_unseen", "pa_sum"], "downstream": [ARGS]}
+    assert res["metrics"] == {"upstream": ["rm_acc_unseen", "pa_sum"], "downstream": [ARGS], "descriptive": []}
 
 
 def test_na_states_and_too_few_systems() -> None:

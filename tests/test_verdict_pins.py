@@ -168,3 +168,66 @@ def test_beats_the_random_pick_uses_the_simultaneous_critical_value_over_the_dep
     crit = entry["critical_value"]
     # independent systems: near the value for k independent differences, far from the marginal 1.645
     assert crit == pytest.approx(norm.ppf(0.95 ** (1 / k)), abs=0.2) and crit > 2.1
+
+
+def test_the_length_cells_are_each_picks_expected_words_the_pools_mean_and_the_greedy_outputs(
+    small_run: Path,
+) -> None:
+    """``words`` cells (the length a trade-off's split reads): a Best-of-n pick's is the exact expectation of its
+    pick's length, the random pick's the pool's mean length, zero-shot's the length of its own output; none of them
+    is ranked."""
+    samples = _lines(small_run / "samples.jsonl")
+    pools: dict[str, list[str]] = {}
+    for r in samples:
+        if r.get("kind") == "bon_sample" and r["decoder"] == BON:
+            pools.setdefault(r["prompt_id"], []).append(r["text"])
+    greedy = {(r["user_id"], r["prompt_id"]): r["text"] for r in samples
+              if r.get("kind") == "generation" and r["decoder"].startswith("zero_shot")}  # fmt: skip
+    words = [c for c in _lines(small_run / "cells.jsonl") if c["metric"].endswith(":words")]
+    seen: dict[str, int] = {}
+    distinct = 0  # a length pick whose length differs from the pool's mean: the two are told apart
+    for c in words:
+        key = (c["method"], c["metric"])
+        if key == ("random_pick", "best_of_n:words"):
+            want = float(np.mean([len(t.split()) for t in pools[c["prompt"]]]))
+        elif key == ("length(unit=chars)", "best_of_n:words"):
+            pool = pools[c["prompt"]]
+            n_words = np.array([len(t.split()) for t in pool], float)
+            want = expected_pick(np.array([float(len(t)) for t in pool]), n_words, N_PICK)
+            distinct += int(abs(want - n_words.mean()) > 1e-9)
+        elif key == ("zero_shot", "zero_shot:words"):
+            want = float(len(greedy[(c["user"], c["prompt"])].split()))
+        else:
+            continue
+        assert c["value"] == pytest.approx(want, abs=1e-9), c
+        seen[c["method"]] = seen.get(c["method"], 0) + 1
+    assert set(seen) == {"random_pick", "length(unit=chars)", "zero_shot"} and min(seen.values()) >= 2 * 2, seen
+    assert distinct > 0
+    assert {c["method"] for c in words if c["metric"] == "best_of_n:words"} >= {"mpu", "random_pick"}
+    assert "oracle_pick" not in {c["method"] for c in words}  # length is no quality: it has no ceiling
+    analysis = json.loads((small_run / "results.json").read_text(encoding="utf-8"))["analysis"]
+    assert "best_of_n:words" in analysis["metrics"]["descriptive"]
+    assert not any(k.endswith(":words") for k in [*analysis["metrics"]["downstream"], *analysis["ranking"]])
+
+
+def test_the_length_split_of_a_run_is_the_paired_means_of_its_words_cells(small_run: Path) -> None:
+    """On the run's own cells, the trade-off row for length of a pick (here the chars-length baseline, whose pick is
+    the longest of each n-subset): sampling is the mean over cells of the pool's mean length − the greedy output's,
+    re-ranking the pick's expected length − the pool's mean, in words."""
+    from perbench.metrics.analysis.estimates import Estimates
+    from perbench.metrics.analysis.roles import method_roles
+    from perbench.metrics.analysis.verdict import Verdict
+
+    cells = _lines(small_run / "cells.jsonl")
+    est = Estimates(cells, None, None, "mpu", 20, 0, 0.95, None)
+    v = Verdict(est, method_roles(est.methods, est.pure_decoders), {"value": 0.05, "source": "test"}, None, None)
+    rows, text = v.trade_offs(METRIC, "length(unit=chars)")
+    row = {r["metric"]: r for r in rows}["best_of_n:words"]
+    by = {(c["method"], c["user"], c["prompt"]): c["value"] for c in cells if c["metric"].endswith(":words")}
+    keys = [(u, p) for m, u, p in by if m == "random_pick"]
+    zero = [by[("zero_shot", u, p)] - by[("random_pick", u, p)] for u, p in keys]
+    pick = [by[("length(unit=chars)", u, p)] - by[("random_pick", u, p)] for u, p in keys]
+    assert row["sampling"]["value"] == pytest.approx(-np.mean(zero), abs=1e-9)
+    assert row["reranking"]["value"] == pytest.approx(np.mean(pick), abs=1e-9) and row["reranking"]["value"] > 0
+    assert row["delta"] == pytest.approx(row["sampling"]["value"] + row["reranking"]["value"], abs=1e-9)
+    assert "Length: re-ranking by length(unit=chars) " in text and "words" in text

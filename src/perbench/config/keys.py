@@ -111,6 +111,13 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
             raise at("verdict_metric").error(
                 f"expected DECODER:QUALITY (e.g. args:rubric_satisfaction), got {metric!r}"
             )
+        from perbench.metrics.analysis.base import DESCRIPTIVE_QUALITIES
+
+        if quality in DESCRIPTIVE_QUALITIES:
+            raise at("verdict_metric").error(
+                f"{metric!r} is the answers' length, which the verdict reports beside the pick but never ranks on; "
+                "choose a quality (e.g. best_of_n:rubric_satisfaction)"
+            )
     seeds = v["seeds"]
     if seeds is not None:
         if not seeds:

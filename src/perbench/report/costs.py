@@ -1,6 +1,7 @@
-"""What the verdict's pick costs on the other qualities of its decoder: each difference to zero-shot decoding
-beside its two causes, sampling from the policy (random pick − zero-shot) and re-ranking by the reward model
-(pick − random pick), read from ``verdict.trade_offs`` (the analysis's numbers; nothing here decides)."""
+"""What the verdict's pick costs on the other qualities of its decoder, and how it changes the length of its
+answers: each difference to zero-shot decoding beside its two causes, sampling from the policy (random pick −
+zero-shot) and re-ranking by the reward model (pick − random pick), read from ``verdict.trade_offs`` (the
+analysis's numbers; nothing here decides)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, st
         return ""
     shown = (names or {}).get(pick, pick)
     out = []
+    lengths = 0
     for r in rows:
         metric = str(r.get("metric") or "")
+        lengths += metric.partition(":")[2] == "words"
         pct = is_pct_metric(metric)
 
         def part(p: Any, pct: bool = pct) -> str:
@@ -46,10 +49,14 @@ def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, st
     ]
     return (
         f"<details><summary>What {esc(shown)} trades against zero-shot decoding, by cause "
-        f"({len(out)} qualities)</summary>"
+        f"({_count(len(out) - lengths)}{' and the length' if lengths else ''})</summary>"
         + table([esc(h) for h in head], out)
         + '<p class="muted">Marginal 95% two-way CIs (users × prompts). The difference to greedy zero-shot decoding '
         "is the sum of what sampling from the policy does whichever reward model re-ranks (the random pick from the "
         "same pool) and what re-ranking by the reward model adds; the verdict charges the reward model with the "
-        "second part only.</p></details>"
+        "second part only. Length is in words, neither won nor lost.</p></details>"
     )
+
+
+def _count(n: int) -> str:
+    return f"{n} {'quality' if n == 1 else 'qualities'}"

@@ -24,6 +24,7 @@ _QUALITIES = {
     "bertscore_f1": "BERTScore-F1",
     "rm_win": "win rate",
     "bon_gain": "BoN gain",
+    "words": "length (words)",
 }
 _UPSTREAM = {
     "rm_acc": "RM acc. (seen + unseen)",

@@ -26,7 +26,7 @@ from perbench.memo import Memo, array_digest
 from perbench.metrics.analysis.roles import ORACLE_PICK, RANDOM_PICK
 from perbench.runner.methods import MethodHandle
 from perbench.runner.pool_units import Pool, PoolUnits
-from perbench.runner.scoring import QUALITY_METRICS
+from perbench.runner.scoring import DESCRIPTIVE_METRICS, QUALITY_METRICS
 
 __all__ = ["NULL_WIN_RULE", "ONPOLICY_BOK", "ONPOLICY_K", "ONPOLICY_PAIRS", "Pool", "Pooled"]
 
@@ -83,7 +83,7 @@ class Pooled(PoolUnits):
             na = self.s.not_applicable(h)
             keep = [c for c, (_, u) in enumerate(pool.cells) if u not in na]
             n = decoder.n
-            metrics = [m for m in (*QUALITY_METRICS, "rubric_all", "words") if m in qual]
+            metrics = [m for m in (*QUALITY_METRICS, "rubric_all", *DESCRIPTIVE_METRICS) if m in qual]
             rows: list[dict[str, Any]] = []
             w = bon_weights(S, n)  # once per system: every quality, the win rate and the gain weigh by it
             expected = {m: (w * np.asarray(qual[m], np.float64)).sum(-1) for m in metrics}
@@ -170,8 +170,10 @@ class Pooled(PoolUnits):
     ) -> None:
         """The pool's reference lines, on every cell with ground truth: ``random_pick`` (the pool mean, the exact
         Best-of-1: what a pick with no information gets) and ``oracle_pick`` (Best-of-n by the quality itself:
-        the ceiling of any re-ranker of this pool), per quality metric; for ``rm_win``, ``random_pick`` holds
-        n/(n+1), the win rate of a scorer with no information (:data:`NULL_WIN_RULE`)."""
+        the ceiling of any re-ranker of this pool), per quality metric; ``random_pick`` also holds the pool's mean
+        length (``words``: what re-ranking's change of length is measured from; no oracle, length is no quality);
+        for ``rm_win``, ``random_pick`` holds n/(n+1), the win rate of a scorer with no information
+        (:data:`NULL_WIN_RULE`)."""
         from perbench.decoding.best_of_n import bon_expected
 
         cells = self.s.cells
@@ -183,6 +185,11 @@ class Pooled(PoolUnits):
             for c, (_, u) in enumerate(pool.cells):
                 cells.add(RANDOM_PICK, f"{family}:{m}", u, pool.prompt_id(c), float(mean[c]))
                 cells.add(ORACLE_PICK, f"{family}:{m}", u, pool.prompt_id(c), float(best[c]))
+        for m in DESCRIPTIVE_METRICS:
+            if m in qual:
+                mean = qual[m].mean(1)
+                for c, (_, u) in enumerate(pool.cells):
+                    cells.add(RANDOM_PICK, f"{family}:{m}", u, pool.prompt_id(c), float(mean[c]))
         if with_zero:
             for c, (_, u) in enumerate(pool.cells):
                 cells.add(RANDOM_PICK, f"{family}:rm_win", u, pool.prompt_id(c), n / (n + 1))

@@ -212,15 +212,15 @@ class Assemble:
 
     def add_cells(self, label: str, mode: str, v: ArmValues) -> None:
         """An RM arm's cells for the selection analysis: per training seed and (user, prompt), the mean over
-        samples of each quality metric and of the RM's win rate over the base policy, tagged with the seed
-        (``rl_seed``), so the analysis resamples the seeds as the RL table does."""
-        from perbench.runner.scoring import QUALITY_METRICS
+        samples of each quality metric, of the length in words and of the RM's win rate over the base policy,
+        tagged with the seed (``rl_seed``), so the analysis resamples the seeds as the RL table does."""
+        from perbench.runner.scoring import DESCRIPTIVE_METRICS, QUALITY_METRICS
 
         arm = self.arms[label]
         if arm.kind != "rm" or arm.method is None:
             return
         family = "rl" if mode == "greedy" else "rl_sampled"
-        for m in (*QUALITY_METRICS, "rm_win"):
+        for m in (*QUALITY_METRICS, *DESCRIPTIVE_METRICS, "rm_win"):
             if m in v.values:
                 every = np.isfinite(v.values[m]).all(0)  # the cells every seed has (the RL table's cells)
                 for s, per_cell in zip(v.seeds, v.values[m], strict=True):

@@ -9,11 +9,15 @@ from typing import Any
 import numpy as np
 
 from perbench.data.records import Prompt, prompt_key, prompt_text
+from perbench.metrics.analysis.base import DESCRIPTIVE_QUALITIES
 from perbench.runner.methods import MethodHandle
 from perbench.runner.state import RunState
 from perbench.runner.units import unit_key
 
 QUALITY_METRICS = ("rubric_satisfaction", "personal_reward", "rouge1", "rougeL", "bertscore_f1", "judge_score")
+#: what the text is rather than how good: ``words``, the length in whitespace words (cells the analysis never ranks,
+#: read by the verdict's trade-offs against zero-shot decoding)
+DESCRIPTIVE_METRICS = tuple(sorted(DESCRIPTIVE_QUALITIES))
 
 
 class Scoring:
@@ -275,10 +279,10 @@ class Scoring:
         return self.s.units.arrays("win_rate", key, compute)
 
     def add_cells(self, label: str, rows: list[dict[str, Any]], extra: Sequence[str] = ()) -> None:
-        """One cell per row and quality metric (plus ``rm_win`` and ``extra``), named ``FAMILY:METRIC``."""
+        """One cell per row and quality metric (plus ``words``, ``rm_win`` and ``extra``), named ``FAMILY:METRIC``."""
         family, method = self.s.families[label]
         for r in rows:
-            for metric in (*QUALITY_METRICS, "rm_win", *extra):
+            for metric in (*QUALITY_METRICS, *DESCRIPTIVE_METRICS, "rm_win", *extra):
                 if metric in r:
                     self.s.cells.add(method, f"{family}:{metric}", r["user_id"], r["prompt_id"], r[metric])
 

@@ -39,6 +39,7 @@ from perbench.metrics.analysis.base import (
     TRAIN_ACC,
     Cell,
     GroupKey,
+    is_descriptive,
     is_diagnostic,
     is_downstream,
     json_safe,
@@ -96,7 +97,8 @@ def analyze(
     """The selection analysis of a run's cells: ``results["analysis"]`` (JSON-safe, deterministic given seed).
 
     ``upstream`` / ``downstream`` default to the metrics present (names without / with ``:``; diagnostic metrics
-    such as ``rm_acc_train`` are left out). ``verdict_metric`` defaults to ``args:rubric_satisfaction`` when
+    such as ``rm_acc_train`` are left out, and descriptive ones, ``DECODER:words``, which only the verdict's
+    trade-offs read; naming one is a ValueError). ``verdict_metric`` defaults to ``args:rubric_satisfaction`` when
     present, else the first downstream metric. ``na_reasons[method][metric]`` gives the runner's reason for a
     method that has no rows. ``equivalence_margin`` is ε in the metric's units (None: ``DEFAULT_MARGIN``, 5 points
     of a proportion; 0: never claim equivalence). ``roles[method]`` is ``deployable``, ``baseline``, ``oracle`` or
@@ -172,7 +174,7 @@ def analyze(
         "notes": est.notes,
         "methods": est.methods,
         "roles": role,
-        "metrics": {"upstream": est.upstream, "downstream": est.downstream},
+        "metrics": {"upstream": est.upstream, "downstream": est.downstream, "descriptive": est.descriptive},
         "table": est.table(),
         "ranking": rankings,
         "paired": est.paired(),
@@ -253,6 +255,8 @@ def plan_sizes(
     size, from the comparisons' joint distribution). ``points``:
     ``effect`` and ``equivalence_margin`` are in points (1/100) when the metric is a proportion. Without
     ``equivalence_margin``, the margin is ``run_margin`` (the run's, in metric units), else ``DEFAULT_MARGIN``."""
+    if metric is not None and is_descriptive(metric):
+        raise ValueError(f"{metric} is the answers' length, no quality: nothing to plan a decision on")
     est = Estimates(cells, None, None, "", 0, 0, level, None)
     chosen, notes = choose_metric(est, metric)
     if chosen is None:

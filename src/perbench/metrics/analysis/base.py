@@ -25,6 +25,10 @@ FAIRNESS_METRICS = ("rm_acc_seen", "rm_acc_unseen")
 TRAIN_ACC = "rm_acc_train"
 #: diagnostic metrics: read by one part of the analysis, never in the method table, the rankings or the selection
 DIAGNOSTIC_METRICS = frozenset({TRAIN_ACC})
+#: descriptive qualities of generated text (``DECODER:words``, the length in whitespace words): never better or worse,
+#: so never in the method table, a ranking, a correlation, the verdict metric's choice or a diagnosis; read only by
+#: the verdict's trade-offs against zero-shot decoding (split into sampling and re-ranking like any other quality)
+DESCRIPTIVE_QUALITIES = frozenset({"words"})
 #: two values closer than this (relative to their size, at least 1) are an exact tie: no float rounding ranks them
 TIE_TOL = 1e-12
 
@@ -92,6 +96,11 @@ def is_downstream(metric: str) -> bool:
 
 def is_diagnostic(metric: str) -> bool:
     return metric in DIAGNOSTIC_METRICS
+
+
+def is_descriptive(metric: str) -> bool:
+    """A downstream metric that describes the text (its length), not its quality: :data:`DESCRIPTIVE_QUALITIES`."""
+    return is_downstream(metric) and metric.partition(":")[2] in DESCRIPTIVE_QUALITIES
 
 
 def metric_sort_key(metric: str) -> tuple[int, int, int, str]:

@@ -26,6 +26,7 @@ from perbench.metrics.analysis.base import (
     FloatArray,
     IntArray,
     as_row,
+    is_descriptive,
     is_diagnostic,
     is_downstream,
     metric_sort_key,
@@ -33,6 +34,7 @@ from perbench.metrics.analysis.base import (
     stratum,
     training_seed,
 )
+from perbench.metrics.analysis.roles import RANDOM_PICK
 from perbench.stats.bootstrap import Resampling, TwoWayBootstrap, factor_notes
 from perbench.stats.seeded import seed_note, seeded_means, with_seeds
 
@@ -83,7 +85,15 @@ class Data:
         methods = list(dict.fromkeys(r[1] for r in raw))
         present = list(dict.fromkeys(r[2] for r in raw))
         self.present = set(present)
-        reported = [m for m in present if not is_diagnostic(m)]
+        reported = [m for m in present if not is_diagnostic(m) and not is_descriptive(m)]
+        asked = next((m for m in [*(upstream or ()), *(downstream or ())] if is_descriptive(m)), None)
+        if asked is not None:
+            raise ValueError(
+                f"upstream/downstream: {asked} describes the text (its length), it is no quality to rank; it enters "
+                "only the verdict's trade-offs"
+            )
+        #: descriptive metrics present (:func:`is_descriptive`): paired against the random pick and zero-shot only
+        self.descriptive = sorted((m for m in present if is_descriptive(m)), key=metric_sort_key)
         self.upstream = (
             list(upstream)
             if upstream is not None
@@ -234,7 +244,7 @@ class Data:
                 for b in ms[i + 1 :]:
                     for g in range(len(self.groups)):
                         self._pair(g, a, k, b, k)
-        for k in self.downstream:
+        for k in [*self.downstream, *self.descriptive]:
             zs = self.zero_shot_metric(k)
             if zs is None:
                 continue
@@ -242,6 +252,11 @@ class Data:
                 if a != ZERO_SHOT:
                     for g in range(len(self.groups)):
                         self._pair(g, a, k, ZERO_SHOT, zs)
+        for k in self.descriptive:  # a trade-off's re-ranking part: each system against the random pick
+            for a in self.methods_with(k):
+                if a not in (ZERO_SHOT, RANDOM_PICK):
+                    for g in range(len(self.groups)):
+                        self._pair(g, a, k, RANDOM_PICK, k)
 
     def pair_cols(self, g: int, a: str, ka: str, b: str, kb: str) -> tuple[int, int, int, bool] | None:
         """The registered columns of a − b in group g (either direction), or None."""
@@ -318,6 +333,8 @@ class Data:
         return True
 
     def is_proportion(self, metric: str) -> bool:
+        if is_descriptive(metric):  # a count of words, even where every answer has 0 or 1 of them
+            return False
         v = self.values[self.metric_of == metric]
         return bool(v.size) and bool(np.all((v >= 0) & (v <= 1)))
 

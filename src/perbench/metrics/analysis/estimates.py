@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from perbench.metrics.analysis.base import TIE_TOL, ZERO_SHOT, Est, FloatArray, ci_, f_
+from perbench.metrics.analysis.base import TIE_TOL, ZERO_SHOT, Est, FloatArray, ci_, f_, is_descriptive
 from perbench.metrics.analysis.data import Data
 from perbench.stats.bootstrap import percentile_ci
 
@@ -206,6 +206,8 @@ class Estimates(Data):
     def fmt(self, metric: str, x: float, delta: bool = False) -> str:
         if self.is_proportion(metric):
             return f"{100 * x:+.1f} pts" if delta else f"{100 * x:.1f}%"
+        if is_descriptive(metric):
+            return f"{x:+.1f} words" if delta else f"{x:.1f} words"
         return f"{x:+.3f}" if delta else f"{x:.3f}"
 
     def fmt_ci(self, metric: str, ci: Sequence[float] | None, label: str | None = None) -> str:
@@ -214,6 +216,8 @@ class Estimates(Data):
         pct = label or f"{100 * self.level:g}% CI"
         if self.is_proportion(metric):
             return f"{pct} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+        if is_descriptive(metric):
+            return f"{pct} [{ci[0]:.1f}, {ci[1]:.1f}]"
         return f"{pct} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perbench.metrics.analysis.base import DEFAULT_VERDICT_METRIC, f_
+from perbench.metrics.analysis.base import DEFAULT_VERDICT_METRIC, f_, is_descriptive
 from perbench.metrics.analysis.estimates import Estimates
 from perbench.metrics.analysis.power import plan
 from perbench.metrics.analysis.ranking import BASELINE, EQUIVALENT, NO_BETTER, TOO_LITTLE, ranking
@@ -62,9 +62,14 @@ def choose_metric(est: Estimates, requested: str | None) -> tuple[str | None, li
     metric = (
         requested if requested is not None else (DEFAULT_VERDICT_METRIC if DEFAULT_VERDICT_METRIC in down else None)
     )
-    if metric is None or metric not in est.present:
+    if metric is None or metric not in est.present or is_descriptive(metric):
         fallback = down[0] if down else next((k for k in est.upstream if k in est.present), None)
-        if requested is not None or metric is not None:
+        if metric is not None and is_descriptive(metric):
+            notes.append(
+                f"The configured verdict metric {metric} describes the answers (their length), it is no quality to "
+                f"rank on, so the verdict ranks on {fallback} instead."
+            )
+        elif requested is not None or metric is not None:
             missing = metric or requested or ""
             why = _MISSING.get(missing.partition(":")[2], "the run has no rows of it")
             notes.append(

@@ -1,12 +1,13 @@
-"""What the verdict's choice costs: the pick against zero-shot decoding on the other qualities of its decoder,
-the difference to zero-shot split into sampling and re-ranking, and its reward-hacking win rate."""
+"""What the verdict's choice costs: the pick against zero-shot decoding on the other qualities of its decoder and on
+the length of its answers (words), each difference to zero-shot split into sampling and re-ranking, and its
+reward-hacking win rate."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perbench.metrics.analysis.base import ZERO_SHOT, Est, f_
+from perbench.metrics.analysis.base import ZERO_SHOT, Est, f_, is_descriptive
 from perbench.metrics.analysis.roles import RANDOM_PICK
 from perbench.metrics.analysis.verdict_phrasing import Phrasing
 
@@ -34,7 +35,7 @@ class CostParts(Phrasing):
         what the reward model does); the sentence charges the reward model with its part only."""
         fam = metric.partition(":")[0]
         rows: list[dict[str, Any]] = []
-        for k in self.est.downstream:
+        for k in [*self.est.downstream, *self.est.descriptive]:
             dec, _, q = k.partition(":")
             if dec != fam or k == metric or q in ("rm_win",) or q.startswith("bon_gain"):
                 continue
@@ -48,9 +49,12 @@ class CostParts(Phrasing):
             row["sampling"] = None if rand is None else self._part(self.est.delta(RANDOM_PICK, k, ZERO_SHOT, zs))
             row["reranking"] = None if rand is None else self._part(self.est.delta(pick, k, RANDOM_PICK, k))
             rows.append(row)
-        split = [r for r in rows if r["reranking"] is not None and r["reranking"]["value"] is not None]
-        whole = [r for r in rows if r not in split]
-        return rows, " ".join(t for t in (self._reranking_text(pick, split), self._total_text(pick, whole)) if t)
+        quality = [r for r in rows if not is_descriptive(r["metric"])]
+        split = [r for r in quality if r["reranking"] is not None and r["reranking"]["value"] is not None]
+        whole = [r for r in quality if r not in split]
+        length = [r for r in rows if is_descriptive(r["metric"])]
+        texts = (self._reranking_text(pick, split), self._total_text(pick, whole), self._length_text(pick, length))
+        return rows, " ".join(t for t in texts if t)
 
     def _say(self, k: str, value: float, ci: Sequence[float] | None) -> str:
         q = _QUALITY_NAMES.get(k.partition(":")[2], k)
@@ -104,6 +108,32 @@ class CostParts(Phrasing):
                 self._say(r["metric"], r["delta"], r["ci"]) for r in won
             ))  # fmt: skip
         return (" ".join(parts) + " (marginal CIs).") if parts else ""
+
+    def _length_text(self, pick: str, rows: Sequence[Mapping[str, Any]]) -> str:
+        """How the pick changes the length of the answers (words) against zero-shot decoding: where the decoder has
+        a random pick, re-ranking's part (the reward model's) with sampling's beside it, else the whole difference.
+        Length is neither won nor lost: it is said, never counted as a trade-off."""
+        out = []
+        for r in rows:
+            k, rr, sa = r["metric"], r.get("reranking"), r.get("sampling")
+
+            def how(p: Mapping[str, Any], k: str = k) -> str:
+                ci, said = p.get("ci"), self.with_ci(k, p)
+                if ci is not None and ci[0] > 0:
+                    return f"lengthens answers by {said}"
+                if ci is not None and ci[1] < 0:
+                    return f"shortens answers by {said}"
+                return f"does not reliably change answer length ({said})"
+
+            if rr and rr.get("value") is not None:
+                text = f"Length: re-ranking by {pick} {how(rr)} against a random pick from the same pool"
+                if sa and sa.get("value") is not None:
+                    sampled = "sampling from the policy (a random pick − zero-shot), whichever reward model re-ranks,"
+                    text += f"; {sampled} {how(sa)}"
+                out.append(text + ".")
+            elif r.get("delta") is not None:
+                out.append(f"Length: against zero-shot decoding, {pick} {how({'value': r['delta'], 'ci': r['ci']})}.")
+        return " ".join(out)
 
     def zero_shot_split(self, metric: str, pick: str) -> tuple[dict[str, Any] | None, str]:
         zs = self.est.zero_shot_metric(metric)
