@@ -160,7 +160,12 @@ def generate_plain(
     top_p: float = 1.0,
 ) -> list[Generation]:
     """The policy alone: greedy, or sampled with temperature then nucleus (each row its own generator). Greedy on a
-    GPU goes through transformers' static-cache ``generate`` (:mod:`perbench.models.library_generate`)."""
+    GPU goes through transformers' static-cache ``generate`` (:mod:`perbench.models.library_generate`); a policy served
+    by an inference server (:mod:`perbench.models.endpoint`) generates there, with the same sampling parameters."""
+    from perbench.models.endpoint import EndpointLM
+
+    if isinstance(policy, EndpointLM):
+        return policy.generate(requests, max_new_tokens, sample=sample, temperature=temperature, top_p=top_p)
     if not sample:
         from perbench.models import library_generate
 

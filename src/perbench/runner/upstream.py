@@ -89,7 +89,7 @@ class Upstream:
             (prompt_key(p.prompt), y): (p.prompt, y) for p in self.s.bench.test_pairs() for y in (p.chosen, p.rejected)
         }
         self.s.extractor.tokens(list(texts.values()), desc="test features")
-        if self.s.policy_extractor is not self.s.extractor:
+        if self.s.policy_extractor not in (None, self.s.extractor):
             self.s.policy_extractor.tokens(list(texts.values()), desc="policy log-probs")
 
     def _scores(
@@ -304,6 +304,10 @@ class Upstream:
 
         if self.s.policy is None:
             return "no policy in this run"
+        from perbench.models.endpoint import is_served
+
+        if is_served(self.s.policy):
+            return "the policy is served by an inference endpoint, which gives no log-probs of given responses"
         if issubclass(h.cls, PairwiseJudge):
             return "a pairwise judge gives no reward r_u(x, y) for a single response"
         return None
