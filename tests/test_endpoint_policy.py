@@ -74,13 +74,13 @@ def server() -> Iterator[FakeServer]:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             if self.path != "/v1/models":
                 return self.reply(404, {"error": {"message": f"no route {self.path}"}})
             # a server stamps `created` per request (vLLM does): it must not change the model's identity
             self.reply(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": time.time_ns()}]})
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with state.lock:
                 state.posts += 1
