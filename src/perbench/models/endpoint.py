@@ -28,12 +28,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
 from perbench.data.records import prompt_messages
 from perbench.device import DevicePolicy
 from perbench.errors import PerbenchError
-from perbench.models.generate import Generation, GenRequest
+from perbench.models.generation import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.specs.endpoint import Endpoint
 
@@ -55,6 +55,10 @@ class NeedsWeightsError(PerbenchError):
 class EndpointLM(LoadedLM):
     """A :class:`LoadedLM` whose generations come from an OpenAI-compatible server; ``here``: this machine's device
     (what the run's in-process work uses)."""
+
+    no_logprobs: ClassVar[str | None] = (
+        "the policy is served by an inference endpoint, which gives no log-probs of given responses"
+    )
 
     def __init__(self, spec: Endpoint, here: DevicePolicy) -> None:
         # LoadedLM's fields are properties here: no dataclass __init__

@@ -5,31 +5,17 @@ models all build on these, so nothing below ``decoding/`` has to import it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 
-from perbench.data.records import Prompt
 from perbench.models.chat import encode_prompt
+from perbench.models.generation import Generation as Generation
+from perbench.models.generation import GenRequest as GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.models.stepper import CachedLM
 
 T = TypeVar("T")
-
-
-@dataclass
-class Generation:
-    text: str
-    token_ids: list[int]
-    finished: bool  # stopped at EOS (else hit max_new_tokens)
-
-
-@dataclass(frozen=True)
-class GenRequest:
-    prompt: Prompt
-    user_id: str
-    seed: int  # per-request seed: sampled outputs do not depend on how requests are batched
 
 
 def row_generators(requests: Sequence[GenRequest], device: str = "cpu") -> list[torch.Generator]:

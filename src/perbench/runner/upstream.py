@@ -302,12 +302,8 @@ class Upstream:
         be not applicable, see :meth:`_policy_accuracy`)."""
         from perbench.rewards.base import PairwiseJudge
 
-        if self.s.policy is None:
-            return "no policy in this run"
-        from perbench.models.endpoint import is_served
-
-        if is_served(self.s.policy):
-            return "the policy is served by an inference endpoint, which gives no log-probs of given responses"
+        if self.s.policy is None or self.s.policy.no_logprobs:
+            return self.s.policy.no_logprobs if self.s.policy is not None else "no policy in this run"
         if issubclass(h.cls, PairwiseJudge):
             return "a pairwise judge gives no reward r_u(x, y) for a single response"
         return None
