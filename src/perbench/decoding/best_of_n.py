@@ -70,8 +70,11 @@ def pool_batcher(policy: LoadedLM, size: int | str) -> Any:
     """The batcher of a pool's samples: ``size``, or ``auto``: :data:`CPU_SAMPLE_BATCH` on a CPU, on a GPU the rows
     its free memory holds (:mod:`perbench.models.memory`); halves on out-of-memory."""
     from perbench.models.batching import AdaptiveBatcher
+    from perbench.models.endpoint import is_served, request_batcher
     from perbench.models.memory import estimate_rows
 
+    if is_served(policy):
+        return request_batcher(policy, size)
     device = str(policy.policy.device)
     if device.startswith("cpu"):
         return AdaptiveBatcher(size, device, start=CPU_SAMPLE_BATCH)

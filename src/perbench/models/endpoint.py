@@ -8,10 +8,10 @@ sample is reproducible and cached by itself whatever the batching -- where the s
 SGLang do per request; a server's outputs are still not guaranteed bit-identical across versions, batch sizes or
 hardware). Greedy decoding is ``temperature: 0``.
 
-Requests run ``max_concurrency`` at a time (a thread pool: the work is waiting on sockets); a 429, a 5xx, a
-timeout or a refused connection is retried up to ``retries`` times with exponential backoff (a ``Retry-After``
-header is honoured, up to 30 s); any other 4xx, or a reply that is not a completion, stops the run with one line
-naming the endpoint and the status.
+Requests run ``max_concurrency`` at a time (a thread pool: the work is waiting on sockets); a 408, 429, 500, 502,
+503 or 504, a timeout or a refused connection is retried up to ``retries`` times with exponential backoff (a
+``Retry-After`` header is honoured, up to 30 s); any other 4xx, or a reply that is not a completion, stops the run
+with one line naming the endpoint and the status.
 
 The model's identity (the cache keys of its samples) is the served model's name and what ``GET {endpoint}/models``
 says of it (its creation time left out: servers stamp it per request), not the URL: the same model served
@@ -28,11 +28,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 from perbench.data.records import prompt_messages
 from perbench.device import DevicePolicy
 from perbench.errors import PerbenchError
+from perbench.models.batching import AdaptiveBatcher
 from perbench.models.generation import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.specs.endpoint import Endpoint
@@ -228,6 +229,12 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def is_served(lm: Any) -> bool:
+def request_batcher(lm: EndpointLM, size: int | str) -> AdaptiveBatcher:
+    """The batches a served model's requests go in (each stored when it ends): ``size``, or for ``auto`` four waves of
+    ``max_concurrency`` requests (no memory to estimate here: the server batches on its side)."""
+    return AdaptiveBatcher(size, "endpoint", start=4 * lm.spec.max_concurrency)
+
+
+def is_served(lm: Any) -> TypeGuard[EndpointLM]:
     """Whether ``lm`` generates through an inference server (no weights, logits or tokenizer in process)."""
     return isinstance(lm, EndpointLM)

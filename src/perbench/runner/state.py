@@ -91,6 +91,10 @@ class RunState:
 
     def batcher(self, kind: str) -> AdaptiveBatcher:
         """The run's adaptive batch size for ``kind`` (``generate``), shared by every call of the run."""
+        from perbench.models.endpoint import is_served, request_batcher
+
+        if kind not in self.batchers and is_served(self.policy):
+            self.batchers[kind] = request_batcher(self.policy, self.cfg.batch_size)
         if kind not in self.batchers:
             device = str(self.policy.policy.device) if self.policy is not None else "cpu"
             fit = None
