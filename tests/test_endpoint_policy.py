@@ -77,8 +77,10 @@ def server() -> Iterator[FakeServer]:
         def do_GET(self) -> None:
             if self.path != "/v1/models":
                 return self.reply(404, {"error": {"message": f"no route {self.path}"}})
-            # a server stamps `created` per request (vLLM does): it must not change the model's identity
-            self.reply(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": time.time_ns()}]})
+            # a server stamps `created` and fresh permission ids per request (vLLM does): not the model's identity
+            stamp = time.time_ns()
+            row = {"id": MODEL, "object": "model", "created": stamp, "permission": [{"id": f"modelperm-{stamp}"}]}
+            self.reply(200, {"object": "list", "data": [{**row, "max_model_len": 2048}]})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -236,7 +238,7 @@ def test_served_run_has_the_in_process_layout(
     assert set(res_a["downstream"]) == set(res_b["downstream"]) and set(res_a["analysis"]) == set(res_b["analysis"])
     prov = res_b["provenance"]["models"]["policy"]
     assert prov["endpoint"] == server.url and prov["served_model"] == MODEL
-    assert prov["server_model_info"]["id"] == MODEL and "created" not in prov["server_model_info"]
+    assert prov["server_model_info"] == {"id": MODEL, "object": "model", "max_model_len": 2048}
     assert "not_applicable" not in res_a["upstream"]["global_bt"]["policy_accuracy"]
     assert "inference endpoint" in res_b["upstream"]["global_bt"]["policy_accuracy"]["not_applicable"]
 

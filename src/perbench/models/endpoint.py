@@ -14,9 +14,10 @@ Requests run ``max_concurrency`` at a time (a thread pool: the work is waiting o
 with one line naming the endpoint and the status.
 
 The model's identity (the cache keys of its samples) is the served model's name and what ``GET {endpoint}/models``
-says of it (its creation time left out: servers stamp it per request), not the URL: the same model served
-elsewhere reuses the samples. What needs the policy's weights or logits (ARGS, GenARM, policy accuracy, RL) needs
-a policy in process: reading ``model``, ``tokenizer`` or ``eos_ids`` raises :class:`NeedsWeightsError`."""
+says of it (its creation time and vLLM's permission objects left out: servers make them per request), not the URL:
+the same model served elsewhere reuses the samples. What needs the policy's weights or logits (ARGS, GenARM, policy
+accuracy, RL) needs a policy in process: reading ``model``, ``tokenizer`` or ``eos_ids`` raises
+:class:`NeedsWeightsError`."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ from perbench.specs.endpoint import Endpoint
 
 #: HTTP statuses worth another try: rate limited, or the server's own failure
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: what ``GET /models`` stamps anew on every request (vLLM: the time and permission objects with fresh ids), left out
+#: of the model's identity
+PER_REQUEST = frozenset({"created", "permission"})
 #: the first backoff (doubled per try) and the longest wait between tries, in seconds
 BACKOFF_S, MAX_WAIT_S = 0.5, 30.0
 
@@ -83,7 +87,7 @@ class EndpointLM(LoadedLM):
         return self._here
 
     def served(self) -> dict[str, Any]:
-        """What ``GET /models`` says of the model (read once; its ``created`` stamp left out)."""
+        """What ``GET /models`` says of the model (read once; what it stamps per request left out)."""
         if self._served is None:
             listing = self._call("GET", "/models", None)
             rows = listing.get("data") if isinstance(listing, dict) else None
@@ -96,7 +100,7 @@ class EndpointLM(LoadedLM):
                     f"{self.spec.base_url}: serves no model {self.spec.model!r} (it serves: "
                     f"{', '.join(map(str, ids)) or 'none'}); set the policy's model: to one of them"
                 )
-            self._served = {k: v for k, v in row.items() if k != "created"}
+            self._served = {k: v for k, v in row.items() if k not in PER_REQUEST}
         return self._served
 
     @property
