@@ -220,6 +220,9 @@ def test_served_run_has_the_in_process_layout(
     assert server.posts == 0
     assert cli_run(tmp_path / "served.yaml", remote) == 0
     a, b = layout(tmp_path / "local"), layout(tmp_path / "served")
+    files = {p.name for p in (tmp_path / "local").iterdir()}
+    assert {"samples.jsonl", "cells.jsonl", "results.json"} <= files
+    assert files == {p.name for p in (tmp_path / "served").iterdir()}
     # every generation of the served run went over HTTP: 4 samples per pool prompt, zero-shot once per prompt, ICL
     # once per (user, prompt)
     pool_prompts = {p for kind, _, _, p in a[0] if kind == "bon_pool_cell"}
