@@ -5,6 +5,7 @@ real HTTP; a run whose policy is that endpoint has the layout and verdict struct
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import Counter
@@ -109,7 +110,7 @@ def reset(server: FakeServer) -> None:
 
 
 def endpoint(server: FakeServer, **options: Any) -> dict[str, Any]:
-    return {"endpoint": server.url, "model": MODEL, **options}
+    return {"endpoint": server.url, "model": MODEL} | options
 
 
 def served_lm(server: FakeServer, **options: Any) -> Any:
@@ -164,6 +165,13 @@ def test_retries_a_503_and_refuses_a_400_in_one_line(server: FakeServer) -> None
 
     with pytest.raises(PerbenchError, match=r"serves no model 'other' \(it serves: tiny\)"):
         served_lm(server, model="other").fingerprint  # noqa: B018 - reading it asks the server
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    nobody = served_lm(server, retries=0, endpoint=f"http://127.0.0.1:{port}/v1")
+    with pytest.raises(PerbenchError, match=r"no answer after 1 try \(last: .*is the server up and serving at http"):
+        nobody.fingerprint  # noqa: B018
     with pytest.raises(NeedsWeightsError, match="needs a policy in process"):
         lm.model  # noqa: B018
 

@@ -221,10 +221,11 @@ class EndpointLM(LoadedLM):
                 if retry_after and retry_after.isdigit():
                     wait = min(float(retry_after), MAX_WAIT_S)
             except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-                last = str(getattr(e, "reason", e))
+                last = f"{getattr(e, 'reason', e)}; is the server up and serving at {self.spec.base_url}?"
             if attempt < self.spec.retries:
                 time.sleep(wait)
-        raise EndpointError(f"{url}: no answer after {self.spec.retries + 1} tries (last: {last})")
+        tries = self.spec.retries + 1
+        raise EndpointError(f"{url}: no answer after {tries} {'try' if tries == 1 else 'tries'} (last: {last})")
 
 
 def _short(value: Any, limit: int = 200) -> str:
