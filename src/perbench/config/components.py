@@ -11,6 +11,7 @@ from typing import Any
 
 from perbench.config.rules import NON_NEGATIVE
 from perbench.errors import ConfigError, ParamError
+from perbench.specs.endpoint import Endpoint
 from perbench.specs.located import Where
 from perbench.specs.values import Bound, check_value
 from perbench.specs.values import show as _show
@@ -64,7 +65,7 @@ class Component:
 def plain(value: Any) -> Any:
     """``value`` as plain YAML/JSON data: components as mappings, and the located mappings and sequences that a
     config file was parsed into as plain dicts and lists."""
-    if isinstance(value, Component):
+    if isinstance(value, Component | Endpoint):
         return plain(value.to_dict())
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}

@@ -49,4 +49,7 @@ def result_hash(config: Mapping[str, Any]) -> str:
     for k in HASHED_WHEN_SET:
         if d.get(k) is None:
             d.pop(k, None)
+    for k in ("policy", "judge"):  # a served model: how requests are made (concurrency, retries, key) is not hashed
+        if isinstance(d.get(k), Mapping):
+            d[k] = {f: d[k][f] for f in ("endpoint", "model")}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]

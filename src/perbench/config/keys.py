@@ -14,6 +14,7 @@ from typing import Any
 from perbench.config.components import check_component
 from perbench.config.rules import NAME_MAX
 from perbench.specs.adaptive import AdaptiveSpec
+from perbench.specs.endpoint import parse_model
 from perbench.specs.located import Where
 from perbench.specs.resources import parse_resources
 from perbench.specs.rl import RLPhase
@@ -21,6 +22,8 @@ from perbench.specs.systems import SystemsSpec
 from perbench.specs.values import check_value
 from perbench.specs.values import show as _show
 
+#: the keys whose model may be an OpenAI-compatible endpoint (``{endpoint: URL, model: NAME}``)
+MODEL_KEYS = ("policy", "judge")
 #: each config class's fields and annotations, read once
 _HINTS: dict[type[Any], dict[str, Any]] = {}
 
@@ -70,6 +73,8 @@ def validate(cls: type[Any], data: Mapping[Any, Any], src: Where) -> dict[str, A
                 kind = {"decoders": "decoder", "upstream_benchmarks": "benchmark"}.get(key, "method")
                 values[key] = [check_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
             else:
+                if key in MODEL_KEYS:  # a mapping is a model served by an inference endpoint
+                    value = parse_model(value, where)
                 check_value(value, hints[key], where)
                 values[key] = list(value) if isinstance(value, tuple) else value
     except RecursionError:

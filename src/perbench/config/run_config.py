@@ -28,6 +28,7 @@ from perbench.config.rules import (
     SEED,
 )
 from perbench.errors import ConfigError
+from perbench.specs.endpoint import SERVED, Endpoint
 from perbench.specs.located import Where, load_yaml, read_yaml
 from perbench.specs.values import Bound
 from perbench.specs.values import show as _show
@@ -36,7 +37,10 @@ from perbench.specs.values import show as _show
 @dataclass
 class RunConfig:
     benchmark: Component = field(default_factory=lambda: Component("rubrics"))
-    policy: Annotated[str, MODEL] = "smollm2"
+    #: the policy that decodes: a model spec, or a model an OpenAI-compatible server serves (``{endpoint: URL, model:
+    #: NAME}``, :class:`~perbench.specs.endpoint.Endpoint`): it generates the pool, zero-shot and ICL outputs; the
+    #: decoders and metrics that read the policy's logits need a policy in process
+    policy: Annotated[str, MODEL] | Annotated[Endpoint, SERVED] = "smollm2"
     rm_backbone: Annotated[str, MODEL] = "smollm2"
     methods: list[Component] = field(default_factory=lambda: [Component("global_bt")])
     #: reference lines scored like methods, never recommended: names, or ``{name: length, unit: chars}``
@@ -73,8 +77,9 @@ class RunConfig:
     #: texts per scoring forward (features, pair scores), or "auto": 16 on a CPU, on CUDA what the free memory holds
     feature_batch_size: Annotated[int, POSITIVE] | Literal["auto"] = "auto"
     max_length: Annotated[int, POSITIVE] = 1024
-    #: judge LM for rubric aspects that no checker covers (``User.answer_key``); None: no judge
-    judge: Annotated[str, MODEL] | None = None
+    #: judge LM for rubric aspects that no checker covers (``User.answer_key``), a model spec or an endpoint like
+    #: ``policy``'s; None: no judge
+    judge: Annotated[str, MODEL] | Annotated[Endpoint, SERVED] | None = None
     #: policies to decode with (decoders × reward models × policies); None: just ``policy``. Upstream policy
     #: accuracy always uses ``policy``.
     policies: list[Annotated[str, MODEL]] | None = None

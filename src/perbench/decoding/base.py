@@ -16,6 +16,9 @@ from perbench.rewards.base import RewardModel
 class Decoder(ABC):
     name: ClassVar[str] = "decoder"
     uses_rm: ClassVar[bool] = False
+    #: whether it reads the policy's next-token logits or hidden states (then the policy must run in process; a
+    #: decoder that only asks for generated text also runs on a policy served by an inference endpoint)
+    needs_logits: ClassVar[bool] = True
 
     def __init__(self, **params: Any) -> None:
         self.params = params

@@ -32,7 +32,7 @@ import numpy as np
 from perbench.cache import Store
 from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
-from perbench.models.chat import encode_prompt
+from perbench.models.chat import prompt_identity, prompt_size
 from perbench.models.generate import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel, ScoreItem
@@ -70,8 +70,11 @@ def pool_batcher(policy: LoadedLM, size: int | str) -> Any:
     """The batcher of a pool's samples: ``size``, or ``auto``: :data:`CPU_SAMPLE_BATCH` on a CPU, on a GPU the rows
     its free memory holds (:mod:`perbench.models.memory`); halves on out-of-memory."""
     from perbench.models.batching import AdaptiveBatcher
+    from perbench.models.endpoint import is_served, request_batcher
     from perbench.models.memory import estimate_rows
 
+    if is_served(policy):
+        return request_batcher(policy, size)
     device = str(policy.policy.device)
     if device.startswith("cpu"):
         return AdaptiveBatcher(size, device, start=CPU_SAMPLE_BATCH)
@@ -81,6 +84,7 @@ def pool_batcher(policy: LoadedLM, size: int | str) -> Any:
 class BestOfN(Decoder):
     name: ClassVar[str] = "best_of_n"
     uses_rm: ClassVar[bool] = True
+    needs_logits: ClassVar[bool] = False  # the pool is plain samples; the RM re-ranks texts
     #: the runner seeds requests per prompt (not per method or user), so every RM re-ranks one pool
     shared_seed: ClassVar[bool] = True
 
@@ -126,7 +130,7 @@ class BestOfN(Decoder):
         return self.store
 
     def sample_key(self, policy: LoadedLM, request: GenRequest, j: int, max_new_tokens: int) -> str:
-        ids = encode_prompt(policy.tokenizer, request.prompt)
+        ids = prompt_identity(policy, request.prompt)
         spec = [policy.fingerprint, ids, request.seed, j, self.temperature, self.top_p, max_new_tokens]
         return "bon:" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()
 
@@ -143,7 +147,7 @@ class BestOfN(Decoder):
         todo: dict[str, GenRequest] = {}
         lengths: dict[str, int] = {}  # prompt tokens + new tokens: what a sample's row holds
         for r, row in zip(requests, keys, strict=True):
-            size = len(encode_prompt(policy.tokenizer, r.prompt)) + max_new_tokens
+            size = prompt_size(policy, r.prompt) + max_new_tokens
             for j, k in enumerate(row):
                 if k not in found and k not in todo:
                     todo[k] = GenRequest(r.prompt, r.user_id, sample_seed(r.seed, j))

@@ -13,6 +13,7 @@ from perbench.rewards.base import RewardModel
 
 class ZeroShot(Decoder):
     name: ClassVar[str] = "zero_shot"
+    needs_logits: ClassVar[bool] = False
 
     def __init__(self, sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, **params: Any) -> None:
         super().__init__(**({"sample": True, "temperature": temperature, "top_p": top_p} if sample else {}), **params)

@@ -77,6 +77,7 @@ def _clip(text: str, n: int) -> str:
 class ICL(Decoder):
     name: ClassVar[str] = "icl"
     uses_rm: ClassVar[bool] = False
+    needs_logits: ClassVar[bool] = False  # zero-shot decoding of the augmented prompt
     #: generates per (prompt, user): the prompt depends on the user even though no RM is involved
     per_user: ClassVar[bool] = True
     default_retrieval: ClassVar[str] = "random"

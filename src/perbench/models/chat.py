@@ -36,6 +36,19 @@ def _encode_prompt_cached(tokenizer: Any, key: str, _tpl: str) -> tuple[int, ...
     return tuple(tokenizer(text, add_special_tokens=True)["input_ids"])
 
 
+def prompt_identity(lm: Any, prompt: Prompt) -> list[int] | str:
+    """What a generation's cache key reads of its prompt: the token ids ``lm`` is fed, or for a model served by an
+    inference server (which applies its own chat template) the prompt's messages."""
+    from perbench.models.endpoint import is_served
+
+    return prompt_key(prompt) if is_served(lm) else encode_prompt(lm.tokenizer, prompt)
+
+
+def prompt_size(lm: Any, prompt: Prompt) -> int:
+    """How long a prompt is, to size and order generation batches: tokens in process, characters when served."""
+    return len(prompt_identity(lm, prompt))
+
+
 def encode_response(tokenizer: Any, text: str) -> list[int]:
     return list(_encode_response_cached(tokenizer, text))
 
@@ -59,4 +72,4 @@ def encode_pair(tokenizer: Any, prompt: Prompt, response: str, max_length: int) 
     return ids, len(r), False
 
 
-__all__ = ["encode_pair", "encode_prompt", "encode_response", "prompt_messages"]
+__all__ = ["encode_pair", "encode_prompt", "encode_response", "prompt_identity", "prompt_messages", "prompt_size"]

@@ -5,31 +5,17 @@ models all build on these, so nothing below ``decoding/`` has to import it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 
-from perbench.data.records import Prompt
 from perbench.models.chat import encode_prompt
+from perbench.models.generation import Generation as Generation
+from perbench.models.generation import GenRequest as GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.models.stepper import CachedLM
 
 T = TypeVar("T")
-
-
-@dataclass
-class Generation:
-    text: str
-    token_ids: list[int]
-    finished: bool  # stopped at EOS (else hit max_new_tokens)
-
-
-@dataclass(frozen=True)
-class GenRequest:
-    prompt: Prompt
-    user_id: str
-    seed: int  # per-request seed: sampled outputs do not depend on how requests are batched
 
 
 def row_generators(requests: Sequence[GenRequest], device: str = "cpu") -> list[torch.Generator]:
@@ -160,7 +146,12 @@ def generate_plain(
     top_p: float = 1.0,
 ) -> list[Generation]:
     """The policy alone: greedy, or sampled with temperature then nucleus (each row its own generator). Greedy on a
-    GPU goes through transformers' static-cache ``generate`` (:mod:`perbench.models.library_generate`)."""
+    GPU goes through transformers' static-cache ``generate`` (:mod:`perbench.models.library_generate`); a policy served
+    by an inference server (:mod:`perbench.models.endpoint`) generates there, with the same sampling parameters."""
+    from perbench.models.endpoint import EndpointLM
+
+    if isinstance(policy, EndpointLM):
+        return policy.generate(requests, max_new_tokens, sample=sample, temperature=temperature, top_p=top_p)
     if not sample:
         from perbench.models import library_generate
 

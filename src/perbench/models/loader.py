@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perbench.device import DevicePolicy, resolve_device
 from perbench.errors import ConfigError
@@ -166,6 +166,9 @@ class LoadedLM:
     fingerprint: str
     name: str
     policy: DevicePolicy
+    #: why this process has no log-probs of given responses under it (a policy served by an inference endpoint,
+    #: :mod:`perbench.models.endpoint`); None: it has them
+    no_logprobs: ClassVar[str | None] = None
 
     @property
     def chat_template_hash(self) -> str:

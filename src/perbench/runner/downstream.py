@@ -162,7 +162,7 @@ class Downstream:
         self, decoder_spec: Component, h: MethodHandle | None, targets: list[tuple[Prompt, str]], label: str
     ) -> dict[tuple[str, str], str]:
         """Generate each (prompt, user) unit once; user-agnostic decoders generate once per prompt."""
-        from perbench.models.chat import encode_prompt
+        from perbench.models.chat import prompt_size
         from perbench.models.generate import GenRequest
 
         cfg = self.s.cfg
@@ -182,10 +182,10 @@ class Downstream:
                 bar.update(len(batch))
                 return [None] * len(batch)
 
-            tok, new = self.s.policy.tokenizer, cfg.max_new_tokens
+            policy, new = self.s.policy, cfg.max_new_tokens
 
             def length(item: tuple[str, GenRequest]) -> int:  # sizes (and, off a CPU, orders) the batches
-                return len(encode_prompt(tok, item[1].prompt)) + new
+                return prompt_size(policy, item[1].prompt) + new
 
             self.s.batcher("generate").run(list(zip(todo, reqs, strict=True)), generate, length)
             bar.close()

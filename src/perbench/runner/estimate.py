@@ -226,7 +226,10 @@ def check_cpu_time(cfg: RunConfig, bench: Benchmark) -> None:
     if resolve_device(cfg.device, cfg.dtype).device != "cpu":
         return
     sizes = plan_sizes(cfg, bench)
-    scale = max(model_scale(cfg.rm_backbone), model_scale(cfg.policy))
+    # a policy served by an inference endpoint costs this CPU no decoding (its scale: the RM backbone's)
+    scale = max(
+        model_scale(cfg.rm_backbone), model_scale(cfg.policy if isinstance(cfg.policy, str) else cfg.rm_backbone)
+    )
     cpu = estimate_seconds(sizes, CPU_COSTS, scale)["total"]
     if cpu <= CPU_LIMIT_S:
         return

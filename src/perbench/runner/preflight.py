@@ -26,12 +26,13 @@ from perbench.errors import ConfigError
 
 def check_config(cfg: RunConfig) -> None:
     """The rules of the rooms for ``cfg`` (see the module docstring); the config checked itself when it was made."""
-    from perbench.models.checks import check_model_names
+    from perbench.models.checks import check_model_names, check_served
     from perbench.rewards.isolated import check_isolated
     from perbench.runner.adaptive import check_adaptive
     from perbench.systems import check_system_names, check_systems
 
     check_model_names(cfg)
+    check_served(cfg)
     check_system_names(cfg, check_systems(cfg))
     check_adaptive(cfg)
     check_isolated(cfg)
@@ -75,8 +76,11 @@ def check_setup(cfg: RunConfig) -> None:
 
 
 def model_specs(cfg: RunConfig) -> dict[str, str]:
-    """The models a run loads, by the config key that names them (``policies[1]``)."""
-    specs = {"rm_backbone": cfg.rm_backbone, "policy": cfg.policy}
+    """The models a run loads, by the config key that names them (``policies[1]``); a policy an inference server
+    serves is not loaded here (its server applies its own tokenizer and context)."""
+    specs = {"rm_backbone": cfg.rm_backbone}
+    if isinstance(cfg.policy, str):
+        specs["policy"] = cfg.policy
     for i, p in enumerate(cfg.policies or []):
         specs.setdefault(f"policies[{i}]", p)
     return specs

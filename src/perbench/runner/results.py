@@ -65,6 +65,8 @@ def git_hash() -> str | None:
 def model_info(lm: Any) -> dict[str, Any] | None:
     if lm is None:  # a run that needs no model (baselines only, no decoders) loads none
         return None
+    if hasattr(lm, "info"):  # served by an inference endpoint: its URL, model name and what the server says of it
+        return dict(lm.info())
     return {
         "name": lm.name,
         "fingerprint": lm.fingerprint,

@@ -11,7 +11,7 @@ from perbench.errors import ConfigError
 
 def check_rl(cfg: RunConfig) -> None:
     """A located :class:`ConfigError` for an ``rl:`` recipe the policy cannot run."""
-    if cfg.rl is None:
+    if cfg.rl is None or not isinstance(cfg.policy, str):  # a served policy with rl: refused by check_served
         return
     from perbench.models.anatomy import leaf_kinds, missing_targets, module_names
     from perbench.models.loader import model_context

@@ -32,6 +32,7 @@ from perbench.runner.stores import Stores
 from perbench.runner.summary import print_verdict
 from perbench.runner.tables import write_samples_parquet
 from perbench.runner.work import Work
+from perbench.specs.endpoint import Endpoint
 
 #: what a caller makes of a finished run (its report), called in the run directory while the run still holds it
 Finish = Callable[[RunResult], object]
@@ -297,7 +298,8 @@ def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[st
     """Decoders × reward models × policies: each policy's labels get an ``@policy`` suffix when the config
     lists more than one. Generation units are keyed by the policy fingerprint either way."""
     s = work.s
-    specs = s.cfg.policies or [s.cfg.policy]
+    main: list[str | Endpoint] = [s.cfg.policy]
+    specs: list[str | Endpoint] = [*(s.cfg.policies or main)]
     out: dict[str, Any] = {}
     upstream_rows = list(s.cells.rows)
     main_group = s.cells.group
@@ -308,7 +310,7 @@ def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[st
             # policy; policy accuracy is the one upstream number that depends on the policy: computed anew
             s.cells.group = f"{s.bench.name}|{spec}|seed{s.cfg.seed}"
             s.cells.rows += [{**r, "group": s.cells.group} for r in upstream_rows if not r["metric"].startswith("pa")]
-            work.up.policy_accuracy_under(spec, handles)
+            work.up.policy_accuracy_under(str(spec), handles)
         s.downstream_policies.append(s.policy)
         first_sample = len(s.samples)
         part = work.down.run(handles)
@@ -323,7 +325,7 @@ def _downstream_all_policies(work: Work, handles: list[MethodHandle]) -> dict[st
                 _record_context(work, sys.spec, sys.label, part[sys.label], s.samples[first_sample:])
         suffix = "" if len(specs) == 1 else f"@{spec}"
         for row in s.samples[first_sample:]:
-            row["policy"] = spec
+            row["policy"] = str(spec)  # a served policy: its model's name
             if "decoder" in row:
                 row["decoder"] += suffix
         out.update({f"{label}{suffix}": v for label, v in part.items()})

@@ -24,6 +24,7 @@ from perbench.models.batching import AdaptiveBatcher
 from perbench.runner.cells import Cells
 from perbench.runner.methods import MethodHandle
 from perbench.runner.stores import Stores
+from perbench.specs.endpoint import Endpoint
 from perbench.systems import SystemDef, pooled_fits
 
 
@@ -51,7 +52,7 @@ class RunState:
         self.cfg = cfg
         self.run_dir = run_dir
         self.computes_units = computes_units
-        self._models: dict[str, Any] = {}
+        self._models: dict[str | Endpoint, Any] = {}
         self._unit_policy: DevicePolicy | None = None
         self.bench = bench
         self.stores = stores
@@ -90,6 +91,10 @@ class RunState:
 
     def batcher(self, kind: str) -> AdaptiveBatcher:
         """The run's adaptive batch size for ``kind`` (``generate``), shared by every call of the run."""
+        from perbench.models.endpoint import is_served, request_batcher
+
+        if kind not in self.batchers and is_served(self.policy):
+            self.batchers[kind] = request_batcher(self.policy, self.cfg.batch_size)
         if kind not in self.batchers:
             device = str(self.policy.policy.device) if self.policy is not None else "cpu"
             fit = None
@@ -135,13 +140,19 @@ class RunState:
 
         return resolve_device(self.cfg.device, self.unit_policy.dtype, hub_kernels=self.cfg.hub_kernels)
 
-    def model(self, spec: str) -> Any:
+    def model(self, spec: str | Endpoint) -> Any:
         """The model ``spec`` of this run (a :class:`~perbench.models.lazy.LazyLM`: its fingerprint, name and
-        tokenizer at once, its weights when something first reads them), one per spec."""
+        tokenizer at once, its weights when something first reads them; for a model an inference server serves, an
+        :class:`~perbench.models.endpoint.EndpointLM`), one per spec."""
         if spec not in self._models:
-            from perbench.models.lazy import LazyLM
+            if isinstance(spec, Endpoint):
+                from perbench.models.endpoint import EndpointLM
 
-            self._models[spec] = LazyLM(spec, self.unit_policy, self.here())
+                self._models[spec] = EndpointLM(spec, self.here())
+            else:
+                from perbench.models.lazy import LazyLM
+
+                self._models[spec] = LazyLM(spec, self.unit_policy, self.here())
         return self._models[spec]
 
     def worker_config(self) -> dict[str, Any]:
@@ -168,7 +179,11 @@ class RunState:
         self.rm_lm = self.model(cfg.rm_backbone)
         self.feature_store = self.stores.features
         self.extractor = self.features_of(self.rm_lm)
-        self.policy_extractor = self.extractor if self.policy is self.rm_lm else self.features_of(self.policy)
+        # the policy's own log-probs (policy accuracy): none for a policy served by an inference endpoint
+        served = isinstance(cfg.policy, Endpoint)
+        self.policy_extractor = (
+            None if served else self.extractor if self.policy is self.rm_lm else self.features_of(self.policy)
+        )
         self.ctx = RMContext(
             features=self.extractor,
             seed=cfg.seed,

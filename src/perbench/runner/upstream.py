@@ -89,7 +89,7 @@ class Upstream:
             (prompt_key(p.prompt), y): (p.prompt, y) for p in self.s.bench.test_pairs() for y in (p.chosen, p.rejected)
         }
         self.s.extractor.tokens(list(texts.values()), desc="test features")
-        if self.s.policy_extractor is not self.s.extractor:
+        if self.s.policy_extractor not in (None, self.s.extractor):
             self.s.policy_extractor.tokens(list(texts.values()), desc="policy log-probs")
 
     def _scores(
@@ -302,8 +302,8 @@ class Upstream:
         be not applicable, see :meth:`_policy_accuracy`)."""
         from perbench.rewards.base import PairwiseJudge
 
-        if self.s.policy is None:
-            return "no policy in this run"
+        if self.s.policy is None or self.s.policy.no_logprobs:
+            return self.s.policy.no_logprobs if self.s.policy is not None else "no policy in this run"
         if issubclass(h.cls, PairwiseJudge):
             return "a pairwise judge gives no reward r_u(x, y) for a single response"
         return None

@@ -25,6 +25,7 @@ from perbench.runner.plan import Plan, Unit, make_unit
 from perbench.runner.state import RunState
 from perbench.runner.stores import Stores, UnitResult
 from perbench.runner.upstream import Upstream
+from perbench.specs.endpoint import Endpoint
 
 #: seconds between two looks at a unit another run is computing
 LEASE_POLL_S = 1.0
@@ -42,7 +43,7 @@ class Work:
         self.handles = handles
         self.up = Upstream(state)
         self.down = Downstream(state)
-        self._policies: dict[str, Any] = {state.cfg.policy: state.policy}
+        self._policies: dict[str | Endpoint, Any] = {state.cfg.policy: state.policy}
         #: units this process found finished / computed here / stored from another process, by label
         self.skipped: list[str] = []
         self.executed: list[str] = []
@@ -87,8 +88,11 @@ class Work:
         rm_fp = s.rm_lm.fingerprint if s.rm_lm is not None else None
         pol_fp = s.policy.fingerprint if s.policy is not None else None
 
-        def unit(kind: str, name: str, content: Any, deps: Sequence[Unit | None], policy: str | None = None) -> Unit:
-            return make_unit(kind, name, content, [d for d in deps if d is not None], cfg.resources, cuda, policy)
+        def unit(
+            kind: str, name: str, content: Any, deps: Sequence[Unit | None], policy: str | Endpoint | None = None
+        ) -> Unit:  # a unit names its policy (a served one by its model's name: ``_under_policy`` maps it back)
+            named = None if policy is None else str(policy)
+            return make_unit(kind, name, content, [d for d in deps if d is not None], cfg.resources, cuda, named)
 
         units: list[Unit] = []
         train: list[Unit] = []
@@ -126,7 +130,9 @@ class Work:
         # what the quality of a generation depends on besides its text and cell
         quality = [cfg.bertscore, s.judge_lm.fingerprint if s.judge_lm is not None else None]
         plain_cells = [f"{prompt_key(p)}|{u}" for p, u in self.down.plain_targets(systems)]
-        for policy in cfg.policies or [cfg.policy]:
+        main: list[str | Endpoint] = [cfg.policy]
+        policies: list[str | Endpoint] = [*(cfg.policies or main)]
+        for policy in policies:
             policy_fp = self.policy_model(policy).fingerprint
             common = [policy_fp, cfg.seed, cfg.max_new_tokens, bench, quality]
             if policy != cfg.policy:  # policy accuracy under another policy of ``policies`` (its scores: upstream)
@@ -299,7 +305,9 @@ class Work:
     def _under_policy(self, unit: Unit, handles: dict[str, MethodHandle]) -> None:
         """A unit that reads a policy of ``policies`` (the main one unless ``unit.policy`` names another)."""
         main = self.s.policy
-        self.s.policy = self.policy_model(unit.policy or self.s.cfg.policy)
+        main_spec = self.s.cfg.policy
+        named = main_spec if unit.policy in (None, str(main_spec)) else unit.policy
+        self.s.policy = self.policy_model(named or main_spec)
         try:
             if unit.kind == "upstream":
                 self.up.policy_accuracy_under(str(unit.policy), [handles[unit.name]])
@@ -317,7 +325,7 @@ class Work:
         finally:
             self.s.policy = main
 
-    def policy_model(self, spec: str) -> Any:
+    def policy_model(self, spec: str | Endpoint) -> Any:
         """The policy ``spec`` (the run's main policy, or another of ``policies``; its weights load on first use)."""
         if spec not in self._policies:
             self._policies[spec] = self.s.model(spec)
