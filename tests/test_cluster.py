@@ -243,6 +243,53 @@ def test_a_unit_takes_the_threads_of_its_num_cpus() -> None:
     assert [threads_of(unit(c)) for c in (0.5, 1, 3, 8)] == [1, 1, 3, 8]
 
 
+def test_a_units_numbers_do_not_depend_on_the_threads_that_computed_it(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ray task computes a unit with its ``num_cpus`` threads (1), the local executor with every core (2 here):
+    the unit's stored values are the same bits either way (``perbench.BLAS_ENV``). The backbone is wide enough
+    (hidden 512, MLP 1024) that MKL splits its products by thread: under ``MKL_CBWR=AUTO`` (no policy) the
+    features below differ in the 5th digit."""
+    import torch
+
+    from perbench.runner.executors import compute_unit, threads_of
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Handed, Stores
+    from perbench.runner.work import Work
+    from tests.test_end_to_end import tiny_config
+    from tests.test_thin_driver import save_tiny
+
+    monkeypatch.setenv("PERBENCH_QUIET", "1")
+    folder = save_tiny(tmp_path / "wide", hidden=512, layers=1)
+    cfg = tiny_config(tiny_pool, tmp_path).override(
+        policy=str(folder), rm_backbone=str(folder), methods=["global_bt"], decoders=[], bertscore=False
+    )
+    state = RunState(cfg, None, load_benchmark(cfg), Stores.in_memory())
+    state.load_models()
+    work = Work(state, state.method_handles())
+    unit = next(u for u in work.plan().units if u.kind == "features" and not u.deps)
+    assert threads_of(unit) == 1
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # the local run: every core of this machine
+        work.execute(unit)
+        marker = state.stores.finished(unit)
+        assert marker is not None
+        local = state.stores.read({name: set(keys) for name, keys in marker["entries"].items()})
+
+        def nothing_handed(key: str) -> Any:
+            raise AssertionError(f"a features unit reads no other unit's result ({key})")
+
+        remote = compute_unit(state.worker_config(), state.bench, unit, threads_of(unit), Handed({}, nothing_handed))
+    finally:
+        torch.set_num_threads(before)
+    assert remote.entries.keys() == local.keys() and remote.entries["features"]
+    for name, values in local.items():
+        assert remote.entries[name] == values, name
+
+
 def test_memory_no_node_has_is_a_config_error() -> None:
     from perbench.errors import ConfigError
     from perbench.runner.executors import check_feasible

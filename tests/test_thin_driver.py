@@ -42,11 +42,12 @@ def weight_files_opened() -> Iterator[list[str]]:
         _OPENED = None
 
 
-def save_tiny(folder: Path, seed: int = 0) -> Path:
-    """A tiny random Llama saved as a model folder (config.json, model.safetensors, the bundled tokenizer)."""
+def save_tiny(folder: Path, seed: int = 0, **shape: int) -> Path:
+    """A tiny random Llama saved as a model folder (config.json, model.safetensors, the bundled tokenizer);
+    ``shape``: ``hidden`` and ``layers`` other than the tiny defaults."""
     from perbench.models.loader import tiny_random_lm
 
-    lm = tiny_random_lm(seed)
+    lm = tiny_random_lm(seed, **shape)
     lm.model.save_pretrained(folder, safe_serialization=True)
     lm.tokenizer.save_pretrained(folder)
     return folder
