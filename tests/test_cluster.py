@@ -5,11 +5,13 @@ the start-up probe. Also: the progress text over units, the threads a unit's tas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,62 @@ def test_wrong_address_is_one_located_line_before_the_run_directory(
     assert "--ray-address head-node: not a Ray address; give auto or the head's HOST:PORT" in one_error(
         capsys.readouterr().err
     )
+    assert not runs.exists()
+
+
+class Listener:
+    """Another service on a loopback port: it answers each connection with ``reply`` (b"": says nothing, holding
+    the connection open until the listener closes)."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply, self.done = reply, threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while not self.done.is_set():
+                conn, _ = self.sock.accept()
+                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(1 << 16)
+            if self.reply:
+                conn.sendall(self.reply)
+            else:
+                self.done.wait(30)
+
+    def close(self) -> None:
+        self.done.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    "reply", [b"", b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"], ids=["silent", "http"]
+)
+def test_another_service_at_the_address_is_one_line_before_the_run_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, reply: bytes
+) -> None:
+    """Something other than a Ray head listens at the address (Ray itself retries for minutes, in its words): one
+    line naming the flag, within the bound the connect timeout sets (3 × 1 + 5 s here, 20 s by default)."""
+    pytest.importorskip("ray")
+    from perbench.runner import cluster
+
+    monkeypatch.setenv("RAY_ADDRESS", "")
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1.0)
+    config, runs = write_run(tmp_path)
+    other = Listener(reply)
+    try:
+        t = time.monotonic()
+        assert main(["run", str(config), "--ray-address", f"127.0.0.1:{other.port}"]) == 2
+        assert time.monotonic() - t < 30
+    finally:
+        other.close()
+    line = one_error(capsys.readouterr().err)
+    assert line.startswith(f"perbench: error: --ray-address 127.0.0.1:{other.port}: something listens at 127.0.0.1:")
+    assert "it is not a Ray head (no Ray cluster id came back within 8 s)" in line and "ray start --head" in line
     assert not runs.exists()
 
 

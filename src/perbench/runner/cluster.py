@@ -17,6 +17,7 @@ object) to one :class:`ClusterError` that names the unit and the node and says t
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -85,11 +86,48 @@ def check_reachable(address: str, host: str, port: int, timeout: float = CONNECT
         ) from None
 
 
+#: run by :func:`check_gcs` in a child process: asks the GCS at ARGV[1] for its cluster id (exit 3: this Ray
+#: has no such client, the check is skipped)
+_GCS_PROBE = """import sys
+try:
+    from ray._raylet import InnerGcsClient
+except ImportError:
+    sys.exit(3)
+standalone = getattr(InnerGcsClient, "standalone", None)
+if standalone is None:
+    sys.exit(3)
+standalone(sys.argv[1], None, int(sys.argv[2]))
+"""
+
+
+def check_gcs(address: str, host: str, port: int, timeout: float) -> None:
+    """A ClusterError unless a Ray head's GCS gives its cluster id at ``host:port``: another service listening
+    there (a web server, a database) would have ``ray.init`` retry for minutes, in Ray's words. Asked by Ray's own
+    client in a child process (its connection timeouts set to ``timeout``, its log lines kept), which is given at
+    most 3 × ``timeout`` + 5 s (20 s by default). A head that refuses for want of credentials (token authentication) answers: ``ray.init``
+    then says what it lacks."""
+    wait = max(1, math.ceil(timeout))
+    limit = 3 * wait + 5  # Ray's client: the connection, then its pubsub's, then its own 2 s; the import
+    env = {**os.environ, "RAY_gcs_rpc_server_connect_timeout_s": str(wait)}
+    argv = [sys.executable, "-c", _GCS_PROBE, f"{host}:{port}", str(wait * 1000)]
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        got = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=limit, check=False)
+        if got.returncode in (0, 3) or "auth" in got.stderr.lower():
+            return
+    raise ClusterError(
+        f"--ray-address {address}: something listens at {host}:{port}, but it is not a Ray head (no Ray cluster id "
+        f"came back within {limit} s); give the address `ray start --head` printed (`ray status` on the head shows it)"
+    )
+
+
 def precheck(address: str | None) -> None:
-    """What :func:`connect` checks before joining (the address resolves, a head answers), without joining."""
+    """What :func:`connect` checks before joining (the address resolves, a head answers), without joining: at most
+    :data:`CONNECT_TIMEOUT_S` for the TCP connection and as long again for the head's answer."""
     if address and address != "local":
         host, port = resolve_address(address)
-        check_reachable(address, host, port)
+        check_reachable(address, host, port, CONNECT_TIMEOUT_S)
+        if not address.startswith("ray://"):  # a Ray Client server is not a GCS: ray.init checks it
+            check_gcs(address, host, port, CONNECT_TIMEOUT_S)
 
 
 def connect() -> bool:
