@@ -104,8 +104,8 @@ def check_gcs(address: str, host: str, port: int, timeout: float) -> None:
     """A ClusterError unless a Ray head's GCS gives its cluster id at ``host:port``: another service listening
     there (a web server, a database) would have ``ray.init`` retry for minutes, in Ray's words. Asked by Ray's own
     client in a child process (its connection timeouts set to ``timeout``, its log lines kept), which is given at
-    most 3 × ``timeout`` + 5 s (20 s by default). A head that refuses for want of credentials (token authentication) answers: ``ray.init``
-    then says what it lacks."""
+    most 3 × ``timeout`` + 5 s (20 s by default). A head that refuses for want of credentials (token
+    authentication) answers: ``ray.init`` then says what it lacks."""
     wait = max(1, math.ceil(timeout))
     limit = 3 * wait + 5  # Ray's client: the connection, then its pubsub's, then its own 2 s; the import
     env = {**os.environ, "RAY_gcs_rpc_server_connect_timeout_s": str(wait)}
