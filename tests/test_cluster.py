@@ -264,14 +264,44 @@ def test_a_lost_head_is_one_line_that_says_a_rerun_resumes(tmp_path: Path, tiny_
         cluster.leave(0)
         t = time.monotonic()
         try:
-            _, err = proc.communicate(timeout=50)
+            out, err = proc.communicate(timeout=50)
         finally:
             proc.kill()
         waited = time.monotonic() - t
     assert proc.returncode == 2, err
+    assert "(raylet" not in out and "[state-dump]" not in out, out  # the messages Ray publishes to the driver
     line = one_error(err)
     assert f"--ray-address {cluster.address}: " in line and "rerun the same command to resume" in line
     assert waited < 45
+
+
+def test_rays_output_to_the_driver_goes_to_a_file_not_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the cluster publishes to the driver (a raylet's ``[state-dump]`` lines when its node is lost), which
+    Ray prints to stdout, and Ray's loggers' lines, which it prints to stderr, go to the driver's log file while
+    connected; Ray's own printing comes back once the driver leaves."""
+    pytest.importorskip("ray")
+    import logging
+
+    from ray._private import worker
+
+    from perbench.runner.cluster import RayOutput
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # no Ray session: the file goes to the temp folder
+    before = worker.print_to_stdstream, list(logging.getLogger("ray").handlers)
+    output = RayOutput()
+    output.install()
+    try:
+        # as Ray's listener thread prints a published message, and as its worker module logs a lost connection
+        worker.print_to_stdstream({"lines": ["[state-dump] NodeManager:"], "pid": "raylet", "is_err": False}, False)
+        logging.getLogger("ray._private.worker").error("listen_error_messages: connection lost")
+    finally:
+        output.restore()
+    assert capsys.readouterr() == ("", "")
+    kept = (tmp_path / RayOutput.NAME).read_text()
+    assert "(raylet) [state-dump] NodeManager:" in kept and "listen_error_messages: connection lost" in kept
+    assert (worker.print_to_stdstream, logging.getLogger("ray").handlers) == before
 
 
 # ---------------------------------------------------------------------------------------- while units run

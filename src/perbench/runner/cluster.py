@@ -131,19 +131,94 @@ def precheck(address: str | None) -> None:
 
 
 def connect() -> bool:
-    """Join the cluster at ``RAY_ADDRESS`` (or start a local instance when it is unset). True when this call
-    initialised Ray (so the caller shuts it down), False when the process was already connected."""
+    """Join the cluster at ``RAY_ADDRESS`` (or start a local instance when it is unset), Ray's own output to the
+    driver kept in a file (:class:`RayOutput`). True when this call initialised Ray (so the caller shuts it down and
+    restores the output: :func:`disconnect`), False when the process was already connected."""
     import ray
 
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS") or None
     precheck(address)
+    OUTPUT.install()
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as e:
+        OUTPUT.restore()
         raise ClusterError(f"{where()}: Ray could not join the cluster ({_first_line(e)}); check the address") from e
     return True
+
+
+def disconnect() -> None:
+    """Leave the cluster :func:`connect` joined; Ray's output goes where it went before."""
+    import ray
+
+    ray.shutdown()
+    OUTPUT.restore()
+
+
+class RayOutput:
+    """Ray's own output in the driver process, appended to ``perbench-driver.log`` in Ray's session log folder
+    (``…/session_latest/logs`` on the driver's machine) instead of the terminal: the messages the cluster publishes
+    to the driver (a lost node's, a killed worker's, a raylet's ``[state-dump]`` lines), which Ray prints to stdout
+    even with ``log_to_driver=False``, and the lines of Ray's Python loggers, which it prints to stderr. perbench
+    reports every failure itself, as one line."""
+
+    NAME = "perbench-driver.log"
+
+    def __init__(self) -> None:
+        self._saved: tuple[Any, list[Any]] | None = None
+        self._handler: Any = None
+
+    def path(self) -> Path:
+        """The file: in Ray's session log folder once the driver has joined, else in this machine's temp folder."""
+        from ray._private import worker
+
+        node = getattr(worker, "_global_node", None)
+        folder = Path(node.get_logs_dir_path()) if node is not None else Path(tempfile.gettempdir())
+        return folder / self.NAME
+
+    def write(self, text: str) -> None:
+        with contextlib.suppress(OSError), open(self.path(), "a", encoding="utf-8") as fh:
+            fh.write(text)
+
+    def install(self) -> None:
+        """Take over Ray's printing of published messages and its loggers' handlers (idempotent)."""
+        import logging
+
+        from ray._private import worker
+
+        if self._saved is not None:
+            return
+        out = self
+
+        def published(data: dict[str, Any], ignore_prefix: bool) -> None:  # Ray's print_to_stdstream, to the file
+            out.write("".join(f"({data.get('pid', 'ray')}) {line}\n" for line in data.get("lines", ())))
+
+        class ToFile(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                out.write(self.format(record) + "\n")
+
+        self._handler = ToFile()
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        ray_logger = logging.getLogger("ray")
+        self._saved = (worker.print_to_stdstream, list(ray_logger.handlers))
+        worker.print_to_stdstream = published
+        ray_logger.handlers = [self._handler]
+
+    def restore(self) -> None:
+        import logging
+
+        from ray._private import worker
+
+        if self._saved is None:
+            return
+        worker.print_to_stdstream, logging.getLogger("ray").handlers = self._saved[0], self._saved[1]
+        self._saved = None
+
+
+#: Ray's output in this process (one driver connection at a time)
+OUTPUT = RayOutput()
 
 
 # ------------------------------------------------------------------------------------------ the start-up probe

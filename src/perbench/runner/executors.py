@@ -68,7 +68,7 @@ class RayExecutor:
 
     def open(self) -> None:
         """Join (or start) the cluster and probe every node, before the run writes anything."""
-        # Ray's C++ warnings and state dumps (a killed raylet prints dozens of lines) stay in its log files
+        # the driver's C++ warnings stay in Ray's log files (what the cluster publishes to it: cluster.RayOutput)
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         try:
             import ray
@@ -90,9 +90,7 @@ class RayExecutor:
         from perbench.runner import cluster
 
         if self.started:
-            import ray
-
-            ray.shutdown()
+            cluster.disconnect()
             self.started = False
         cluster.mark("closed")
 
