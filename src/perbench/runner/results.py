@@ -65,9 +65,14 @@ def git_hash() -> str | None:
 def model_info(lm: Any) -> dict[str, Any] | None:
     if lm is None:  # a run that needs no model (baselines only, no decoders) loads none
         return None
+    from perbench.models.identity import fingerprint_basis
+    from perbench.models.lazy import LazyLM
+
     return {
         "name": lm.name,
         "fingerprint": lm.fingerprint,
+        # what the fingerprint is computed from (a content hash, a hub name, or a header key that is not one)
+        **({"fingerprint_basis": fingerprint_basis(lm.spec)} if isinstance(lm, LazyLM) else {}),
         "chat_template_hash": lm.chat_template_hash,
         # where the units computed under it (a driver whose units compute elsewhere loads it nowhere itself)
         "device": getattr(lm, "planned", lm.policy).device,
