@@ -120,13 +120,14 @@ def check_gcs(address: str, host: str, port: int, timeout: float) -> None:
     )
 
 
-def precheck(address: str | None) -> None:
-    """What :func:`connect` checks before joining (the address resolves, a head answers), without joining: at most
-    :data:`CONNECT_TIMEOUT_S` for the TCP connection and as long again for the head's answer."""
+def precheck(address: str | None, gcs: bool = True) -> None:
+    """What :func:`connect` checks before joining (the address resolves, a head answers; with ``gcs``, that it is
+    a Ray head's GCS), without joining: at most :data:`CONNECT_TIMEOUT_S` for the TCP connection and 20 s for the
+    GCS's answer (:func:`check_gcs`)."""
     if address and address != "local":
         host, port = resolve_address(address)
         check_reachable(address, host, port, CONNECT_TIMEOUT_S)
-        if not address.startswith("ray://"):  # a Ray Client server is not a GCS: ray.init checks it
+        if gcs and not address.startswith("ray://"):  # a Ray Client server is not a GCS: ray.init checks it
             check_gcs(address, host, port, CONNECT_TIMEOUT_S)
 
 
@@ -139,7 +140,7 @@ def connect() -> bool:
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS") or None
-    precheck(address)
+    precheck(address, gcs=not supervised())  # a supervised run's watcher asked the GCS already
     OUTPUT.install()
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
