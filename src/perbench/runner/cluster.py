@@ -1,8 +1,9 @@
 """Joining a Ray cluster, and checking its nodes, before a run writes anything.
 
 :func:`connect` resolves where to connect (``--ray-address``, i.e. ``RAY_ADDRESS``: ``auto`` or ``HOST:PORT``;
-unset starts a local instance), checks that a Ray head answers there, and joins it; every way this fails is one
-:class:`ClusterError` naming the address and the fix, raised before the run directory exists.
+unset starts a local instance), checks that a Ray head's GCS answers there (within 25 s), and joins it; every way
+this fails is one :class:`ClusterError` naming the address and the fix, raised before the run directory exists.
+While connected, Ray's own output to the driver goes to a file (:class:`RayOutput`), not the terminal.
 
 :func:`probe_nodes` then runs one small task on every alive node. The task is sent by value (it needs nothing of
 perbench to be unpickled), so a node without perbench answers too; it reports the versions of perbench (and a
@@ -169,7 +170,6 @@ class RayOutput:
 
     def __init__(self) -> None:
         self._saved: tuple[Any, list[Any]] | None = None
-        self._handler: Any = None
 
     def path(self) -> Path:
         """The file: in Ray's session log folder once the driver has joined, else in this machine's temp folder."""
@@ -200,12 +200,12 @@ class RayOutput:
             def emit(self, record: logging.LogRecord) -> None:
                 out.write(self.format(record) + "\n")
 
-        self._handler = ToFile()
-        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler = ToFile()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         ray_logger = logging.getLogger("ray")
         self._saved = (worker.print_to_stdstream, list(ray_logger.handlers))
         worker.print_to_stdstream = published
-        ray_logger.handlers = [self._handler]
+        ray_logger.handlers = [handler]
 
     def restore(self) -> None:
         import logging
