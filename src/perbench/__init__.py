@@ -10,7 +10,15 @@ Importing this package is light (no torch); heavy modules load on first use:
 
 from __future__ import annotations
 
+import os as _os
 from typing import Any
+
+#: MKL's strict conditional numerical reproducibility: its matrix products give the same bits at any thread count,
+#: so a unit's numbers do not depend on how many threads computed it (a Ray task's ``num_cpus`` or every core of a
+#: local run: docs/cluster.md, "Threads"). MKL reads it once, at its first product, so it is set here, before
+#: torch computes anything; a value already set is kept (``MKL_CBWR=AUTO`` opts out).
+BLAS_ENV = ("MKL_CBWR", "AUTO,STRICT")
+_os.environ.setdefault(*BLAS_ENV)
 
 __version__ = "0.1.0"
 

@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from perbench.io import atomic_write_json, cache_dir
@@ -42,11 +43,12 @@ def bundled_digest() -> str:
     return file_digest(path)
 
 
-def file_digest(path: Path) -> str:
-    """sha256 of a file, memoised in the cache by (path, size, mtime)."""
+def _memoised(path: Path, kind: str, compute: Callable[[Path], str]) -> str:
+    """``compute(path)``, memoised in the cache's ``digests.json`` by (kind, path, size, modification time)."""
     st = path.stat()
     memo = cache_dir() / "digests.json"
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    key = key if kind == "sha256" else f"{kind}|{key}"
     table: dict[str, str] = {}
     if memo.exists():
         try:
@@ -55,13 +57,55 @@ def file_digest(path: Path) -> str:
             table = {}
     if key in table:
         return table[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    table[key] = h.hexdigest()
+    table[key] = compute(path)
     atomic_write_json(memo, table)
     return table[key]
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, memoised in the cache by (path, size, mtime)."""
+
+    def sha256(path: Path) -> str:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    return _memoised(path, "sha256", sha256)
+
+
+#: bytes read from a weights file for its :func:`header_key`, besides its header: this many blocks of this size
+KEY_BLOCKS, KEY_BLOCK = 8, 1 << 16
+#: the largest safetensors header read whole (a larger length is read as the first block of a file of another kind)
+_MAX_HEADER = 1 << 24
+
+
+def header_key(path: Path) -> str:
+    """:func:`read_header_key`, memoised in the cache by (path, size, modification time): read once per file
+    version."""
+    return _memoised(path, "header", read_header_key)
+
+
+def read_header_key(path: Path) -> str:
+    """A weights file's key without reading its weights: sha256 over its size, its header (a safetensors file's
+    length-prefixed JSON header: names, dtypes, shapes and offsets of its tensors; else its first 64 KiB) and
+    :data:`KEY_BLOCKS` blocks of :data:`KEY_BLOCK` bytes spread evenly over the rest (the first and the last
+    included): at most about 512 KiB read, whatever the file's size, the same on every machine that has a copy of
+    the file. Not a content hash: a file rewritten with the same size and header whose sampled blocks are unchanged
+    keeps its key (give new weights a new file or folder)."""
+    size = path.stat().st_size
+    h = hashlib.sha256(b"perbench header key 1\0" + str(size).encode() + b"\0")
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else 0
+        start = 8 + n if path.suffix == ".safetensors" and 0 < n <= _MAX_HEADER and 8 + n <= size else KEY_BLOCK
+        h.update(head + fh.read(max(0, min(start, size) - len(head))))
+        rest = max(0, size - start)
+        for i in range(KEY_BLOCKS if rest else 0):
+            fh.seek(start + (rest - min(rest, KEY_BLOCK)) * i // (KEY_BLOCKS - 1))
+            h.update(fh.read(KEY_BLOCK))
+    return h.hexdigest()
 
 
 def quiet_transformers(gguf: bool = False) -> None:

