@@ -9,11 +9,13 @@ metrics as columns, a few metrics per page, so every system is visible at any pa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from perbench.report.extract import _d, _l, main_downstream, metrics_of
-from perbench.report.fmt import badge, esc, is_missing, is_pct_metric, metric_label, na_span, value_ci
+from perbench.report.fmt import badge, is_missing, is_pct_metric, metric_head, na_span, table, value_ci
 from perbench.report.labels import legend, name_cell
 from perbench.report.sections import own_decoding
 from perbench.report.verdict import mark
@@ -22,16 +24,6 @@ RANDOM_PICK, ORACLE_PICK = "random_pick", "oracle_pick"
 #: metrics per page of the method table
 PAGE = 4
 UPSTREAM_FIRST = ("rm_acc_seen", "rm_acc_unseen")
-
-
-def _mhead(metric: str) -> str:
-    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str) -> str:
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f'<table class="{esc(cls)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _entry(tab: Mapping[str, Any], m: str, metric: str) -> str:
@@ -66,10 +58,12 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     pct = is_pct_metric(metric)
     head = ["#", "system"]
     if metric:
-        head.append(_mhead(metric))
+        head.append(metric_head(metric))
     if room:
-        head.append('<span title="(system − random pick) / (oracle − random pick), 95% CI">share of headroom</span>')
-    head += [_mhead(u) for u in ups]
+        head.append(
+            Markup('<span title="(system − random pick) / (oracle − random pick), 95% CI">share of headroom</span>')
+        )
+    head += [metric_head(u) for u in ups]
 
     one_fit = set(_l(_d(a.get("fit_seeds")).get("single_seed")))
     one_fit_note = (
@@ -104,13 +98,13 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
         note = '<span class="note">not ranked: not shown better than a random pick</span>' if unranked else ref
         if roles.get(m) == "invalid":
             bad = _d(a.get("invalid_scores")).get(m)
-            note = f'<span class="note">never a candidate: {esc(str(bad))} pairs with an invalid (NaN) score</span>'
+            note = f'<span class="note">never a candidate: {escape(str(bad))} pairs with an invalid (NaN) score</span>'
         rows.append(row(m, "–", note))
     for m, what in ((ORACLE_PICK, "oracle pick"), (RANDOM_PICK, "random pick")):
         e = _d(room.get("oracle" if m == ORACLE_PICK else "random_pick"))
         if not e:
             continue
-        cells = ["–", f'<span title="{esc(m)}">{esc(what)}</span>{ref}']
+        cells = ["–", f'<span title="{escape(m)}">{escape(what)}</span>{ref}']
         cells.append(value_ci(e.get("value"), e.get("ci"), pct))
         if room:
             cells.append("100%" if m == ORACLE_PICK else "0%")
@@ -127,11 +121,7 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
         )
     toggle = f'<details class="more"><summary>All leaderboard columns</summary>{more}</details>' if more else ""
     return (
-        f"<h3>{esc(title)}</h3>"
-        + _table(head, rows, "lb glance")
-        + foot
-        + legend({k: v for k, v in names.items() if k in tab})
-        + toggle
+        f"<h3>{escape(title)}</h3>" + table(head, rows, "lb glance", scroll=False) + foot + legend(names, tab) + toggle
     )
 
 
@@ -154,7 +144,7 @@ def method_pages(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -
             n = len(pages) + 1
             pages.append(
                 f'<div class="page"><p class="pg"><b class="side">{side}</b> · page {n}</p>'
-                + _table(["system", *(_mhead(c) for c in chunk)], rows, "mt")
+                + table(["system", *(metric_head(c) for c in chunk)], rows, "mt", scroll=False)
                 + "</div>"
             )
     if not pages:

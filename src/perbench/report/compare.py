@@ -12,11 +12,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from markupsafe import escape
+
 from perbench.config import MAX_BOOTSTRAP
 from perbench.errors import ConfigError
 from perbench.report import details, sections, verdict
 from perbench.report.extract import _d
-from perbench.report.fmt import esc, num, table
+from perbench.report.fmt import num, table
 from perbench.runner.rundir import RunData, load_run, run_roles
 
 
@@ -127,12 +129,12 @@ def runs_table(runs: Sequence[RunData], out_dir: Path) -> str:
         groups = sorted({str(c.get("group")) for c in r.cells or []})
         rows.append(
             [
-                f'<a href="{esc(href)}">{esc(r.path.name)}</a>',
-                esc(_d(res.get("benchmark")).get("name", "?")),
-                esc(_d(models.get("policy")).get("name", "?")),
-                esc(", ".join(groups)),
-                f"<code>{esc(res.get('config_hash', '?'))}</code>",
-                esc(res.get("created", "")),
+                f'<a href="{escape(href)}">{escape(r.path.name)}</a>',
+                escape(_d(res.get("benchmark")).get("name", "?")),
+                escape(_d(models.get("policy")).get("name", "?")),
+                escape(", ".join(groups)),
+                f"<code>{escape(res.get('config_hash', '?'))}</code>",
+                escape(res.get("created", "")),
                 num(len(r.cells or []), pct=False),
             ]
         )

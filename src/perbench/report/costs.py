@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from markupsafe import escape
+
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc, is_pct_metric, metric_label, table, value_ci
+from perbench.report.fmt import is_pct_metric, metric_label, table, value_ci
 
 
 def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
@@ -32,7 +34,7 @@ def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, st
 
         out.append(
             [
-                esc(metric_label(metric)),
+                escape(metric_label(metric)),
                 value_ci(r.get("delta"), r.get("ci"), pct, signed=True),
                 part(r.get("sampling")),
                 part(r.get("reranking")),
@@ -45,9 +47,9 @@ def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, st
         f"re-ranking by {shown} (pick − random pick)",
     ]
     return (
-        f"<details><summary>What {esc(shown)} trades against zero-shot decoding, by cause "
+        f"<details><summary>What {escape(shown)} trades against zero-shot decoding, by cause "
         f"({len(out)} qualities)</summary>"
-        + table([esc(h) for h in head], out)
+        + table([escape(h) for h in head], out)
         + '<p class="muted">Marginal 95% two-way CIs (users × prompts). The difference to greedy zero-shot decoding '
         "is the sum of what sampling from the policy does whichever reward model re-ranks (the random pick from the "
         "same pool) and what re-ranking by the reward model adds; the verdict charges the reward model with the "

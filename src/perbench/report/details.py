@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from markupsafe import escape
+
 from perbench.metrics.rm_accuracy import invalid_pairs
 from perbench.report import extract
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc, metric_label, na_span, num, table, value_ci
+from perbench.report.fmt import all_na, metric_label, na_span, num, table, value_ci
+from perbench.report.labels import name_cell
 
 _GROUPS = ("seen", "unseen", "pers_only", "consensus", "all")
 
@@ -17,14 +20,14 @@ def header(results: Mapping[str, Any]) -> str:
     bench = _d(results.get("benchmark"))
     prov = _d(results.get("provenance"))
     models = _d(prov.get("models"))
-    bits = [esc(results["created"])] if results.get("created") else []
+    bits = [str(escape(results["created"]))] if results.get("created") else []
     if results.get("config_hash"):
-        bits.append(f"config <code>{esc(results['config_hash'])}</code>")
+        bits.append(f"config <code>{escape(results['config_hash'])}</code>")
     if prov.get("git"):
-        bits.append(f"git <code>{esc(prov['git'])}</code>")
+        bits.append(f"git <code>{escape(prov['git'])}</code>")
     for key, name in (("policy", "policy"), ("rm_backbone", "RM backbone")):
         if _d(models.get(key)).get("name"):
-            bits.append(f"{name} <code>{esc(models[key]['name'])}</code>")
+            bits.append(f"{name} <code>{escape(models[key]['name'])}</code>")
     facts = []
     if "pairs" in bench:
         facts.append(f"{num(bench.get('pairs'), pct=False)} pairs")
@@ -36,24 +39,24 @@ def header(results: Mapping[str, Any]) -> str:
     if skipped is not None:
         facts.append(f"{num(skipped, pct=False)} pairs skipped")
     if bench.get("weighting"):
-        facts.append(f"{esc(bench['weighting'])}-weighted")
+        facts.append(f"{escape(bench['weighting'])}-weighted")
     notes = [str(n) for n in _l(_d(bench.get("meta")).get("notes"))]
     for name, extra in _d(results.get("upstream_benchmarks")).items():  # each extra's skip report too
         extra = _d(extra)
         skipped_extra = _d(extra.get("skipped")).get("total")
         facts.append(
-            f"upstream benchmark {esc(name)}: {num(extra.get('pairs'), pct=False)} pairs, "
+            f"upstream benchmark {escape(name)}: {num(extra.get('pairs'), pct=False)} pairs, "
             f"{num(skipped_extra, pct=False) if skipped_extra is not None else '?'} skipped"
         )
         notes += [f"{name}: {n}" for n in _l(extra.get("notes"))]
     return (
-        f'<h1>perbench — {esc(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>'
+        f'<h1>perbench — {escape(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>'
         + (f"<p>{' · '.join(facts)}</p>" if facts else "")
-        + ("<ul class='muted'>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>" if notes else "")
+        + ("<ul class='muted'>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>" if notes else "")
     )
 
 
-def upstream_section(results: Mapping[str, Any]) -> str:
+def upstream_section(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     up = _d(results.get("upstream"))
     if not up:
         return ""
@@ -64,12 +67,12 @@ def upstream_section(results: Mapping[str, Any]) -> str:
     for label, r in up.items():
         r = _d(r)
         acc = _d(r.get("rm_accuracy"))
-        cells = [esc(label) + (' <span class="muted">baseline</span>' if r.get("baseline") else "")]
+        cells = [name_cell(label, names or {}) + (' <span class="muted">baseline</span>' if r.get("baseline") else "")]
         if _d(r.get("profile")).get("saw_profile") is False:  # others read the users' profiles, this one did not
             cells[0] += ' <span class="muted">(saw no profile)</span>'
         note = _d(r.get("fit_notes")).get("label")
         if note:  # e.g. lore_reg whose users all point along its anchor
-            cells[0] += f' <span class="muted">({esc(note)})</span>'
+            cells[0] += f' <span class="muted">({escape(note)})</span>'
 
         for g in groups:
             e = _d(acc.get(g))
@@ -90,18 +93,18 @@ def tie_rule(results: Mapping[str, Any]) -> str:
     rule = "as wrong (0)" if policy == "strict" else "as half right (½)"
     return (
         f'<p class="muted">Tie rule: a pair whose chosen and rejected responses score equal counts {rule} in these '
-        f"accuracies (tie_policy: {esc(policy)}); the ties column counts them. The personalization-only accuracy "
+        f"accuracies (tie_policy: {escape(policy)}); the ties column counts them. The personalization-only accuracy "
         "always counts a tie ½, so that on mirrored pairs any user-agnostic scorer gets exactly 50 %.</p>"
     )
 
 
-def fewshot_table(results: Mapping[str, Any]) -> str:
+def fewshot_table(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     up = _d(results.get("upstream"))
     curves = {k: _d(_d(v).get("fewshot_curve")) for k, v in up.items() if _d(_d(v).get("fewshot_curve"))}
     if not curves:
         return ""
     shots = sorted({int(n) for c in curves.values() for n in c if str(n).isdigit()})
-    rows = [[esc(k)] + [_fewshot_cell(_d(c.get(str(n)))) for n in shots] for k, c in curves.items()]
+    rows = [[name_cell(k, names or {})] + [_fewshot_cell(_d(c.get(str(n)))) for n in shots] for k, c in curves.items()]
     return (
         "<h3>Few-shot adaptation of unseen users (RM accuracy %)</h3>"
         + table(["method"] + [f"{n} shots" for n in shots], rows)
@@ -131,7 +134,7 @@ _DOWN_METRICS = (
 )
 
 
-def downstream_section(results: Mapping[str, Any]) -> str:
+def downstream_section(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     down = _d(results.get("downstream"))
     if not down:
         return ""
@@ -139,7 +142,7 @@ def downstream_section(results: Mapping[str, Any]) -> str:
     rows = []
     for label, d in down.items():
         d = _d(d)
-        cells = [esc(label)]
+        cells = [name_cell(label, names or {})]
         for m, _ in present:
             e = _d(d.get(m))
             if not e:
@@ -152,10 +155,10 @@ def downstream_section(results: Mapping[str, Any]) -> str:
     out = "<h3>Downstream: what generation gives each user</h3>" + table(
         ["decoder[guide]"] + [t for _, t in present], rows
     )
-    return out + deltas(down) + bon_table(down)
+    return out + deltas(down, names) + bon_table(down, names)
 
 
-def deltas(down: Mapping[str, Any]) -> str:
+def deltas(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     """Paired differences of each output's quality against its references (zero-shot, ICL-RAG where it ran) on the
     same targets; the heading names the references the results hold."""
     refs = sorted({str(r) for d in down.values() for r in _d(_d(d).get("vs"))})
@@ -166,17 +169,17 @@ def deltas(down: Mapping[str, Any]) -> str:
     head = ["decoder[guide]"] + [f"Δ {names[m]} vs {r}" for r in refs for m in metrics]
     rows = []
     for label, d in down.items():
-        cells = [esc(label)]
+        cells = [name_cell(label, names or {})]
         for r in refs:
             for m in metrics:
                 e = _d(_d(_d(_d(d).get("vs")).get(r)).get(m))
                 cells.append(value_ci(e.get("delta"), e.get("ci"), signed=True, na="no shared targets") if e else "–")
         rows.append(cells)
     against = " and ".join(metric_label(f"{r}:x").partition(" · ")[0] for r in refs)  # the references it has
-    return f"<h3>Downstream: difference to {esc(against)} (points, paired, 95% CI)</h3>" + table(head, rows)
+    return f"<h3>Downstream: difference to {escape(against)} (points, paired, 95% CI)</h3>" + table(head, rows)
 
 
-def bon_table(down: Mapping[str, Any]) -> str:
+def bon_table(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     curves = {label: _d(_d(d).get("bon_curve")) for label, d in down.items() if _d(_d(d).get("bon_curve"))}
     if not curves:
         return ""
@@ -187,12 +190,12 @@ def bon_table(down: Mapping[str, Any]) -> str:
         for metric, m in c.items():
             m = _d(m)
             vals = dict(zip(_l(m.get("n")), _l(m.get("quality")), strict=False))
-            rows.append([esc(label), esc(metric)] + [num(vals.get(n)) for n in ns])
+            rows.append([name_cell(label, names or {}), escape(metric)] + [num(vals.get(n)) for n in ns])
             refs.setdefault(str(metric), m)
     for metric, m in refs.items():
         for key, name in (("oracle", "oracle (best of n by ground truth)"), ("sample_mean", "random pick")):
             vals = dict(zip(_l(m.get("n")), _l(m.get(key)), strict=False))
-            rows.append([f'<span class="muted">{name}</span>', esc(metric)] + [num(vals.get(n)) for n in ns])
+            rows.append([f'<span class="muted">{name}</span>', escape(metric)] + [num(vals.get(n)) for n in ns])
     return (
         "<details><summary>Best-of-N: ground-truth quality vs n (exact over random n-subsets of one shared pool), "
         "table</summary>" + table(["RM", "quality"] + [f"N={n}" for n in ns], rows) + "</details>"
@@ -208,7 +211,7 @@ def compact(curve: dict[str, Any]) -> str:
     return line(curve) if curve else ""
 
 
-def policy_accuracy_section(results: Mapping[str, Any]) -> str:
+def policy_accuracy_section(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     """The headline (the sequence tilt) beside the policy alone and the labelled variants, with each method's w."""
     rows = []
     for label, r in _d(results.get("upstream")).items():
@@ -216,7 +219,11 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
             e = _d(e)
             curve = compact(_d(e.get("curve")))
             if e.get("not_applicable"):
-                rows.append([esc(label), esc(g), na_span(str(e["not_applicable"]))] + [""] * 4 + [esc(curve)])
+                rows.append(
+                    [name_cell(label, names or {}), escape(g), na_span(str(e["not_applicable"]))]
+                    + [""] * 5
+                    + [escape(curve)]
+                )
                 continue
             head = _d(e.get(str(e.get("headline") or "")))
             if not head:
@@ -230,15 +237,15 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
 
             rows.append(
                 [
-                    esc(label),
-                    esc(g),
+                    name_cell(label, names or {}),
+                    escape(g),
                     value_ci(head.get("accuracy"), head.get("ci")),
                     value_ci(w0.get("accuracy"), w0.get("ci"), na="not reported"),
                     variant("prefix_mean"),
                     variant("prefix_sum"),
                     variant("rgd_mean"),
-                    esc(e.get("w", "")) + " (" + esc(e.get("w_source", "")) + ")",
-                    esc(curve),
+                    f"{escape(e.get('w', ''))} ({escape(e.get('w_source', ''))})",
+                    escape(curve),
                 ]
             )
     by_decoder = []
@@ -246,9 +253,13 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
         pa = _d(_d(d).get("policy_accuracy"))
         if pa:
             cells = [value_ci(_d(_d(pa.get(g)).get("tilt")).get("accuracy"), None, na=f"no {g} users") for g in GROUPS]
-            by_decoder.append([esc(label), esc(pa.get("w", "")), *cells])
+            by_decoder.append([name_cell(label, names or {}), escape(pa.get("w", "")), *cells])
     if not rows:
         return ""
+    title = "<h3>Policy accuracy under the tilted policy π·exp(w·r) (%)</h3>"
+    why = all_na([r[:3] for r in rows], skip=2)
+    if why:  # the headline is n/a for every system: one line, not a table of n/a
+        return title + f'<p class="muted">n/a for every system: {escape(why)}.</p>'
     extra = ""
     if by_decoder:
         extra = (
@@ -268,8 +279,8 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
         "accuracy over w (%)",
     ]
     return (
-        "<h3>Policy accuracy under the tilted policy π·exp(w·r) (%)</h3>"
-        + table(cols, rows)
+        title
+        + table(cols, rows, what="Policy accuracy", skip=2)
         + '<p class="muted">Headline: the sequence tilt log π(y|x) + w·r(x, y), r on the whole response, '
         "chosen vs rejected (a constant added to the reward leaves it unchanged); w is the weight of the decoder "
         "the method guides. The variants are labelled alternatives.</p>" + extra
@@ -280,14 +291,14 @@ def skipped_section(results: Mapping[str, Any]) -> str:
     skipped = [_d(s) for s in _l(results.get("skipped_combinations"))]
     if not skipped:
         return ""
-    rows = [[esc(s.get("decoder")), esc(s.get("method")), esc(s.get("reason"))] for s in skipped]
+    rows = [[escape(s.get("decoder")), escape(s.get("method")), escape(s.get("reason"))] for s in skipped]
     return "<h2>Skipped combinations</h2>" + table(["decoder", "method", "reason"], rows, "text")
 
 
 def _opt(x: Any, code: bool = False) -> str:
     if x is None or x == "":
         return '<span class="muted">–</span>'
-    return f"<code>{esc(x)}</code>" if code else esc(x)
+    return f"<code>{escape(x)}</code>" if code else escape(x)
 
 
 def _counts(d: Any, unit: str = "") -> str:
@@ -295,14 +306,16 @@ def _counts(d: Any, unit: str = "") -> str:
     items = [(str(k), v) for k, v in _d(d).items() if not isinstance(v, dict | list)]
     if not items:
         return "nothing"
-    return ", ".join(f"{esc(k)} {num(v, pct=False) if isinstance(v, int | float) else esc(v)}{unit}" for k, v in items)
+    return ", ".join(
+        f"{escape(k)} {num(v, pct=False) if isinstance(v, int | float) else escape(v)}{unit}" for k, v in items
+    )
 
 
 def provenance_section(results: Mapping[str, Any], notes: list[str] | None = None) -> str:
     prov = _d(results.get("provenance"))
     parts = ["<h2>Provenance</h2>"]
     facts = [
-        f"{esc(k)}: <code>{esc(prov[k])}</code>"
+        f"{escape(k)}: <code>{escape(prov[k])}</code>"
         for k in ("git", "python", "platform", "seed")
         if prov.get(k) is not None
     ]
@@ -310,7 +323,8 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
         parts.append(f'<p class="small">{" · ".join(facts)}</p>')
     models = _d(prov.get("models"))
     mrows = [
-        [esc(role)] + [_opt(_d(m).get(k), code=k == "fingerprint") for k in ("name", "fingerprint", "device", "dtype")]
+        [escape(role)]
+        + [_opt(_d(m).get(k), code=k == "fingerprint") for k in ("name", "fingerprint", "device", "dtype")]
         for role, m in models.items()
         if isinstance(m, dict)
     ]
@@ -320,7 +334,7 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
     if pk:
         parts.append(
             "<details><summary>package versions</summary>"
-            + table(["package", "version"], [[esc(k), esc(v)] for k, v in pk.items() if v])
+            + table(["package", "version"], [[escape(k), escape(v)] for k, v in pk.items() if v])
             + "</details>"
         )
     work = _d(results.get("work"))
@@ -333,11 +347,11 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
     if pol:
         parts.append(
             "<details><summary>Accounting policies</summary><ul>"
-            + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in pol.items())
+            + "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in pol.items())
             + "</ul></details>"
         )
     if notes:
-        parts.append('<ul class="small muted">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+        parts.append('<ul class="small muted">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     return "".join(parts)
 
 
@@ -349,8 +363,8 @@ def rl_table(results: Mapping[str, Any]) -> str:
     for r in extract.rl_summary(results):
         rows.append(
             [
-                esc(r["label"]),
-                esc(r["kind"] or ""),
+                escape(r["label"]),
+                escape(r["kind"] or ""),
                 str(r["runs"]),
                 num(r["reward_gain"], pct=False, signed=True, digits=2)
                 if r["reward_gain"] is not None
@@ -374,12 +388,12 @@ def rl_table(results: Mapping[str, Any]) -> str:
     design = rl.get("design") or {}
     seeds = design.get("seeds") or []
     head = (
-        f'<p class="muted">{esc(str(design.get("algorithm", "")).upper())}, group {esc(design.get("group"))}, '
-        f"{len(seeds)} training seed{'s' * (len(seeds) != 1)}, placebo {esc(design.get('placebo'))}. Gains are "
+        f'<p class="muted">{escape(str(design.get("algorithm", "")).upper())}, group {escape(design.get("group"))}, '
+        f"{len(seeds)} training seed{'s' * (len(seeds) != 1)}, placebo {escape(design.get('placebo'))}. Gains are "
         "paired on the same cells; each CI resamples the cells and every arm's training seeds.</p>"
     )
     notes = [str(n) for n in rl.get("notes") or []]
-    tail = '<ul class="small muted">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>" if notes else ""
+    tail = '<ul class="small muted">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>" if notes else ""
     return (
         head
         + table(

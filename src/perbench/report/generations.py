@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from markupsafe import escape
+
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc, is_missing, num
+from perbench.report.fmt import is_missing, num
 
 MAX_CHARS = 1500
 
@@ -18,7 +20,7 @@ def _aspects(row: Mapping[str, Any]) -> str:
         met = a.get("met")
         cls, mark = ("met", "✓") if met is True else ("unmet", "✗") if met is False else ("unk", "?")
         what = f"{a.get('aspect', '?')}: {a.get('pole', '?')}"
-        items.append(f'<span class="asp {cls}" title="{esc(what)}">{mark} {esc(what)}</span>')
+        items.append(f'<span class="asp {cls}" title="{escape(what)}">{mark} {escape(what)}</span>')
     return f'<div class="aspects">{"".join(items)}</div>' if items else ""
 
 
@@ -27,9 +29,9 @@ def _card(decoder: str, row: Mapping[str, Any]) -> str:
     cut = text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + " …"
     score = row.get("rubric_satisfaction")
     sat = "" if is_missing(score) else f'<span class="sat">rubric {num(score)}%</span>'
-    body = esc(cut) if cut.strip() else '<span class="muted">(empty response)</span>'
+    body = escape(cut) if cut.strip() else '<span class="muted">(empty response)</span>'
     return (
-        f'<div class="gen{" zs" if decoder == "zero_shot" else ""}"><div class="gh"><b>{esc(decoder)}</b>{sat}</div>'
+        f'<div class="gen{" zs" if decoder == "zero_shot" else ""}"><div class="gh"><b>{escape(decoder)}</b>{sat}</div>'
         f'{_aspects(row)}<div class="text">{body}</div></div>'
     )
 
@@ -65,15 +67,17 @@ def generations_section(
         rubric = first.get("user_rubric")
         seen = first.get("seen")
         tag = "" if seen is None else (" (seen)" if seen else " (unseen)")
-        summary = f"user <b>{esc(user)}</b>{esc(tag)}" + (
-            f' — <span class="rubric">{esc(rubric)}</span>' if rubric else ""
+        summary = f"user <b>{escape(user)}</b>{escape(tag)}" + (
+            f' — <span class="rubric">{escape(rubric)}</span>' if rubric else ""
         )
         inner = []
         for (policy, _pid), rows in list(prompts.items())[:max_prompts]:
             prompt = str(next(iter(rows.values())).get("prompt", ""))
-            pol = f' <span class="muted">policy {esc(policy)}</span>' if policy else ""
+            pol = f' <span class="muted">policy {escape(policy)}</span>' if policy else ""
             cards = "".join(_card(d, rows[d]) for d in decoders if d in rows)
-            inner.append(f'<div class="prompt"><b>Prompt</b>{pol}: {esc(prompt)}</div><div class="gens">{cards}</div>')
+            inner.append(
+                f'<div class="prompt"><b>Prompt</b>{pol}: {escape(prompt)}</div><div class="gens">{cards}</div>'
+            )
         parts.append(
             f'<details class="user"{" open" if i == 0 else ""}><summary>{summary}</summary>{"".join(inner)}</details>'
         )

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc
 from perbench.report.generations import MAX_CHARS
 
 TOP = 3
@@ -45,16 +46,16 @@ def _marks(text: str, poles: Sequence[tuple[str, str]]) -> str:
         met = got.get(aspect) == pole
         cls, mark = ("met", "✓") if met else ("unmet", "✗")
         items.append(
-            f'<span class="asp {cls}" title="{esc(aspect)}: {esc(pole)}">{mark} {esc(aspect)}: {esc(pole)}</span>'
+            Markup('<span class="asp {}" title="{}: {}">{} {}: {}</span>').format(cls, aspect, pole, mark, aspect, pole)
         )
     return f'<div class="aspects">{"".join(items)}</div>'
 
 
 def _card(title: str, full: str, text: str, poles: Sequence[tuple[str, str]], cls: str = "") -> str:
     cut = text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + " …"
-    body = esc(cut) if cut.strip() else '<span class="muted">(empty response)</span>'
+    body = escape(cut) if cut.strip() else '<span class="muted">(empty response)</span>'
     return (
-        f'<div class="gen{cls}"><div class="gh"><b title="{esc(full)}">{esc(title)}</b></div>'
+        f'<div class="gen{cls}"><div class="gh"><b title="{escape(full)}">{escape(title)}</b></div>'
         f'{_marks(text, poles)}<div class="text">{body}</div></div>'
     )
 
@@ -128,14 +129,14 @@ def picks_section(
         if o is not None and o in texts:
             cards.append(_card("oracle pick", "oracle_pick", texts[o], poles, " zs"))
         rubric = z.get("user_rubric")
-        head = f"user <b>{esc(u)}</b>" + (f' — <span class="rubric">{esc(rubric)}</span>' if rubric else "")
+        head = f"user <b>{escape(u)}</b>" + (f' — <span class="rubric">{escape(rubric)}</span>' if rubric else "")
         blocks.append(
             f'<details class="user" id="pick-{i}"{" open" if i == 0 else ""}><summary>{head}</summary>'
-            f'<div class="prompt"><b>Prompt</b>: {esc(z.get("prompt", ""))}</div>'
+            f'<div class="prompt"><b>Prompt</b>: {escape(z.get("prompt", ""))}</div>'
             f'<div class="gens">{"".join(cards)}</div></details>'
         )
-    jump = " ".join(f'<a href="#pick-{i}">{esc(u)}</a>' for i, u in enumerate(users))
-    top_names = ", ".join(esc(names.get(m, m)) for m in systems)
+    jump = " ".join(f'<a href="#pick-{i}">{escape(u)}</a>' for i, u in enumerate(users))
+    top_names = ", ".join(escape(names.get(m, m)) for m in systems)
     return (
         "<h2>What the top systems pick</h2>"
         f'<p class="muted">For each user, one prompt: the zero-shot output, the Best-of-N pick of the top systems '

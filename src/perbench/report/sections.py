@@ -9,19 +9,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perbench.report.extract import _d, _l, main_downstream, main_upstream, metrics_of
+from markupsafe import Markup, escape
+
+from perbench.report.extract import _d, _l, main_downstream, main_upstream
 from perbench.report.fmt import (
     badge,
-    esc,
     is_missing,
     is_pct_metric,
-    metric_label,
+    metric_head,
     na_span,
     num,
     quality_label,
     table,
     value_ci,
 )
+from perbench.report.labels import name_cell
 from perbench.report.verdict import mark
 
 CORRELATIONS = (
@@ -32,19 +34,6 @@ CORRELATIONS = (
     ("ndcg", "NDCG"),
     ("rbo", "RBO"),
 )
-
-
-def _mhead(metric: str) -> str:
-    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
-
-
-def _table_raw(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
-    """Like :func:`fmt.table` but the header cells are already HTML."""
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return (
-        f'<div class="scroll"><table class="{esc(cls)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
-    )
 
 
 def cell_html(entry: Any, metric: str) -> str:
@@ -102,7 +91,7 @@ def leaderboard(
                 html += ' <span class="ci">(reference)</span>'
             cells.append(html)
         rows.append(cells)
-    head = ["#", "method", *(_mhead(c) for c in cols)]
+    head = ["#", "method", *(metric_head(c) for c in cols)]
     notes = []
     for c in cols:
         r = _d(ranking.get(c))
@@ -113,49 +102,28 @@ def leaderboard(
         if vs:
             on = f" on the {num(vs.get('cells'), pct=False)} cells both cover" if vs.get("partial") else ""
             extra = (
-                f" (vs runner-up {esc(vs.get('b'))}: "
+                f" (vs runner-up {escape(vs.get('b'))}: "
                 f"{value_ci(vs.get('delta'), vs.get('ci'), is_pct_metric(c), signed=True)} simultaneous{on})"
             )
         if r.get("best"):
-            notes.append(f"<li>{_mhead(c)}: best <b>{esc(r['best'])}</b>{extra}</li>")
+            notes.append(f"<li>{metric_head(c)}: best <b>{escape(r['best'])}</b>{extra}</li>")
         elif r.get("decision") == "equivalent":
             top = [*_l(r.get("order"))[:1], *_l(r.get("equivalent"))]
-            notes.append(f"<li>{_mhead(c)}: practically equivalent: {esc(', '.join(str(t) for t in top))}</li>")
+            eq = ", ".join(str(t) for t in top)
+            notes.append(f"<li>{metric_head(c)}: practically equivalent: {escape(eq)}</li>")
         elif _l(r.get("tied")):
-            notes.append(f"<li>{_mhead(c)}: tied: {esc(', '.join(str(t) for t in r['tied']))} (undecided){extra}</li>")
+            notes.append(
+                f"<li>{metric_head(c)}: tied: {escape(', '.join(str(t) for t in r['tied']))} (undecided){extra}</li>"
+            )
     return (
-        f"<h3>{esc(title)}</h3>"
-        + _table_raw(head, rows, "lb")
+        f"<h3>{escape(title)}</h3>"
+        + table(head, rows, "lb")
         + (f'<ul class="small">{"".join(notes)}</ul>' if notes else "")
         + '<p class="muted">Ordered by the first column; baselines and oracles are reference lines, never ranked or '
         'recommended. "best" only where the method is the one deployable system in the simultaneous 95% set of '
         "systems that could be the best (multiple comparisons with the best over the deployable systems and the "
         'baselines, max-statistic two-way bootstrap) and is shown better than every baseline; "equivalent" where '
         'every pair in the set has its 90% CI inside the equivalence margin; "tied" where neither holds yet.</p>'
-    )
-
-
-def method_table(analysis: Mapping[str, Any] | None) -> str:
-    """Every metric (rows, upstream then downstream) × every method (columns)."""
-    a = _d(analysis)
-    tab = _d(a.get("table"))
-    if not tab:
-        return ""
-    methods = [m for m in _l(a.get("methods")) if m in tab] or list(tab)
-    ups, downs = metrics_of(a)
-    rows = []
-    for side, metrics in (("upstream", ups), ("downstream", downs)):
-        if not metrics:
-            continue
-        rows.append([f'<b class="side">{side}</b>'] + [""] * len(methods))
-        for metric in metrics:
-            rows.append([_mhead(metric)] + [cell_html(_d(tab.get(m)).get(metric), metric) for m in methods])
-    head = ["metric"] + [esc(m) for m in methods]
-    return (
-        "<h2>Methods: upstream and downstream side by side</h2>"
-        + _table_raw(head, rows, "wide")
-        + '<p class="muted">% with 95% CI; ± sd across seeds where a config has several. '
-        "n/a: not applicable or not run (hover for the reason).</p>"
     )
 
 
@@ -171,7 +139,7 @@ def _corr(e: Any) -> str:
     if isinstance(e.get("chance"), int | float):
         out += f' <span class="ci">(chance {float(e["chance"]):.2f})</span>'
     if e.get("note"):
-        out += f' <span class="na" title="{esc(e["note"])}">*</span>'
+        out += f' <span class="na" title="{escape(e["note"])}">*</span>'
     return out
 
 
@@ -188,21 +156,23 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
     first = [t for d, t in texts.items() if d in main] or list(texts.values())[:3]
     others = [t for t in texts.values() if t not in first]
     if first:
-        parts.append('<ul class="predictors">' + "".join(f"<li>{esc(t)}</li>" for t in first) + "</ul>")
+        parts.append('<ul class="predictors">' + "".join(f"<li>{escape(t)}</li>" for t in first) + "</ul>")
     if others:
         parts.append(
             f"<details><summary>best predictor of the other {len(others)} downstream metrics</summary>"
-            '<ul class="predictors">' + "".join(f"<li>{esc(t)}</li>" for t in others) + "</ul></details>"
+            '<ul class="predictors">' + "".join(f"<li>{escape(t)}</li>" for t in others) + "</ul></details>"
         )
-    head = ["upstream", "downstream", "systems", *(esc(n) for _, n in CORRELATIONS)]
+    head = ["upstream", "downstream", "systems", *(escape(n) for _, n in CORRELATIONS)]
     families = any(p.get("across_methods") for p in pairs)
     if families:
-        head.append('<span title="one point per method family: its variants averaged">τ-b across methods</span>')
+        head.append(
+            Markup('<span title="one point per method family: its variants averaged">τ-b across methods</span>')
+        )
 
     def row(p: Mapping[str, Any]) -> list[str]:
         cells = [
-            _mhead(str(p.get("upstream"))),
-            _mhead(str(p.get("downstream"))),
+            metric_head(str(p.get("upstream"))),
+            metric_head(str(p.get("downstream"))),
             num(p.get("n_systems"), pct=False),
         ] + [_corr(p.get(k)) for k, _ in CORRELATIONS]
         if families:
@@ -216,17 +186,17 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
 
     main_up = set(main_upstream(a, 3))
     shown = [p for p in pairs if p.get("downstream") in main and p.get("upstream") in main_up] or pairs[:12]
-    parts.append(_table_raw(head, [row(p) for p in shown], "sel lb2"))
+    parts.append(table(head, [row(p) for p in shown], "sel lb2"))
     rest = [p for p in pairs if p not in shown]
     if rest:
         parts.append(
             f"<details><summary>all {len(pairs)} upstream → downstream pairs</summary>"
-            + _table_raw(head, [row(p) for p in pairs], "sel lb2")
+            + table(head, [row(p) for p in pairs], "sel lb2")
             + "</details>"
         )
     systems = sel.get("systems") or "A system is a (setting, method) with both metrics."
     parts.append(
-        f'<p class="muted">{esc(systems)} 95% CIs re-draw users and prompts jointly, every method on the same draw. '
+        f'<p class="muted">{escape(systems)} 95% CIs re-draw users and prompts jointly, every method on the same draw. '
         "NDCG and RBO compare the two rankings' heads; their chance value is the expectation under a random "
         "ranking of the same systems (far above 0 for a few systems)."
         + (
@@ -242,7 +212,7 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
     return "".join(parts)
 
 
-def paired_section(analysis: Mapping[str, Any] | None) -> str:
+def paired_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
     a = _d(analysis)
     paired = _d(a.get("paired"))
     metrics = [m for m in [*main_downstream(a, 3), *main_upstream(a, 3)] if _l(paired.get(m))]
@@ -256,9 +226,9 @@ def paired_section(analysis: Mapping[str, Any] | None) -> str:
             on = f' <span class="ci">(on the {num(p.get("cells"), pct=False)} cells both cover)</span>'
             rows.append(
                 [
-                    _mhead(metric),
-                    esc(p.get("a")),
-                    esc(p.get("b")),
+                    metric_head(metric),
+                    name_cell(p.get("a"), names or {}),
+                    name_cell(p.get("b"), names or {}),
                     value_ci(p.get("delta"), p.get("ci"), is_pct_metric(metric), signed=True)
                     + (on if p.get("partial") else "")
                     + " "
@@ -267,12 +237,14 @@ def paired_section(analysis: Mapping[str, Any] | None) -> str:
             )
     return (
         "<details><summary>Paired differences (points, same users and prompts)</summary>"
-        + _table_raw(["metric", "a", "b (reference)", "a − b"], rows)
+        + table(["metric", "a", "b (reference)", "a − b"], rows)
         + "</details>"
     )
 
 
-def fairness_section(analysis: Mapping[str, Any] | None, plot_html: str = "") -> str:
+def fairness_section(
+    analysis: Mapping[str, Any] | None, plot_html: str = "", names: Mapping[str, str] | None = None
+) -> str:
     fair = _d(_d(analysis).get("fairness"))
     if not fair and not plot_html:
         return ""
@@ -280,12 +252,12 @@ def fairness_section(analysis: Mapping[str, Any] | None, plot_html: str = "") ->
     for m, f in fair.items():
         f = _d(f)
         if f.get("na") and is_missing(f.get("worst_decile_acc")):
-            rows.append([esc(m), na_span(f["na"]), na_span(f["na"]), "", na_span(f["na"])])
+            rows.append([name_cell(m, names or {}), na_span(f["na"]), na_span(f["na"]), "", na_span(f["na"])])
             continue
         gain = _d(f.get("gain_over_reference"))
         rows.append(
             [
-                esc(m),
+                name_cell(m, names or {}),
                 value_ci(f.get("worst_decile_acc"), None, na="no per-user accuracy"),
                 value_ci(f.get("minority_acc"), None, na=f.get("minority_na") or "no minority users"),
                 num(f.get("minority_users"), pct=False),
@@ -302,7 +274,9 @@ def fairness_section(analysis: Mapping[str, Any] | None, plot_html: str = "") ->
     )
 
 
-def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html: str = "") -> str:
+def win_gain_section(
+    rows: Sequence[Mapping[str, Any]], quality: str, plot_html: str = "", names: Mapping[str, str] | None = None
+) -> str:
     if not rows:
         return ""
     body = []
@@ -310,7 +284,7 @@ def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html:
         mark = badge("real gain", "best") if r.get("excludes_zero") and (r.get("gain") or 0) > 0 else ""
         body.append(
             [
-                esc(r.get("label")),
+                name_cell(r.get("label"), names or {}),
                 value_ci(r.get("win"), r.get("win_ci"), na="no win rate"),
                 num(r.get("null")) if not is_missing(r.get("null")) else "50.0",
                 value_ci(r.get("gain"), r.get("gain_ci"), signed=True, na="no zero-shot reference on these targets")
@@ -324,7 +298,7 @@ def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html:
         + '<div class="row2"><div>'
         + table(head, body)
         + f'<p class="muted">Win rate: how often the RM prefers its own guided output to the zero-shot one. Gain: '
-        f"the paired ground-truth difference to zero-shot in {esc(quality_label(quality))} (points). Null: the win "
+        f"the paired ground-truth difference to zero-shot in {escape(quality_label(quality))} (points). Null: the win "
         "rate of a scorer with no information under that decoder (n/(n+1) for Best-of-n, whose pick is the best of n "
         "draws; 50% for one guided output). A win rate far above its null with no real gain means the RM prefers its "
         "output for reasons the user does not share.</p></div>" + plot_html + "</div>"
@@ -335,7 +309,7 @@ def analysis_notes(analysis: Mapping[str, Any] | None) -> str:
     a = _d(analysis)
     if not a:
         return ""
-    notes = [esc(n) for n in _l(a.get("notes"))]
+    notes = [escape(n) for n in _l(a.get("notes"))]
     res = a.get("resampling")
-    head = f"<p class='muted'>Resampling: {esc(res)}</p>" if res else ""
+    head = f"<p class='muted'>Resampling: {escape(res)}</p>" if res else ""
     return head + (f'<ul class="small muted">{"".join(f"<li>{n}</li>" for n in notes)}</ul>' if notes else "")

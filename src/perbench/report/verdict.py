@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from markupsafe import escape
+
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import badge, esc, is_pct_metric, metric_label, num, table, value_ci
+from perbench.report.fmt import badge, is_pct_metric, metric_head, num, table, value_ci
 
 DECISIONS = {
     "separable": ("deploy", "best"),
@@ -17,10 +19,6 @@ DECISIONS = {
     "no_better_than_random": ("not shown better than a random pick", "tied"),
     "too_little_data": ("too little data", "tied"),
 }
-
-
-def _mhead(metric: str) -> str:
-    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
 
 
 def _tau(v: Mapping[str, Any]) -> str:
@@ -76,14 +74,14 @@ def _parts(v: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, str]:
     parts = [(k, t) for k, t in parts if t.strip()]
     if not parts:
         return "", ""
-    lead = esc(shorten_text(parts[0][1], names))
+    lead = escape(shorten_text(parts[0][1], names))
 
     def item(kind: str, text: str) -> str:
         title = PART_TITLES.get(kind, kind.replace("_", " ").capitalize())
         text = shorten_text(text, names)
         if text.lower().startswith(title.lower() + ":"):  # the part names itself: say it once
             text = text[len(title) + 1 :].lstrip()
-        return f"<li><b>{esc(title)}</b> {esc(text)}</li>"
+        return f"<li><b>{escape(title)}</b> {escape(text)}</li>"
 
     items = "".join(item(k, t) for k, t in parts[1:])
     return lead, (f'<ul class="vparts">{items}</ul>' if items else "")
@@ -108,7 +106,7 @@ def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | N
         facts.append(badge(word, kind))
 
     def nm(m: Any) -> str:
-        return esc(names.get(str(m), str(m)))
+        return escape(names.get(str(m), str(m)))
 
     if v.get("deploy"):
         facts.append(f"deploy <b>{nm(v['deploy'])}</b>")
@@ -119,7 +117,7 @@ def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | N
     elif not v.get("deploy") and len(_l(v.get("tied"))) > 1:
         facts.append("tied: " + ", ".join(f"<b>{nm(m)}</b>" for m in v["tied"]))
     if metric:
-        facts.append(f"{_mhead(metric)} {value_ci(v.get('value'), v.get('ci'), pct)}")
+        facts.append(f"{metric_head(metric)} {value_ci(v.get('value'), v.get('ci'), pct)}")
     members = _l(_d(v.get("best_set")).get("members"))
     if members:
         facts.append("could be the best (simultaneous 95%): " + ", ".join(f"<b>{nm(m)}</b>" for m in members[:6]) + (
@@ -129,7 +127,7 @@ def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | N
     outs = _d(_d(v.get("stability")).get("outcomes"))
     if outs and len(outs) > 1:
         said = {k: DECISIONS.get(str(k), (str(k), ""))[0] for k in outs}
-        shown = ", ".join(f"{esc(said[k])} {100 * float(x):.0f}%" for k, x in outs.items())
+        shown = ", ".join(f"{escape(said[k])} {100 * float(x):.0f}%" for k, x in outs.items())
         facts.append(f"over the bootstrap replicates: {shown}")
     if isinstance(v.get("margin"), int | float):
         facts.append(f"equivalence margin ±{num(v['margin'], pct)}{' pts' if pct else ''}")
@@ -138,10 +136,10 @@ def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | N
     if v.get("upstream_metric"):
         agrees = v.get("agrees")
         word = "puts several first" if agrees is None else ("agrees" if agrees else "disagrees")
-        facts.append(f"upstream {_mhead(str(v['upstream_metric']))} {esc(word)} (τ-b {_tau(v)})")
+        facts.append(f"upstream {metric_head(str(v['upstream_metric']))} {escape(word)} (τ-b {_tau(v)})")
     cls = "verdict" + ("" if decision in ("separable", "equivalent") or v.get("deploy") else " tie")
     lead, rest = _parts(v, names)
-    body = f'<p class="vtext">{lead}</p>{rest}' if lead else f'<p class="vtext">{esc(text)}</p>'
+    body = f'<p class="vtext">{lead}</p>{rest}' if lead else f'<p class="vtext">{escape(text)}</p>'
     return f'<section class="{cls}"><h2>Verdict</h2>{body}<p class="facts">{" · ".join(facts)}</p></section>'
 
 
@@ -171,16 +169,16 @@ def power_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] |
         )
         rows.append(
             [
-                esc(f"{names.get(str(p.get('a')), p.get('a'))} − {names.get(str(p.get('b')), p.get('b'))}"),
+                escape(f"{names.get(str(p.get('a')), p.get('a'))} − {names.get(str(p.get('b')), p.get('b'))}"),
                 num(p.get("observed"), pct, signed=True),
-                esc(comps),
+                escape(comps),
                 _size(p.get("separate"), crossed) + f" <span class='ci'>(at {num(p.get('effect'), pct, True)})</span>",
                 _size(p.get("equivalence"), crossed),
             ]
         )
     head = ["comparison", "observed Δ", "variance components (σ²)", "to separate", "to establish equivalence"]
     return (
-        f"<details><summary>What would decide {_mhead(metric)} ({len(rows)} comparisons)</summary>"
+        f"<details><summary>What would decide {metric_head(metric)} ({len(rows)} comparisons)</summary>"
         + table(head, rows)
         + '<p class="muted">Users × prompts that reach 80% power under the verdict\'s own rule (simultaneous '
         "intervals; equivalence: 90% CI inside the margin), from variance components estimated on this run's cells "
