@@ -162,11 +162,11 @@ def deltas(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -> s
     """Paired differences of each output's quality against its references (zero-shot, ICL-RAG where it ran) on the
     same targets; the heading names the references the results hold."""
     refs = sorted({str(r) for d in down.values() for r in _d(_d(d).get("vs"))})
-    names = {"rubric_satisfaction": "rubric sat.", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "judge_score": "judge"}
-    metrics = [m for m in names if any(m in _d(_d(_d(d).get("vs")).get(r)) for d in down.values() for r in refs)]
+    said = {"rubric_satisfaction": "rubric sat.", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "judge_score": "judge"}
+    metrics = [m for m in said if any(m in _d(_d(_d(d).get("vs")).get(r)) for d in down.values() for r in refs)]
     if not refs or not metrics:
         return ""
-    head = ["decoder[guide]"] + [f"Δ {names[m]} vs {r}" for r in refs for m in metrics]
+    head = ["decoder[guide]"] + [f"Δ {said[m]} vs {r}" for r in refs for m in metrics]
     rows = []
     for label, d in down.items():
         cells = [name_cell(label, names or {})]

@@ -64,9 +64,10 @@ def chain_rows(
             row.append(_value(tab, m, listwise))
         gci = _l(g.get("ci"))
         row.append("–" if is_missing(g.get("value")) else num(g["value"], signed=True) + (
-            f" [{num(gci[0], signed=True)}, {num(gci[1], signed=True)}]" if len(gci) == 2 else ""))  # fmt: skip
+            f' <span class="ci">[{num(gci[0], signed=True)}, {num(gci[1], signed=True)}]</span>'
+            if len(gci) == 2 else ""))  # fmt: skip
         sci = _l(sh.get("ci"))
-        ends = f" [{100 * sci[0]:.0f}, {100 * sci[1]:.0f}]" if len(sci) == 2 else ""
+        ends = f' <span class="ci">[{100 * sci[0]:.0f}, {100 * sci[1]:.0f}]</span>' if len(sci) == 2 else ""
         if is_missing(sh.get("value")):
             row.append(escape(str(sh.get("na") or "–")))
         else:
@@ -176,7 +177,7 @@ def signal_section(results: Mapping[str, Any], heatmap_html: str = "", names: Ma
             "Best-of-N pool, labelled by the exact truth), then what re-ranking the pool gains over a random pick "
             "and how much of the headroom (oracle − random pick) that is. Values in %.</p>"
         )
-        parts.append(table(head, rows))
+        parts.append(table(head, rows, "chain"))
     if heatmap_html:
         parts.append(heatmap_html)
     if c_rows:
@@ -186,7 +187,7 @@ def signal_section(results: Mapping[str, Any], heatmap_html: str = "", names: Ma
             + str(escape("; ".join(f"{k}: {v}" for k, v in rules.items())))
             + ".</p>"
         )
-        parts.append(table(c_head, c_rows))
+        parts.append(table(c_head, c_rows, "collapse text"))
     parts.append("</section>")
     return "\n".join(parts)
 
