@@ -338,10 +338,13 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
             + "</details>"
         )
     work = _d(results.get("work"))
+    compute = _compute(prov)
+    parts.append(compute)
     if work or results.get("timing_s"):
+        timing = "" if compute else f" · timing: {_counts(results.get('timing_s'), ' s')}"
         parts.append(
             f'<p class="muted">work computed: {_counts(work.get("computed"))} · reused: '
-            f"{_counts(work.get('reused'))} · timing: {_counts(results.get('timing_s'), ' s')}</p>"
+            f"{_counts(work.get('reused'))}{timing}</p>"
         )
     pol = _d(results.get("policies"))
     if pol:
@@ -353,6 +356,35 @@ def provenance_section(results: Mapping[str, Any], notes: list[str] | None = Non
     if notes:
         parts.append('<ul class="small muted">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     return "".join(parts)
+
+
+def _compute(prov: Mapping[str, Any]) -> str:
+    """The compute of the run that computed the folder's units (``provenance.compute.first_run``) beside this
+    run's (``this_run``: a rerun reads what the first computed); "" for results without them."""
+    comp = _d(prov.get("compute"))
+    runs = [(k, _d(comp.get(k))) for k in ("first_run", "this_run") if _d(comp.get(k))]
+    if not runs:
+        return ""
+    said = {"first_run": "first run (computed the units)", "this_run": "this run"}
+    rows = []
+    for key, r in runs:
+        t = _d(r.get("timing_s"))
+        rows.append(
+            [
+                escape(said[key]),
+                escape(r.get("created") or "–"),
+                num(t.get("total"), pct=False) if "total" in t else "–",
+                num(r.get("units_computed"), pct=False) if "units_computed" in r else "–",
+                num(r.get("units_found_finished"), pct=False) if "units_found_finished" in r else "–",
+                _counts(t, " s"),
+            ]
+        )
+    head = ["run", "created", "total (s)", "units computed", "units found finished", "phases"]
+    return (
+        "<h3>Compute</h3>"
+        + table(head, rows, "text")
+        + (f'<p class="muted">{escape(comp["note"])}</p>' if comp.get("note") else "")
+    )
 
 
 def rl_table(results: Mapping[str, Any]) -> str:

@@ -186,15 +186,18 @@ def _has_tau(pair: Mapping[str, Any]) -> bool:
 
 
 def _toc(items: Sequence[tuple[str, str]]) -> str:
-    return '<nav class="toc">' + "".join(f'<a href="#{i}">{escape(t)}</a>' for i, t in items) + "</nav>"
+    from perbench.report.templating import render
+
+    return str(render("toc.html.j2", items=items))
 
 
 def _page(title: str, body: Sequence[str]) -> str:
-    return (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
-        f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{css()}</style></head>'
-        f"<body><main>{''.join(body)}</main></body></html>"
-    )
+    """The page (templates/page.html.j2) around the sections' HTML."""
+    from markupsafe import Markup
+
+    from perbench.report.templating import render
+
+    return str(render("page.html.j2", title=title, css=Markup(css()), body=[Markup(b) for b in body if b]))
 
 
 def _shared_sections(

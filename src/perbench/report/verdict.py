@@ -9,7 +9,7 @@ from typing import Any
 from markupsafe import escape
 
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import badge, is_pct_metric, metric_head, num, table, value_ci
+from perbench.report.fmt import badge, is_pct_metric, metric_head, metric_label, num, table, value_ci
 
 DECISIONS = {
     "separable": ("deploy", "best"),
@@ -74,13 +74,16 @@ def _parts(v: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, str]:
     parts = [(k, t) for k, t in parts if t.strip()]
     if not parts:
         return "", ""
+    # display names throughout: compact system labels, and metric names instead of their ids
+    metrics = {str(m): metric_label(str(m)) for m in (v.get("metric"), v.get("upstream_metric")) if m}
+    names = {**metrics, **names}
     lead = escape(shorten_text(parts[0][1], names))
 
     def item(kind: str, text: str) -> str:
         title = PART_TITLES.get(kind, kind.replace("_", " ").capitalize())
         text = shorten_text(text, names)
-        if text.lower().startswith(title.lower() + ":"):  # the part names itself: say it once
-            text = text[len(title) + 1 :].lstrip()
+        if text.lower().startswith(title.lower()):  # the part names itself ("Upstream, …"): say it once
+            text = text[len(title) :].lstrip(" :,;—-")
         return f"<li><b>{escape(title)}</b> {escape(text)}</li>"
 
     items = "".join(item(k, t) for k, t in parts[1:])
