@@ -15,9 +15,10 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from perbench.report.extract import _d, _l, main_downstream, metrics_of
-from perbench.report.fmt import badge, is_missing, is_pct_metric, metric_head, na_span, table, value_ci
-from perbench.report.labels import legend, name_cell
+from perbench.report.fmt import badge, is_missing, is_pct_metric, metric_head, na_span, value_ci
+from perbench.report.labels import legend_rows, name_cell
 from perbench.report.sections import own_decoding
+from perbench.report.templating import render
 from perbench.report.verdict import mark
 
 RANDOM_PICK, ORACLE_PICK = "random_pick", "oracle_pick"
@@ -111,18 +112,16 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
         cells += ["" for _ in ups]
         rows.append(cells)
     h = _d(room.get("headroom"))
-    foot = ""
-    if h:
-        foot = (
-            f'<p class="muted">Headroom of the pool (oracle − random pick): '
-            f"{value_ci(h.get('value'), h.get('ci'), pct)}{' pts' if pct else ''}. Share of headroom: what a system's "
-            "pick gains over a random pick from the same pool, as a fraction of what the oracle pick gains. The random "
-            "and oracle picks are reference lines, never recommended.</p>"
-        )
-    toggle = f'<details class="more"><summary>All leaderboard columns</summary>{more}</details>' if more else ""
-    return (
-        f"<h3>{escape(title)}</h3>" + table(head, rows, "lb glance", scroll=False) + foot + legend(names, tab) + toggle
-    )
+    glance = {
+        "title": title,
+        "head": head,
+        "rows": [[Markup(c) for c in r] for r in rows],
+        "headroom": Markup(value_ci(h.get("value"), h.get("ci"), pct)) if h else "",
+        "pct": pct,
+        "legend": legend_rows(names, tab),
+        "more": Markup(more),
+    }
+    return str(render("board.html.j2", glance=glance, pages=[]))
 
 
 def method_pages(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -> str:
@@ -133,25 +132,12 @@ def method_pages(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -
         return ""
     methods = [m for m in _l(a.get("methods")) if m in tab] or list(tab)
     ups, downs = metrics_of(a)
-    pages: list[str] = []
+    pages: list[dict[str, Any]] = []
     for side, metrics in (("upstream", ups), ("downstream", downs)):
         for start in range(0, len(metrics), PAGE):
             chunk = metrics[start : start + PAGE]
             have = [m for m in methods if any(not is_missing(_d(_d(tab.get(m)).get(c)).get("value")) for c in chunk)]
-            if not have:
-                continue
-            rows = [[name_cell(m, names), *(_entry(tab, m, c) for c in chunk)] for m in have]
-            n = len(pages) + 1
-            pages.append(
-                f'<div class="page"><p class="pg"><b class="side">{side}</b> · page {n}</p>'
-                + table(["system", *(metric_head(c) for c in chunk)], rows, "mt", scroll=False)
-                + "</div>"
-            )
-    if not pages:
-        return ""
-    return (
-        "<h2>Methods: upstream and downstream side by side</h2>"
-        + f'<div class="pages">{"".join(pages)}</div>'
-        + '<p class="muted">% with 95% CI; ± sd across seeds where a config has several. n/a: not applicable or not '
-        "run (hover for the reason). Each page lists every system for a few metrics.</p>"
-    )
+            if have:
+                rows = [[Markup(name_cell(m, names)), *(Markup(_entry(tab, m, c)) for c in chunk)] for m in have]
+                pages.append({"side": side, "head": ["system", *(metric_head(c) for c in chunk)], "rows": rows})
+    return str(render("board.html.j2", glance=None, pages=pages)) if pages else ""
