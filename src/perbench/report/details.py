@@ -12,48 +12,46 @@ from perbench.report import extract
 from perbench.report.extract import _d, _l
 from perbench.report.fmt import all_na, metric_label, na_span, num, table, value_ci
 from perbench.report.labels import name_cell
+from perbench.report.templating import render
 
 _GROUPS = ("seen", "unseen", "pers_only", "consensus", "all")
 
 
 def header(results: Mapping[str, Any]) -> str:
+    """The page's title, what produced it and the benchmark's size (templates/header.html.j2)."""
     bench = _d(results.get("benchmark"))
     prov = _d(results.get("provenance"))
     models = _d(prov.get("models"))
-    bits = [str(escape(results["created"]))] if results.get("created") else []
+    bits = [("", str(results["created"]))] if results.get("created") else []
     if results.get("config_hash"):
-        bits.append(f"config <code>{escape(results['config_hash'])}</code>")
+        bits.append(("config", str(results["config_hash"])))
     if prov.get("git"):
-        bits.append(f"git <code>{escape(prov['git'])}</code>")
+        bits.append(("git", str(prov["git"])))
     for key, name in (("policy", "policy"), ("rm_backbone", "RM backbone")):
         if _d(models.get(key)).get("name"):
-            bits.append(f"{name} <code>{escape(models[key]['name'])}</code>")
+            bits.append((name, str(models[key]["name"])))
     facts = []
     if "pairs" in bench:
         facts.append(f"{num(bench.get('pairs'), pct=False)} pairs")
     if "users_seen" in bench:
-        facts.append(
-            f"{num(bench.get('users_seen'), pct=False)} seen / {num(bench.get('users_unseen'), pct=False)} unseen users"
-        )
+        seen, unseen = num(bench.get("users_seen"), pct=False), num(bench.get("users_unseen"), pct=False)
+        facts.append(f"{seen} seen / {unseen} unseen users")
     skipped = _d(bench.get("skipped")).get("total")
     if skipped is not None:
         facts.append(f"{num(skipped, pct=False)} pairs skipped")
     if bench.get("weighting"):
-        facts.append(f"{escape(bench['weighting'])}-weighted")
+        facts.append(f"{bench['weighting']}-weighted")
     notes = [str(n) for n in _l(_d(bench.get("meta")).get("notes"))]
     for name, extra in _d(results.get("upstream_benchmarks")).items():  # each extra's skip report too
         extra = _d(extra)
         skipped_extra = _d(extra.get("skipped")).get("total")
         facts.append(
-            f"upstream benchmark {escape(name)}: {num(extra.get('pairs'), pct=False)} pairs, "
+            f"upstream benchmark {name}: {num(extra.get('pairs'), pct=False)} pairs, "
             f"{num(skipped_extra, pct=False) if skipped_extra is not None else '?'} skipped"
         )
         notes += [f"{name}: {n}" for n in _l(extra.get("notes"))]
-    return (
-        f'<h1>perbench — {escape(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>'
-        + (f"<p>{' · '.join(facts)}</p>" if facts else "")
-        + ("<ul class='muted'>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>" if notes else "")
-    )
+    bench_name = str(bench.get("name", "run"))
+    return str(render("header.html.j2", bench=bench_name, bits=bits, facts=facts, notes=notes))
 
 
 def upstream_section(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
@@ -295,10 +293,53 @@ def skipped_section(results: Mapping[str, Any]) -> str:
     return "<h2>Skipped combinations</h2>" + table(["decoder", "method", "reason"], rows, "text")
 
 
-def _opt(x: Any, code: bool = False) -> str:
-    if x is None or x == "":
-        return '<span class="muted">–</span>'
-    return f"<code>{escape(x)}</code>" if code else escape(x)
+def provenance_section(results: Mapping[str, Any], notes: list[str] | None = None) -> str:
+    """Versions, models, compute (the first run's beside this one's), work, policies and the reader's notes
+    (templates/provenance.html.j2)."""
+    prov = _d(results.get("provenance"))
+    work = _d(results.get("work"))
+    compute, compute_note = _compute(prov)
+    said = None
+    if work or results.get("timing_s"):
+        timing = "" if compute else _counts(results.get("timing_s"), " s")
+        said = {"computed": _counts(work.get("computed")), "reused": _counts(work.get("reused")), "timing": timing}
+    return str(
+        render(
+            "provenance.html.j2",
+            facts=[(k, str(prov[k])) for k in ("git", "python", "platform", "seed") if prov.get(k) is not None],
+            models=[(str(role), m) for role, m in _d(prov.get("models")).items() if isinstance(m, dict)],
+            packages=[(str(k), str(v)) for k, v in _d(prov.get("packages")).items() if v],
+            compute=compute,
+            compute_note=compute_note,
+            work=said,
+            policies=[(str(k), str(v)) for k, v in _d(results.get("policies")).items()],
+            notes=[str(n) for n in notes or []],
+        )
+    )
+
+
+def _compute(prov: Mapping[str, Any]) -> tuple[list[list[str]], str]:
+    """Rows of the compute of the run that computed the folder's units (``provenance.compute.first_run``) beside
+    this run's (``this_run``: a rerun reads what the first computed), and the results' note on them; no rows for
+    results without them."""
+    comp = _d(prov.get("compute"))
+    said = {"first_run": "first run (computed the units)", "this_run": "this run"}
+    rows = []
+    for key in ("first_run", "this_run"):
+        r = _d(comp.get(key))
+        if not r:
+            continue
+        t = _d(r.get("timing_s"))
+        rows.append(
+            [
+                said[key],
+                str(r.get("created") or "–"),
+                num(t.get("total"), pct=False) if "total" in t else "–",
+                *(num(r.get(k), pct=False) if k in r else "–" for k in ("units_computed", "units_found_finished")),
+                _counts(t, " s"),
+            ]
+        )
+    return rows, str(comp.get("note") or "") if rows else ""
 
 
 def _counts(d: Any, unit: str = "") -> str:
@@ -306,85 +347,7 @@ def _counts(d: Any, unit: str = "") -> str:
     items = [(str(k), v) for k, v in _d(d).items() if not isinstance(v, dict | list)]
     if not items:
         return "nothing"
-    return ", ".join(
-        f"{escape(k)} {num(v, pct=False) if isinstance(v, int | float) else escape(v)}{unit}" for k, v in items
-    )
-
-
-def provenance_section(results: Mapping[str, Any], notes: list[str] | None = None) -> str:
-    prov = _d(results.get("provenance"))
-    parts = ["<h2>Provenance</h2>"]
-    facts = [
-        f"{escape(k)}: <code>{escape(prov[k])}</code>"
-        for k in ("git", "python", "platform", "seed")
-        if prov.get(k) is not None
-    ]
-    if facts:
-        parts.append(f'<p class="small">{" · ".join(facts)}</p>')
-    models = _d(prov.get("models"))
-    mrows = [
-        [escape(role)]
-        + [_opt(_d(m).get(k), code=k == "fingerprint") for k in ("name", "fingerprint", "device", "dtype")]
-        for role, m in models.items()
-        if isinstance(m, dict)
-    ]
-    if mrows:
-        parts.append(table(["role", "model", "fingerprint", "device", "dtype"], mrows, "text"))
-    pk = _d(prov.get("packages"))
-    if pk:
-        parts.append(
-            "<details><summary>package versions</summary>"
-            + table(["package", "version"], [[escape(k), escape(v)] for k, v in pk.items() if v])
-            + "</details>"
-        )
-    work = _d(results.get("work"))
-    compute = _compute(prov)
-    parts.append(compute)
-    if work or results.get("timing_s"):
-        timing = "" if compute else f" · timing: {_counts(results.get('timing_s'), ' s')}"
-        parts.append(
-            f'<p class="muted">work computed: {_counts(work.get("computed"))} · reused: '
-            f"{_counts(work.get('reused'))}{timing}</p>"
-        )
-    pol = _d(results.get("policies"))
-    if pol:
-        parts.append(
-            "<details><summary>Accounting policies</summary><ul>"
-            + "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in pol.items())
-            + "</ul></details>"
-        )
-    if notes:
-        parts.append('<ul class="small muted">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
-    return "".join(parts)
-
-
-def _compute(prov: Mapping[str, Any]) -> str:
-    """The compute of the run that computed the folder's units (``provenance.compute.first_run``) beside this
-    run's (``this_run``: a rerun reads what the first computed); "" for results without them."""
-    comp = _d(prov.get("compute"))
-    runs = [(k, _d(comp.get(k))) for k in ("first_run", "this_run") if _d(comp.get(k))]
-    if not runs:
-        return ""
-    said = {"first_run": "first run (computed the units)", "this_run": "this run"}
-    rows = []
-    for key, r in runs:
-        t = _d(r.get("timing_s"))
-        rows.append(
-            [
-                escape(said[key]),
-                escape(r.get("created") or "–"),
-                num(t.get("total"), pct=False) if "total" in t else "–",
-                num(r.get("units_computed"), pct=False) if "units_computed" in r else "–",
-                num(r.get("units_found_finished"), pct=False) if "units_found_finished" in r else "–",
-                _counts(t, " s"),
-            ]
-        )
-    head = ["run", "created", "total (s)", "units computed", "units found finished", "phases"]
-    return (
-        "<h3>Compute</h3>"
-        + table(head, rows, "text")
-        + (f'<p class="muted">{escape(comp["note"])}</p>' if comp.get("note") else "")
-    )
+    return ", ".join(f"{k} {num(v, pct=False) if isinstance(v, int | float) else v}{unit}" for k, v in items)
 
 
 def rl_table(results: Mapping[str, Any]) -> str:

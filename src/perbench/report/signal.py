@@ -11,7 +11,7 @@ from typing import Any
 from markupsafe import escape
 
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import is_missing, num, table
+from perbench.report.fmt import is_missing, num
 from perbench.report.labels import name_cell, short
 from perbench.report.plots import Plot
 
@@ -170,26 +170,20 @@ def signal_section(results: Mapping[str, Any], heatmap_html: str = "", names: Ma
     c_head, c_rows = collapse_rows(results, names=names)
     if not rows and not c_rows:
         return ""
-    parts = ['<section id="signal"><h2>Where the signal is lost</h2>']
-    if rows:
-        parts.append(
-            "<p>RM accuracy on curated pairs, then on the policy's own samples (pairs and best-of-k from the "
-            "Best-of-N pool, labelled by the exact truth), then what re-ranking the pool gains over a random pick "
-            "and how much of the headroom (oracle − random pick) that is. Values in %.</p>"
+    from markupsafe import Markup
+
+    from perbench.report.templating import render
+
+    rules = _d(next(iter(diagnoses(results).values()), {}).get("rules"))
+    return str(
+        render(
+            "signal.html.j2",
+            chain={"head": head, "rows": [[Markup(c) for c in r] for r in rows]},
+            collapse={"head": c_head, "rows": [[Markup(c) for c in r] for r in c_rows]},
+            heatmap=Markup(heatmap_html),
+            rules=[(str(k), str(v)) for k, v in rules.items()],
         )
-        parts.append(table(head, rows, "chain"))
-    if heatmap_html:
-        parts.append(heatmap_html)
-    if c_rows:
-        rules = _d(next(iter(diagnoses(results).values()), {}).get("rules"))
-        parts.append(
-            "<p>Per-user and per-prompt diagnosis on the pool: "
-            + str(escape("; ".join(f"{k}: {v}" for k, v in rules.items())))
-            + ".</p>"
-        )
-        parts.append(table(c_head, c_rows, "collapse text"))
-    parts.append("</section>")
-    return "\n".join(parts)
+    )
 
 
 def names_of(rows: Sequence[Sequence[str]]) -> list[str]:
