@@ -239,3 +239,35 @@ def test_generations_show_what_the_top_systems_pick() -> None:
     cards = html.split('<div class="gh">')[1:]
     assert ["✓" in c for c in cards] == [True, False, True]  # concise met by zero-shot and the oracle, not by mpu
     assert picks_section(samples, {"verdict": {"metric": "args:rubric_satisfaction"}}, {}) == ""
+
+
+def test_compact_labels_come_from_systems_members() -> None:
+    """Each system's compact label from its record (method, parameters, the axes that differ from the run's own),
+    a pooled system's extra fits by their index, a decoder's output from its guide; labels the results do not
+    describe stay whole, and two systems that would share a compact label both keep their full one."""
+    from perbench.report.labels import report_labels
+    from perbench.systems import fit_label
+
+    rec = {"method": "lore", "params": {"K": 2}, "train_fraction": 0.5, "seed": 1, "shots": 10, "fit_seeds": [0, 7]}
+    members = {
+        "lore(K=2,train_fraction=0.5,seed=1)": {**rec, "pooled_as": "lore(K=2,train_fraction=0.5,seed=1)"},
+        fit_label("lore(K=2,train_fraction=0.5,seed=1)", 1): {
+            **rec,
+            "pooled_as": "lore(K=2,train_fraction=0.5,seed=1)",
+        },
+        "mpu": {"method": "mpu", "params": {}, "train_fraction": 1.0, "seed": 0, "shots": 10},
+        "mpu(shots=5)": {"method": "mpu", "params": {}, "train_fraction": 1.0, "seed": 0, "shots": 5},
+        "a(x=1)": {"method": "a", "params": {}, "train_fraction": 0.5, "seed": 0, "shots": 10},
+        "a(y=1)": {"method": "a", "params": {}, "train_fraction": 0.5, "seed": 0, "shots": 10},
+    }
+    results = {"config": {"seed": 0, "shots": 10}, "systems": {"members": members},
+               "downstream": {f"{DECODER}[mpu(shots=5)]": {"guide": "mpu(shots=5)"}}}  # fmt: skip
+    names = report_labels(results, ["zero_shot", "random_pick"])
+    assert names["lore(K=2,train_fraction=0.5,seed=1)"] == "lore@50%·K2·s1"
+    assert names["lore(K=2,train_fraction=0.5,seed=1,fit_seed=1)"] == "lore@50%·K2·s1·fit1"
+    assert names["mpu"] == "mpu" and names["mpu(shots=5)"] == "mpu·sh5"
+    assert names[f"{DECODER}[mpu(shots=5)]"] == "BoN8[mpu·sh5]"
+    assert names["a(x=1)"] == "a(x=1)" and names["a(y=1)"] == "a(y=1)"  # both would be a@50%
+    assert names["zero_shot"] == "zero_shot" and report_labels({}, ["mpu(train_fraction=0.5)"]) == {
+        "mpu(train_fraction=0.5)": "mpu(train_fraction=0.5)"
+    }  # results written before systems.members: full labels

@@ -56,17 +56,18 @@ def decoder_label(decoder: str) -> str:
 def report_labels(results: Mapping[str, Any], labels: Iterable[str] = ()) -> dict[str, str]:
     """Full label → compact label for every system of ``systems.members``, every ``downstream`` output whose guide is
     one of them, and every other label of ``labels`` (kept whole)."""
+    from perbench.systems import fit_label
+
     members = _d(_d(results.get("systems")).get("members"))
     seed, shots = _run_value(results, members, "seed"), _run_value(results, members, "shots")
     out: dict[str, str] = {}
     for label, rec in members.items():
         rec = _d(rec)
-        pooled = rec.get("pooled_as")
-        if pooled in members and pooled != label:  # one extra fit of a pooled system
-            fits = rec.get("fit_seeds") or ["?"]
-            out[label] = member_label(_d(members[pooled]), seed, shots) + f"·fit{fits[0]}"
-        else:
-            out[label] = member_label(rec, seed, shots)
+        if rec.get("pooled_as") in members and rec.get("pooled_as") != label:
+            continue  # one extra fit of a pooled system: named below, after its system
+        out[label] = member_label(rec, seed, shots)
+        for i in range(1, len(rec.get("fit_seeds") or [])):  # the extra fits, by their index as the labels say
+            out[fit_label(label, i)] = f"{out[label]}·fit{i}"
     for label, entry in _d(results.get("downstream")).items():
         guide = str(_d(entry).get("guide") or "")
         if guide in out and label.endswith(f"[{guide}]"):

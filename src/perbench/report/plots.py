@@ -202,14 +202,21 @@ def _number_top(
 ) -> None:
     """Number the ``top`` points by y (1 = highest) with small digits beside them, and add ``N label`` to ``keys``
     (one number per label across panels): short digits do not overlap where 20 names would."""
+    placed: list[tuple[float, float]] = []  # label positions in points: a label near another one moves up
     for k in sorted(range(len(xs)), key=lambda k: -ys[k])[:top]:
         entry = shown[k]
         found = next((i for i, e in enumerate(keys) if e.split(" ", 1)[1] == entry), None)
         if found is None:
             keys.append(f"{len(keys) + 1} {entry}")
             found = len(keys) - 1
-        ax.annotate(str(found + 1), (xs[k], ys[k]), fontsize=6.5, xytext=(3, 2), textcoords="offset points",
-                    color="#333")  # fmt: skip
+        px, py = ax.transData.transform((xs[k], ys[k])) * 72.0 / ax.figure.dpi
+        dy = 2.0
+        while any(abs(px - qx) < 9 and abs(py + dy - qy) < 7 for qx, qy in placed):
+            dy += 7.0
+        placed.append((px, py + dy))
+        line = {"arrowstyle": "-", "color": "#999", "lw": 0.4} if dy > 2 else None  # a moved label keeps a leader
+        ax.annotate(str(found + 1), (xs[k], ys[k]), fontsize=6.5, xytext=(3, dy), textcoords="offset points",
+                    color="#333", arrowprops=line)  # fmt: skip
 
 
 def fewshot_plot(
