@@ -81,6 +81,7 @@ def cells(rng: np.random.Generator, users: int = 12, prompts: int = 8) -> list[d
                 add(m, "best_of_n:rougeL", u, p, float(np.clip(0.2 + 0.05 * rng.standard_normal(), 0, 1)))
                 add(m, "best_of_n:rm_win", u, p, float(rng.random() < 0.9))
                 add(m, "onpolicy_acc", u, p, float(rng.random() < q))
+                add(m, "onpolicy_bok_acc@4", u, p, float(rng.random() < q / 2))
                 for metric, acc in (("rm_acc_seen" if u < 9 else "rm_acc_unseen", q + 0.15), ("rm_acc_all", q + 0.1)):
                     add(m, metric, u, p, float(rng.random() < acc))
                 if m not in ("length", "random"):

@@ -11,7 +11,7 @@ from typing import Any
 from markupsafe import escape
 
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import is_missing, num
+from perbench.report.fmt import is_missing, na_span, num
 from perbench.report.labels import name_cell, short
 from perbench.report.plots import Plot
 
@@ -69,7 +69,7 @@ def chain_rows(
         sci = _l(sh.get("ci"))
         ends = f' <span class="ci">[{100 * sci[0]:.0f}, {100 * sci[1]:.0f}]</span>' if len(sci) == 2 else ""
         if is_missing(sh.get("value")):
-            row.append(escape(str(sh.get("na") or "–")))
+            row.append(na_span(sh.get("na") or "no share for this system"))  # the reason on hover
         else:
             row.append(f"{100 * float(sh['value']):.0f}%{ends}")
         role = str(s.get("role") or "deployable")
