@@ -20,10 +20,10 @@ from perbench.report.fmt import (
     na_span,
     num,
     quality_label,
-    table,
     value_ci,
 )
-from perbench.report.labels import name_cell
+from perbench.report.labels import name_cell, short
+from perbench.report.templating import render
 from perbench.report.verdict import mark
 
 CORRELATIONS = (
@@ -61,8 +61,6 @@ def leaderboard(
 ) -> str:
     """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs (``names``:
     compact labels)."""
-    from perbench.report.labels import name_cell
-
     a = _d(analysis)
     tab = _d(a.get("table"))
     if not tab:
@@ -92,39 +90,28 @@ def leaderboard(
             cells.append(html)
         rows.append(cells)
     head = ["#", "method", *(metric_head(c) for c in cols)]
-    notes = []
+    nm = names or {}
+    notes: list[tuple[Markup, str, str]] = []
     for c in cols:
         r = _d(ranking.get(c))
         if not r:
             continue
         vs = _d(r.get("vs_runner_up"))
-        extra = ""
+        extra = Markup("")
         if vs:
             on = f" on the {num(vs.get('cells'), pct=False)} cells both cover" if vs.get("partial") else ""
-            extra = (
-                f" (vs runner-up {escape(vs.get('b'))}: "
-                f"{value_ci(vs.get('delta'), vs.get('ci'), is_pct_metric(c), signed=True)} simultaneous{on})"
-            )
+            delta = Markup(value_ci(vs.get("delta"), vs.get("ci"), is_pct_metric(c), signed=True))
+            extra = Markup(" (vs runner-up {}: {} simultaneous{})").format(short(vs.get("b"), nm), delta, on)
         if r.get("best"):
-            notes.append(f"<li>{metric_head(c)}: best <b>{escape(r['best'])}</b>{extra}</li>")
+            notes.append((metric_head(c), Markup("best <b>{}</b>").format(short(r["best"], nm)), extra))
         elif r.get("decision") == "equivalent":
             top = [*_l(r.get("order"))[:1], *_l(r.get("equivalent"))]
-            eq = ", ".join(str(t) for t in top)
-            notes.append(f"<li>{metric_head(c)}: practically equivalent: {escape(eq)}</li>")
+            notes.append((metric_head(c), "practically equivalent: " + ", ".join(short(t, nm) for t in top), ""))
         elif _l(r.get("tied")):
-            notes.append(
-                f"<li>{metric_head(c)}: tied: {escape(', '.join(str(t) for t in r['tied']))} (undecided){extra}</li>"
-            )
-    return (
-        f"<h3>{escape(title)}</h3>"
-        + table(head, rows, "lb")
-        + (f'<ul class="small">{"".join(notes)}</ul>' if notes else "")
-        + '<p class="muted">Ordered by the first column; baselines and oracles are reference lines, never ranked or '
-        'recommended. "best" only where the method is the one deployable system in the simultaneous 95% set of '
-        "systems that could be the best (multiple comparisons with the best over the deployable systems and the "
-        'baselines, max-statistic two-way bootstrap) and is shown better than every baseline; "equivalent" where '
-        'every pair in the set has its 90% CI inside the equivalence margin; "tied" where neither holds yet.</p>'
-    )
+            tied = ", ".join(short(t, nm) for t in r["tied"])
+            notes.append((metric_head(c), f"tied: {tied} (undecided)", extra))
+    rows = [[Markup(c) for c in r] for r in rows]
+    return str(render("leaderboard.html.j2", title=title, head=head, rows=rows, notes=notes))
 
 
 def _corr(e: Any) -> str:
@@ -150,26 +137,17 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
     preds = _d(sel.get("best_predictor"))
     if not pairs and not preds:
         return ""
-    parts = ["<h2>Does the upstream ranking predict the downstream one?</h2>"]
     main = set(main_downstream(a, 3))
     texts = {d: str(_d(p).get("text")) for d, p in preds.items() if _d(p).get("text")}
     first = [t for d, t in texts.items() if d in main] or list(texts.values())[:3]
     others = [t for t in texts.values() if t not in first]
-    if first:
-        parts.append('<ul class="predictors">' + "".join(f"<li>{escape(t)}</li>" for t in first) + "</ul>")
-    if others:
-        parts.append(
-            f"<details><summary>best predictor of the other {len(others)} downstream metrics</summary>"
-            '<ul class="predictors">' + "".join(f"<li>{escape(t)}</li>" for t in others) + "</ul></details>"
-        )
-    head = ["upstream", "downstream", "systems", *(escape(n) for _, n in CORRELATIONS)]
+    head: list[Any] = ["upstream", "downstream", "systems", *(n for _, n in CORRELATIONS)]
     families = any(p.get("across_methods") for p in pairs)
     if families:
-        head.append(
-            Markup('<span title="one point per method family: its variants averaged">τ-b across methods</span>')
-        )
+        why = "one point per method family: its variants averaged"
+        head.append(Markup('<span title="{}">τ-b across methods</span>').format(why))
 
-    def row(p: Mapping[str, Any]) -> list[str]:
+    def row(p: Mapping[str, Any]) -> list[Markup]:
         cells = [
             metric_head(str(p.get("upstream"))),
             metric_head(str(p.get("downstream"))),
@@ -177,39 +155,30 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
         ] + [_corr(p.get(k)) for k, _ in CORRELATIONS]
         if families:
             fam = _d(p.get("across_methods"))
+            n = num(fam.get("n_families"), pct=False)
             cells.append(
-                _corr(fam.get("kendall_tau_b")) + f' <span class="ci">({num(fam.get("n_families"), pct=False)})</span>'
+                _corr(fam.get("kendall_tau_b")) + f' <span class="ci">({n})</span>'
                 if fam
                 else na_span("each method is one system")
             )
-        return cells
+        return [Markup(c) for c in cells]
 
     main_up = set(main_upstream(a, 3))
     shown = [p for p in pairs if p.get("downstream") in main and p.get("upstream") in main_up] or pairs[:12]
-    parts.append(table(head, [row(p) for p in shown], "sel lb2"))
     rest = [p for p in pairs if p not in shown]
-    if rest:
-        parts.append(
-            f"<details><summary>all {len(pairs)} upstream → downstream pairs</summary>"
-            + table(head, [row(p) for p in pairs], "sel lb2")
-            + "</details>"
+    return str(
+        render(
+            "selection.html.j2",
+            first=first,
+            others=others,
+            head=head,
+            shown=[row(p) for p in shown],
+            all_rows=[row(p) for p in pairs] if rest else [],
+            systems=str(sel.get("systems") or "A system is a (setting, method) with both metrics."),
+            families=families,
+            scatter=Markup(scatter_html),
         )
-    systems = sel.get("systems") or "A system is a (setting, method) with both metrics."
-    parts.append(
-        f'<p class="muted">{escape(systems)} 95% CIs re-draw users and prompts jointly, every method on the same draw. '
-        "NDCG and RBO compare the two rankings' heads; their chance value is the expectation under a random "
-        "ranking of the same systems (far above 0 for a few systems)."
-        + (
-            " Variants of one method (one family: the label up to its first parenthesis) are not independent "
-            "systems; the last column counts each family once, its variants averaged (number of families in "
-            "parentheses)."
-            if families
-            else ""
-        )
-        + "</p>"
     )
-    parts.append(scatter_html)
-    return "".join(parts)
 
 
 def paired_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
@@ -235,11 +204,7 @@ def paired_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] 
                     + excl,
                 ]
             )
-    return (
-        "<details><summary>Paired differences (points, same users and prompts)</summary>"
-        + table(["metric", "a", "b (reference)", "a − b"], rows)
-        + "</details>"
-    )
+    return str(render("user_sections.html.j2", kind="paired", rows=[[Markup(c) for c in r] for r in rows]))
 
 
 def fairness_section(
@@ -264,14 +229,8 @@ def fairness_section(
                 value_ci(gain.get("value"), gain.get("ci"), signed=True, na="this is the reference, or no overlap"),
             ]
         )
-    head = ["method", "worst-decile user acc.", "minority-user acc.", "minority users", "gain over global RM"]
-    return (
-        "<h2>Per user: who is served, who is left behind</h2>"
-        + (table(head, rows) if rows else "")
-        + '<p class="muted">Minority users: those on whom the global (user-agnostic) RM scores below 50% on their '
-        "own train pairs (few-shot pairs for unseen users), i.e. whose preferences oppose the majority's; their "
-        "accuracies are measured on test pairs, never on the pairs that selected them.</p>" + plot_html
-    )
+    rows = [[Markup(c) for c in r] for r in rows]
+    return str(render("user_sections.html.j2", kind="fairness", rows=rows, plot=Markup(plot_html)))
 
 
 def win_gain_section(
@@ -292,24 +251,15 @@ def win_gain_section(
                 + mark,
             ]
         )
-    head = ["decoder[RM]", "win rate %", "null %", "gain (points)"]
-    return (
-        "<h2>Win rate next to ground-truth gain</h2>"
-        + '<div class="row2"><div>'
-        + table(head, body)
-        + f'<p class="muted">Win rate: how often the RM prefers its own guided output to the zero-shot one. Gain: '
-        f"the paired ground-truth difference to zero-shot in {escape(quality_label(quality))} (points). Null: the win "
-        "rate of a scorer with no information under that decoder (n/(n+1) for Best-of-n, whose pick is the best of n "
-        "draws; 50% for one guided output). A win rate far above its null with no real gain means the RM prefers its "
-        "output for reasons the user does not share.</p></div>" + plot_html + "</div>"
-    )
+    cells = [[Markup(c) for c in r] for r in body]
+    said = quality_label(quality)
+    return str(render("user_sections.html.j2", kind="wins", rows=cells, quality=said, plot=Markup(plot_html)))
 
 
 def analysis_notes(analysis: Mapping[str, Any] | None) -> str:
     a = _d(analysis)
     if not a:
         return ""
-    notes = [escape(n) for n in _l(a.get("notes"))]
-    res = a.get("resampling")
-    head = f"<p class='muted'>Resampling: {escape(res)}</p>" if res else ""
-    return head + (f'<ul class="small muted">{"".join(f"<li>{n}</li>" for n in notes)}</ul>' if notes else "")
+    notes = [str(n) for n in _l(a.get("notes"))]
+    res = str(a.get("resampling") or "")
+    return str(render("user_sections.html.j2", kind="notes", notes=notes, resampling=res))
