@@ -172,7 +172,7 @@ def render_comparison(
         verdict.verdict_box(analysis),
     ]
     cells_present = any(r.cells for r in runs)
-    body += _shared_sections(analysis, figures, {}, cells_present, boards)
+    body.append(_shared_sections(analysis, figures, {}, cells_present, boards))
     notes = [n for r in runs for n in r.notes]
     body.append(f'<section id="runs">{runs_table(runs, out_dir)}')
     body.append(details.provenance_section(runs[0].results, notes) if len(runs) == 1 else "")

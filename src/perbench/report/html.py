@@ -14,8 +14,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from markupsafe import escape
-
 from perbench.io import atomic_write_text, refuse_links, writing_inside
 from perbench.report import board, details, extract, plots, sections, signal, validity, verdict
 from perbench.report.costs import trade_off_section
@@ -41,13 +39,13 @@ def css() -> str:
 
 
 def figure(p: Plot | None) -> str:
+    """A figure of the page (templates/figure.html.j2): its PNG inline, the SVG file named."""
     if p is None:
         return ""
+    from perbench.report.templating import render
+
     data = base64.b64encode(p.png).decode("ascii")
-    return (
-        f'<figure><img alt="{escape(p.title)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{escape(p.title)} · <code>{PLOTS_DIR}/{escape(p.name)}.svg</code></figcaption></figure>"
-    )
+    return str(render("figure.html.j2", title=p.title, data=data, name=p.name, folder=PLOTS_DIR))
 
 
 def _quality(analysis: Mapping[str, Any]) -> str:
@@ -206,31 +204,36 @@ def _shared_sections(
     results: Mapping[str, Any],
     cells_present: bool,
     leaderboards: str,
-) -> list[str]:
+) -> str:
+    """The sections a run's report and a comparison share (templates/shared.html.j2)."""
+    from markupsafe import Markup
+
+    from perbench.report.templating import render
+
     names = system_names(a, results)
-    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a, names)}</section>']
-    parts.append(f'<section id="methods">{board.method_pages(a, names)}{sections.paired_section(a, names)}</section>')
-    parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
-    parts.append(validity.validity_section(a))
-    parts.append(signal.signal_section(results, figure(figs.get("poles")), names))
-    few, bon = figure(figs.get("fewshot")), figure(figs.get("bon"))
-    if few or bon:
-        few = f'<div class="grid">{few}</div>' if few else ""
-        parts.append(f'<section id="curves"><h2>Few-shot and Best-of-N curves</h2>{few}{bon}</section>')
-    rl = figure(figs.get("rl"))
-    if rl:
-        parts.append(f'<section id="rl"><h2>RL fine-tuning</h2>{details.rl_table(results)}{rl}</section>')
     per_user = figure(figs.get("per_user"))
-    source = "cells.jsonl" if cells_present else "the analysis's per-user accuracies"
     if per_user:
-        per_user += f'<p class="muted">Per-user distributions from {source}; one dot per user.</p>'
-    parts.append(f'<section id="users">{sections.fairness_section(a, per_user, names)}</section>')
+        source = "cells.jsonl" if cells_present else "the analysis's per-user accuracies"
+        per_user = str(render("per_user_note.html.j2", figure=Markup(per_user), source=source))
     q = _quality(a)
     rows = extract.win_gain_rows(results, q) or extract.win_gain_from_analysis(a, q)
-    parts.append(
-        f'<section id="wins">{sections.win_gain_section(rows, q, figure(figs.get("win_gain")), names)}</section>'
-    )
-    return parts
+    rl = figure(figs.get("rl"))
+    parts = {
+        "leaderboards": leaderboards,
+        "power": verdict.power_section(a, names),
+        "methods": board.method_pages(a, names),
+        "paired": sections.paired_section(a, names),
+        "selection": sections.selection_section(a, figure(figs.get("scatter"))),
+        "validity": validity.validity_section(a),
+        "signal": signal.signal_section(results, figure(figs.get("poles")), names),
+        "fewshot": figure(figs.get("fewshot")),
+        "bon": figure(figs.get("bon")),
+        "rl": rl,
+        "rl_table": details.rl_table(results) if rl else "",
+        "users": sections.fairness_section(a, per_user, names),
+        "wins": sections.win_gain_section(rows, q, figure(figs.get("win_gain")), names),
+    }
+    return str(render("shared.html.j2", **{k: Markup(v) for k, v in parts.items()}))
 
 
 def render(
@@ -260,12 +263,14 @@ def render(
             ]
         )
     )
+    from markupsafe import Markup
+
+    from perbench.report.templating import render as render_template
+
     names = system_names(a, results)
-    body.append(verdict.verdict_box(a, names) + trade_off_section(a, names))
     full = sections.leaderboard(a, f"Leaderboard — {bench}, all columns", names)
-    body += _shared_sections(a, figs, results, bool(cells), board.glance(a, names, f"Leaderboard — {bench}", full))
+    glance = board.glance(a, names, f"Leaderboard — {bench}", full)
     picks = picks_section(samples, a, names)
-    body.append(f'<section id="generations">{picks}{generations_section(samples, picks=bool(picks))}</section>')
     run_detail = "".join(
         [
             details.upstream_section(results, names),
@@ -274,12 +279,18 @@ def render(
             details.downstream_section(results, names),
         ]
     )
-    if run_detail:
-        body.append(f'<section id="details"><h2>Run detail</h2>{run_detail}</section>')
-    body.append(details.skipped_section(results))
-    body.append(
-        f'<section id="provenance">{details.provenance_section(results, notes)}{sections.analysis_notes(a)}</section>'
-    )
+    parts = {
+        "verdict": verdict.verdict_box(a, names),
+        "trade_offs": trade_off_section(a, names),
+        "shared": _shared_sections(a, figs, results, bool(cells), glance),
+        "picks": picks,
+        "generations": generations_section(samples, picks=bool(picks)),
+        "run_detail": run_detail,
+        "skipped": details.skipped_section(results),
+        "provenance": details.provenance_section(results, notes),
+        "notes": sections.analysis_notes(a),
+    }
+    body.append(str(render_template("run.html.j2", **{k: Markup(v) for k, v in parts.items()})))
     return _page(f"perbench — {bench}", body)
 
 
