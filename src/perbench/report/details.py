@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from markupsafe import escape
+from markupsafe import Markup, escape
 
 from perbench.metrics.rm_accuracy import invalid_pairs
 from perbench.report import extract
@@ -80,20 +80,14 @@ def upstream_section(results: Mapping[str, Any], names: Mapping[str, str] | None
             cells.append(num(invalid.get(label, 0), pct=False))
         rows.append(cells)
     head = ["method", *groups, "ties"] + (["invalid scores (pairs, counted wrong)"] if invalid else [])
-    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(head, rows) + tie_rule(results)
+    policy = _d(results.get("config")).get("tie_policy")  # how a tie counted in these accuracies
+    tie = str(policy) if policy in ("strict", "half") else ""
+    return _piece("upstream", table=Markup(table(head, rows)), tie_policy=tie)
 
 
-def tie_rule(results: Mapping[str, Any]) -> str:
-    """The rule by which a tie (chosen and rejected scored equal) counts in the accuracies, as the run applied it."""
-    policy = _d(results.get("config")).get("tie_policy")
-    if policy not in ("strict", "half"):
-        return ""
-    rule = "as wrong (0)" if policy == "strict" else "as half right (½)"
-    return (
-        f'<p class="muted">Tie rule: a pair whose chosen and rejected responses score equal counts {rule} in these '
-        f"accuracies (tie_policy: {escape(policy)}); the ties column counts them. The personalization-only accuracy "
-        "always counts a tie ½, so that on mirrored pairs any user-agnostic scorer gets exactly 50 %.</p>"
-    )
+def _piece(kind: str, **context: Any) -> str:
+    """One run-detail piece from templates/details.html.j2 (HTML parts of ``context`` as Markup)."""
+    return str(render("details.html.j2", kind=kind, **context))
 
 
 def fewshot_table(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
@@ -103,12 +97,7 @@ def fewshot_table(results: Mapping[str, Any], names: Mapping[str, str] | None = 
         return ""
     shots = sorted({int(n) for c in curves.values() for n in c if str(n).isdigit()})
     rows = [[name_cell(k, names or {})] + [_fewshot_cell(_d(c.get(str(n)))) for n in shots] for k, c in curves.items()]
-    return (
-        "<h3>Few-shot adaptation of unseen users (RM accuracy %)</h3>"
-        + table(["method"] + [f"{n} shots" for n in shots], rows)
-        + "<p class='muted'>Columns are nominal shot counts; a user with fewer train pairs adapts from all they "
-        "have: the effective mean is shown where it is lower.</p>"
-    )
+    return _piece("fewshot", table=Markup(table(["method"] + [f"{n} shots" for n in shots], rows)))
 
 
 def _fewshot_cell(point: Mapping[str, Any]) -> str:
@@ -150,10 +139,12 @@ def downstream_section(results: Mapping[str, Any], names: Mapping[str, str] | No
             else:
                 cells.append(value_ci(e.get("mean"), e.get("ci")))
         rows.append(cells)
-    out = "<h3>Downstream: what generation gives each user</h3>" + table(
-        ["decoder[guide]"] + [t for _, t in present], rows
+    return _piece(
+        "downstream",
+        table=Markup(table(["decoder[guide]"] + [t for _, t in present], rows)),
+        deltas=Markup(deltas(down, names)),
+        bon=Markup(bon_table(down, names)),
     )
-    return out + deltas(down, names) + bon_table(down, names)
 
 
 def deltas(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
@@ -174,7 +165,7 @@ def deltas(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -> s
                 cells.append(value_ci(e.get("delta"), e.get("ci"), signed=True, na="no shared targets") if e else "–")
         rows.append(cells)
     against = " and ".join(metric_label(f"{r}:x").partition(" · ")[0] for r in refs)  # the references it has
-    return f"<h3>Downstream: difference to {escape(against)} (points, paired, 95% CI)</h3>" + table(head, rows)
+    return _piece("deltas", table=Markup(table(head, rows)), against=against)
 
 
 def bon_table(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
@@ -194,10 +185,7 @@ def bon_table(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -
         for key, name in (("oracle", "oracle (best of n by ground truth)"), ("sample_mean", "random pick")):
             vals = dict(zip(_l(m.get("n")), _l(m.get(key)), strict=False))
             rows.append([f'<span class="muted">{name}</span>', escape(metric)] + [num(vals.get(n)) for n in ns])
-    return (
-        "<details><summary>Best-of-N: ground-truth quality vs n (exact over random n-subsets of one shared pool), "
-        "table</summary>" + table(["RM", "quality"] + [f"N={n}" for n in ns], rows) + "</details>"
-    )
+    return _piece("bon", table=Markup(table(["RM", "quality"] + [f"N={n}" for n in ns], rows)))
 
 
 GROUPS = ("seen", "unseen")
@@ -254,17 +242,8 @@ def policy_accuracy_section(results: Mapping[str, Any], names: Mapping[str, str]
             by_decoder.append([name_cell(label, names or {}), escape(pa.get("w", "")), *cells])
     if not rows:
         return ""
-    title = "<h3>Policy accuracy under the tilted policy π·exp(w·r) (%)</h3>"
-    why = all_na([r[:3] for r in rows], skip=2)
-    if why:  # the headline is n/a for every system: one line, not a table of n/a
-        return title + f'<p class="muted">n/a for every system: {escape(why)}.</p>'
-    extra = ""
-    if by_decoder:
-        extra = (
-            "<details><summary>policy accuracy at each guided decoder's own weight</summary>"
-            + table(["decoder[method]", "w", *(f"sequence tilt, {g}" for g in GROUPS)], by_decoder)
-            + "</details>"
-        )
+    why = all_na([r[:3] for r in rows], skip=2)  # the headline n/a for every system: one line, not a table
+    heads = ["decoder[method]", "w", *(f"sequence tilt, {g}" for g in GROUPS)]
     cols = [
         "method",
         "group",
@@ -276,12 +255,11 @@ def policy_accuracy_section(results: Mapping[str, Any], names: Mapping[str, str]
         "w (source)",
         "accuracy over w (%)",
     ]
-    return (
-        title
-        + table(cols, rows, what="Policy accuracy", skip=2)
-        + '<p class="muted">Headline: the sequence tilt log π(y|x) + w·r(x, y), r on the whole response, '
-        "chosen vs rejected (a constant added to the reward leaves it unchanged); w is the weight of the decoder "
-        "the method guides. The variants are labelled alternatives.</p>" + extra
+    return _piece(
+        "policy",
+        all_na=why or "",
+        table=Markup("" if why else table(cols, rows, skip=2)),
+        by_decoder=Markup(table(heads, by_decoder) if by_decoder else ""),
     )
 
 
@@ -290,7 +268,7 @@ def skipped_section(results: Mapping[str, Any]) -> str:
     if not skipped:
         return ""
     rows = [[escape(s.get("decoder")), escape(s.get("method")), escape(s.get("reason"))] for s in skipped]
-    return "<h2>Skipped combinations</h2>" + table(["decoder", "method", "reason"], rows, "text")
+    return _piece("skipped", table=Markup(table(["decoder", "method", "reason"], rows, "text")))
 
 
 def provenance_section(results: Mapping[str, Any], notes: list[str] | None = None) -> str:
@@ -381,30 +359,23 @@ def rl_table(results: Mapping[str, Any]) -> str:
         return ""
     rl = results.get("rl") or {}
     design = rl.get("design") or {}
-    seeds = design.get("seeds") or []
-    head = (
-        f'<p class="muted">{escape(str(design.get("algorithm", "")).upper())}, group {escape(design.get("group"))}, '
-        f"{len(seeds)} training seed{'s' * (len(seeds) != 1)}, placebo {escape(design.get('placebo'))}. Gains are "
-        "paired on the same cells; each CI resamples the cells and every arm's training seeds.</p>"
-    )
+    said = {
+        "algorithm": str(design.get("algorithm", "")).upper(),
+        "group": str(design.get("group")),
+        "seeds": len(design.get("seeds") or []),
+        "placebo": str(design.get("placebo")),
+    }
+    head = [
+        "arm",
+        "kind",
+        "runs",
+        "reward gain in training (sd units)",
+        "KL from base (nats/seq)",
+        "rubric gain vs base, greedy (pts)",
+        "… sampled",
+        "greedy vs placebo",
+        "greedy vs KL-matched random",
+        "RM win rate vs base",
+    ]
     notes = [str(n) for n in rl.get("notes") or []]
-    tail = '<ul class="small muted">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>" if notes else ""
-    return (
-        head
-        + table(
-            [
-                "arm",
-                "kind",
-                "runs",
-                "reward gain in training (sd units)",
-                "KL from base (nats/seq)",
-                "rubric gain vs base, greedy (pts)",
-                "… sampled",
-                "greedy vs placebo",
-                "greedy vs KL-matched random",
-                "RM win rate vs base",
-            ],
-            rows,
-        )
-        + tail
-    )
+    return _piece("rl", design=said, table=Markup(table(head, rows)), notes=notes)
