@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from markupsafe import escape
+from markupsafe import Markup, escape
 
 from perbench.report.extract import _d, _l, main_downstream
 from perbench.report.fmt import badge, metric_head, na_span, num, table
 from perbench.report.sections import _corr
+from perbench.report.templating import render
 
 _COEFS = (("kendall_tau_b", "τ-b", "Δτ"), ("spearman", "ρ", "Δρ"), ("ndcg", "NDCG", "ΔNDCG"))
 _DECISIONS = {"a": "a better", "b": "b better", "identical": "identical", "cannot tell": "cannot tell"}
@@ -73,13 +74,7 @@ def _agreement(v: Mapping[str, Any]) -> str:
                 escape(pub),
             ]
         )
-    if not rows:
-        return ""
-    return (
-        "<details><summary>How the predictors rank the systems relative to each other (τ-b)</summary>"
-        + table(["a", "b", "systems", "τ-b", "published"], rows, "sel")
-        + "</details>"
-    )
+    return table(["a", "b", "systems", "τ-b", "published"], rows, "sel") if rows else ""
 
 
 def validity_section(analysis: Mapping[str, Any] | None) -> str:
@@ -90,44 +85,29 @@ def validity_section(analysis: Mapping[str, Any] | None) -> str:
         return ""
     main = [d for d in main_downstream(a, 3) if d in by] or list(by)[:1]
     descriptions = _d(v.get("descriptions"))
-    parts = ['<section id="validity"><h2>Which benchmark should you trust for this deployment</h2>']
-    parts.append(
-        '<p class="muted">Every system is scored on several upstream pair sets (the predictors); the one whose '
-        "ranking of the systems agrees best with a downstream ranking is the benchmark to trust for that "
-        f"deployment. Systems: {escape(v.get('systems', 'every system of the run'))}. "
-        f"CIs: {escape(v.get('intervals', ''))}.</p>"
-    )
 
-    def block(d: str) -> str:
+    def block(d: str) -> dict[str, Any]:
         e = _d(by[d])
         verdict = _d(e.get("verdict"))
         kind = "best" if verdict.get("decision") == "best" else "undecided"
-        out = [f"<h3>{metric_head(d)} {badge(str(verdict.get('decision', 'none')), kind)}</h3>"]
-        out.append(f"<p>{escape(verdict.get('text', ''))}</p>")
-        if e.get("headline"):
-            out.append(f"<p><strong>{escape(e['headline'])}</strong></p>")
-        out.append(_predictor_table(e, descriptions))
-        pub = [str(x) for x in _l(e.get("published"))]
-        if pub:
-            out.append(
-                '<p class="muted">Published, for context (other RMs, data and judges): '
-                + str(escape("; ".join(pub)))
-                + "</p>"
-            )
-        out.append(
-            f"<details><summary>pairwise differences ({len(_l(e.get('differences')))})</summary>"
-            + _differences(e)
-            + "</details>"
-        )
-        return "".join(out)
+        return {
+            "metric": metric_head(d),
+            "badge": Markup(badge(str(verdict.get("decision", "none")), kind)),
+            "text": str(verdict.get("text", "")),
+            "headline": str(e.get("headline") or ""),
+            "predictors": Markup(_predictor_table(e, descriptions)),
+            "published": [str(x) for x in _l(e.get("published"))],
+            "n_differences": len(_l(e.get("differences"))),
+            "differences": Markup(_differences(e)),
+        }
 
-    parts += [block(d) for d in main]
-    rest = [d for d in by if d not in main]
-    if rest:
-        parts.append(
-            f"<details><summary>the other {len(rest)} downstream metrics</summary>"
-            + "".join(block(d) for d in rest)
-            + "</details>"
+    return str(
+        render(
+            "validity.html.j2",
+            systems=str(v.get("systems", "every system of the run")),
+            intervals=str(v.get("intervals", "")),
+            main=[block(d) for d in main],
+            rest=[block(d) for d in by if d not in main],
+            agreement=Markup(_agreement(v)),
         )
-    parts.append(_agreement(v))
-    return "".join(parts) + "</section>"
+    )
