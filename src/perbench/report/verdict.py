@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import badge, is_pct_metric, metric_head, metric_label, num, table, value_ci
+from perbench.report.fmt import badge, is_pct_metric, metric_head, metric_label, num, value_ci
 
 DECISIONS = {
     "separable": ("deploy", "best"),
@@ -149,16 +149,19 @@ def verdict_data(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -
     return {"cls": cls, "lead": lead or str(v.get("text") or "No verdict text."), "parts": parts, "facts": facts}
 
 
-def _size(s: Any, crossed: bool) -> str:
+def _size(s: Any, crossed: bool) -> dict[str, str] | None:
     s = _d(s)
     if not s:
-        return '<span class="na" title="not reachable at a practical size, or not applicable">n/a</span>'
+        return None
     per = "" if crossed else " per user"
-    return f"{num(s.get('prompts'), pct=False)} prompts{per} × {num(s.get('users'), pct=False)} users"
+    return {"prompts": num(s.get("prompts"), pct=False), "per": per, "users": num(s.get("users"), pct=False)}
 
 
 def power_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
-    """The planner's table for the verdict metric: leader − each other deployable method (compact ``names``)."""
+    """The planner's table for the verdict metric (templates/power.html.j2): leader − each other deployable
+    method (compact ``names``)."""
+    from perbench.report.templating import render
+
     names = names or {}
     a = _d(analysis)
     metric = str(_d(a.get("verdict")).get("metric") or "")
@@ -174,20 +177,14 @@ def power_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] |
             f"{k} {float(c[k]):.3g}" for k in ("user", "prompt", "residual") if isinstance(c.get(k), int | float)
         )
         rows.append(
-            [
-                escape(f"{names.get(str(p.get('a')), p.get('a'))} − {names.get(str(p.get('b')), p.get('b'))}"),
-                num(p.get("observed"), pct, signed=True),
-                escape(comps),
-                _size(p.get("separate"), crossed) + f" <span class='ci'>(at {num(p.get('effect'), pct, True)})</span>",
-                _size(p.get("equivalence"), crossed),
-            ]
+            {
+                "a": names.get(str(p.get("a")), str(p.get("a"))),
+                "b": names.get(str(p.get("b")), str(p.get("b"))),
+                "observed": num(p.get("observed"), pct, signed=True),
+                "components": comps,
+                "separate": _size(p.get("separate"), crossed),
+                "effect": num(p.get("effect"), pct, True),
+                "equivalence": _size(p.get("equivalence"), crossed),
+            }
         )
-    head = ["comparison", "observed Δ", "variance components (σ²)", "to separate", "to establish equivalence"]
-    return (
-        f"<details><summary>What would decide {metric_head(metric)} ({len(rows)} comparisons)</summary>"
-        + table(head, rows)
-        + '<p class="muted">Users × prompts that reach 80% power under the verdict\'s own rule (simultaneous '
-        "intervals; equivalence: 90% CI inside the margin), from variance components estimated on this run's cells "
-        "(method of moments on the crossed design). With few users or prompts the components, and so the sizes, "
-        "are rough. <code>perbench plan RUN_DIR --effect 5</code> answers it for another effect.</p></details>"
-    )
+    return str(render("power.html.j2", metric=metric_head(metric), plans=rows))
