@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from perbench.report.extract import _d, _l, main_downstream, metrics_of
-from perbench.report.fmt import badge, is_missing, is_pct_metric, metric_head, na_span, value_ci
+from perbench.report.fmt import badge, is_missing, is_pct_metric, metric_head, na_span, span, value_ci
 from perbench.report.labels import legend_rows, name_cell
 from perbench.report.sections import own_decoding
 from perbench.report.templating import render
@@ -67,9 +67,8 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     head += [metric_head(u) for u in ups]
 
     one_fit = set(_l(_d(a.get("fit_seeds")).get("single_seed")))
-    one_fit_note = (
-        ' <span class="note" title="one fit of a stochastic method: its CI leaves out the variance between fits">'
-        "1 fit</span>"
+    one_fit_note = " " + span(
+        "note", "1 fit", "one fit of a stochastic method: its CI leaves out the variance between fits"
     )
 
     def row(m: str, rank: str, note: str = "") -> list[str]:
@@ -93,19 +92,19 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
         return cells
 
     rows = [row(m, str(i)) for i, m in enumerate(order, 1)]
-    ref = ' <span class="ci">(reference)</span>'
+    ref = " " + span("ci", "(reference)")
     for m in refs:
         unranked = roles.get(m, "deployable") == "deployable" and m in systems
-        note = '<span class="note">not ranked: not shown better than a random pick</span>' if unranked else ref
+        note = span("note", "not ranked: not shown better than a random pick") if unranked else ref
         if roles.get(m) == "invalid":
             bad = _d(a.get("invalid_scores")).get(m)
-            note = f'<span class="note">never a candidate: {escape(str(bad))} pairs with an invalid (NaN) score</span>'
+            note = span("note", f"never a candidate: {bad} pairs with an invalid (NaN) score")
         rows.append(row(m, "–", note))
     for m, what in ((ORACLE_PICK, "oracle pick"), (RANDOM_PICK, "random pick")):
         e = _d(room.get("oracle" if m == ORACLE_PICK else "random_pick"))
         if not e:
             continue
-        cells = ["–", f'<span title="{escape(m)}">{escape(what)}</span>{ref}']
+        cells = ["–", span("", what, m) + ref]
         cells.append(value_ci(e.get("value"), e.get("ci"), pct))
         if room:
             cells.append("100%" if m == ORACLE_PICK else "0%")

@@ -10,7 +10,7 @@ from markupsafe import Markup, escape
 from perbench.metrics.rm_accuracy import invalid_pairs
 from perbench.report import extract
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import all_na, metric_label, na_span, num, table, value_ci
+from perbench.report.fmt import all_na, metric_label, na_span, num, span, table, value_ci
 from perbench.report.labels import name_cell
 from perbench.report.templating import render
 
@@ -65,12 +65,12 @@ def upstream_section(results: Mapping[str, Any], names: Mapping[str, str] | None
     for label, r in up.items():
         r = _d(r)
         acc = _d(r.get("rm_accuracy"))
-        cells = [name_cell(label, names or {}) + (' <span class="muted">baseline</span>' if r.get("baseline") else "")]
+        cells = [name_cell(label, names or {}) + (" " + span("muted", "baseline") if r.get("baseline") else "")]
         if _d(r.get("profile")).get("saw_profile") is False:  # others read the users' profiles, this one did not
-            cells[0] += ' <span class="muted">(saw no profile)</span>'
+            cells[0] += " " + span("muted", "(saw no profile)")
         note = _d(r.get("fit_notes")).get("label")
         if note:  # e.g. lore_reg whose users all point along its anchor
-            cells[0] += f' <span class="muted">({escape(note)})</span>'
+            cells[0] += " " + span("muted", f"({note})")
 
         for g in groups:
             e = _d(acc.get(g))
@@ -105,7 +105,7 @@ def _fewshot_cell(point: Mapping[str, Any]) -> str:
     eff = _d(point.get("effective_shots"))
     mean, nominal = eff.get("mean"), eff.get("nominal")
     if isinstance(mean, int | float) and isinstance(nominal, int) and eff.get("users_below_nominal"):
-        cell += f" <span class='muted'>(eff. {mean:.1f})</span>"
+        cell += " " + span("muted", f"(eff. {mean:.1f})")
     return cell
 
 
@@ -184,7 +184,7 @@ def bon_table(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -
     for metric, m in refs.items():
         for key, name in (("oracle", "oracle (best of n by ground truth)"), ("sample_mean", "random pick")):
             vals = dict(zip(_l(m.get("n")), _l(m.get(key)), strict=False))
-            rows.append([f'<span class="muted">{name}</span>', escape(metric)] + [num(vals.get(n)) for n in ns])
+            rows.append([span("muted", name), escape(metric)] + [num(vals.get(n)) for n in ns])
     return _piece("bon", table=Markup(table(["RM", "quality"] + [f"N={n}" for n in ns], rows)))
 
 

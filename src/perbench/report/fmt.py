@@ -103,12 +103,20 @@ def ci_text(ci: Any, pct: bool = True, signed: bool = False) -> str:
     return f"[{num(ci[0], pct, signed)}, {num(ci[1], pct, signed)}]"
 
 
+def span(cls: str, text: Any, title: str = "") -> str:
+    """``<span class=cls title=title>text</span>`` (the ``span`` macro of templates/macros.html.j2): text and title
+    escaped."""
+    from perbench.report.templating import environment
+
+    return str(environment().get_template("macros.html.j2").module.span(cls, str(text), title))
+
+
 def value_ci(x: Any, ci: Any = None, pct: bool = True, signed: bool = False, na: str | None = None) -> str:
     """``62.5 <span class=ci>[17.9, 87.2]</span>`` or an ``n/a`` marker whose hover text gives the reason."""
     if is_missing(x):
         return na_span(na)
     c = ci_text(ci, pct, signed)
-    return num(x, pct, signed) + (f' <span class="ci">{c}</span>' if c else "")
+    return num(x, pct, signed) + (" " + span("ci", c) if c else "")
 
 
 class NotApplicable(str):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from perbench.report.extract import _d, _l, main_downstream, main_upstream
 from perbench.report.fmt import (
@@ -20,6 +20,7 @@ from perbench.report.fmt import (
     na_span,
     num,
     quality_label,
+    span,
     value_ci,
 )
 from perbench.report.labels import name_cell, short
@@ -44,7 +45,7 @@ def cell_html(entry: Any, metric: str) -> str:
     out = value_ci(e["value"], e.get("ci"), is_pct_metric(metric))
     sd = e.get("sd_seeds")
     if not is_missing(sd):
-        out += f' <span class="ci">± {num(sd, is_pct_metric(metric))} sd</span>'
+        out += " " + span("ci", f"± {num(sd, is_pct_metric(metric))} sd")
     return out
 
 
@@ -79,14 +80,14 @@ def leaderboard(
             r = _d(ranking.get(c))
             own = own_decoding(tab, m, c)
             if own is not None:  # a decoder without an RM (zero-shot): its own value, as the reference
-                cells.append(cell_html(_d(tab.get(m)).get(own), own) + ' <span class="ci">(reference)</span>')
+                cells.append(cell_html(_d(tab.get(m)).get(own), own) + " " + span("ci", "(reference)"))
                 continue
             html = cell_html(_d(tab.get(m)).get(c), c)
             got = mark(r, m)
             if got is not None:
                 html += " " + badge(*got)
             elif m in _l(r.get("reference_lines")):
-                html += ' <span class="ci">(reference)</span>'
+                html += " " + span("ci", "(reference)")
             cells.append(html)
         rows.append(cells)
     head = ["#", "method", *(metric_head(c) for c in cols)]
@@ -122,11 +123,11 @@ def _corr(e: Any) -> str:
         return na_span(e.get("na") or "undefined (too few systems, or a constant ranking)")
     out = f"{float(v):+.2f}"
     if len(ci) == 2 and not any(is_missing(c) for c in ci):
-        out += f' <span class="ci">[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]</span>'
+        out += " " + span("ci", f"[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]")
     if isinstance(e.get("chance"), int | float):
-        out += f' <span class="ci">(chance {float(e["chance"]):.2f})</span>'
+        out += " " + span("ci", f"(chance {float(e['chance']):.2f})")
     if e.get("note"):
-        out += f' <span class="na" title="{escape(e["note"])}">*</span>'
+        out += " " + span("na", "*", str(e["note"]))
     return out
 
 
@@ -157,7 +158,7 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
             fam = _d(p.get("across_methods"))
             n = num(fam.get("n_families"), pct=False)
             cells.append(
-                _corr(fam.get("kendall_tau_b")) + f' <span class="ci">({n})</span>'
+                _corr(fam.get("kendall_tau_b")) + " " + span("ci", f"({n})")
                 if fam
                 else na_span("each method is one system")
             )
@@ -192,7 +193,7 @@ def paired_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] 
         for p in _l(paired[metric]):
             p = _d(p)
             excl = badge("CI excludes 0", "best") if p.get("excludes_zero") else ""
-            on = f' <span class="ci">(on the {num(p.get("cells"), pct=False)} cells both cover)</span>'
+            on = " " + span("ci", f"(on the {num(p.get('cells'), pct=False)} cells both cover)")
             rows.append(
                 [
                     metric_head(metric),

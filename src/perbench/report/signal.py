@@ -11,7 +11,7 @@ from typing import Any
 from markupsafe import escape
 
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import is_missing, na_span, num
+from perbench.report.fmt import is_missing, na_span, num, span
 from perbench.report.labels import name_cell, short
 from perbench.report.plots import Plot
 
@@ -64,10 +64,10 @@ def chain_rows(
             row.append(_value(tab, m, listwise))
         gci = _l(g.get("ci"))
         row.append("–" if is_missing(g.get("value")) else num(g["value"], signed=True) + (
-            f' <span class="ci">[{num(gci[0], signed=True)}, {num(gci[1], signed=True)}]</span>'
+            " " + span("ci", f"[{num(gci[0], signed=True)}, {num(gci[1], signed=True)}]")
             if len(gci) == 2 else ""))  # fmt: skip
         sci = _l(sh.get("ci"))
-        ends = f' <span class="ci">[{100 * sci[0]:.0f}, {100 * sci[1]:.0f}]</span>' if len(sci) == 2 else ""
+        ends = " " + span("ci", f"[{100 * sci[0]:.0f}, {100 * sci[1]:.0f}]") if len(sci) == 2 else ""
         if is_missing(sh.get("value")):
             row.append(na_span(sh.get("na") or "no share for this system"))  # the reason on hover
         else:

@@ -10,7 +10,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from perbench.report.extract import _d, _l, main_downstream
-from perbench.report.fmt import badge, metric_head, na_span, num, table
+from perbench.report.fmt import badge, metric_head, na_span, num, span, table
 from perbench.report.sections import _corr
 from perbench.report.templating import render
 
@@ -25,15 +25,14 @@ def _delta(e: Any) -> str:
         return na_span(e.get("na") or "undefined")
     out = f"{float(v):+.2f}"
     if len(ci) == 2 and all(isinstance(c, int | float) for c in ci):
-        out += f' <span class="ci">[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]</span>'
+        out += " " + span("ci", f"[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]")
     return out
 
 
 def _predictor_table(entry: Mapping[str, Any], descriptions: Mapping[str, Any]) -> str:
     rows = [
         [
-            metric_head(str(p.get("upstream")))
-            + f'<br><span class="muted">{escape(descriptions.get(str(p.get("upstream")), ""))}</span>',
+            f"{metric_head(str(p.get('upstream')))}<br>{span('muted', descriptions.get(str(p.get('upstream')), ''))}",
             num(p.get("n_systems"), pct=False),
             *(_corr(p.get(k)) for k, _, _ in _COEFS),
         ]
@@ -47,7 +46,7 @@ def _differences(entry: Mapping[str, Any]) -> str:
     for e in map(_d, _l(entry.get("differences"))):
         t = _d(e.get("kendall_tau_b"))
         decision = _DECISIONS.get(str(t.get("decision")), "no CI") if not e.get("na") else "n/a"
-        on = ' <span class="ci">(shared systems)</span>' if e.get("partial") else ""
+        on = " " + span("ci", "(shared systems)") if e.get("partial") else ""
         rows.append(
             [
                 metric_head(str(e.get("a"))),

@@ -9,7 +9,7 @@ from typing import Any
 from markupsafe import Markup
 
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import badge, is_pct_metric, metric_head, metric_label, num, value_ci
+from perbench.report.fmt import badge, is_pct_metric, metric_head, metric_label, num, span, value_ci
 
 DECISIONS = {
     "separable": ("deploy", "best"),
@@ -27,7 +27,7 @@ def _tau(v: Mapping[str, Any]) -> str:
         return "n/a"
     out = f"{float(val):+.2f}"
     if len(ci) == 2 and all(isinstance(c, int | float) for c in ci):
-        out += f' <span class="ci">[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]</span>'
+        out += " " + span("ci", f"[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]")
     return out
 
 
