@@ -61,9 +61,8 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     if metric:
         head.append(metric_head(metric))
     if room:
-        head.append(
-            Markup('<span title="(system − random pick) / (oracle − random pick), 95% CI">share of headroom</span>')
-        )
+        why = "(system − random pick) / (oracle − random pick), 95% CI"
+        head.append(Markup(span("", "share of headroom", why)))
     head += [metric_head(u) for u in ups]
 
     one_fit = set(_l(_d(a.get("fit_seeds")).get("single_seed")))

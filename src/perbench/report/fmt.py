@@ -75,7 +75,7 @@ def metric_label(metric: str) -> str:
 
 def metric_head(metric: str) -> Markup:
     """A metric's display label as HTML, its name on hover."""
-    return Markup('<span title="{}">{}</span>').format(metric, metric_label(metric))
+    return Markup(span("", metric_label(metric), metric))
 
 
 def quality_label(quality: str) -> str:
@@ -127,7 +127,7 @@ class NotApplicable(str):
 
 def na_span(reason: str | None) -> NotApplicable:
     why = str(reason or "not available in this run")
-    out = NotApplicable(Markup('<span class="na" title="{}">{}</span>').format(why, NA))
+    out = NotApplicable(span("na", NA, why))
     out.reason = why
     return out
 
@@ -162,4 +162,4 @@ def table(
 
 
 def badge(text: str, kind: str) -> str:
-    return str(Markup('<span class="badge {}">{}</span>').format(kind, text))
+    return span(f"badge {kind}", text)

@@ -146,7 +146,7 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
     families = any(p.get("across_methods") for p in pairs)
     if families:
         why = "one point per method family: its variants averaged"
-        head.append(Markup('<span title="{}">τ-b across methods</span>').format(why))
+        head.append(Markup(span("", "τ-b across methods", why)))
 
     def row(p: Mapping[str, Any]) -> list[Markup]:
         cells = [
