@@ -59,6 +59,7 @@ __all__ = [
     "check_systems",
     "expand",
     "family_of",
+    "fit_label",
     "fit_seed_of",
     "is_stochastic",
     "pooled_fits",
@@ -134,9 +135,14 @@ def _fits(sd: SystemDef, n: int, stochastic: bool) -> list[SystemDef]:
     seeds = tuple(fit_seed_of(sd.seed, i) for i in range(n))
     out = []
     for i, s in enumerate(seeds):
-        label = sd.label if i == 0 else _with_axis(sd.label, f"fit_seed={i}")
+        label = fit_label(sd.label, i)
         out.append(dataclasses.replace(sd, label=label, fit_seed=s, pooled=sd.label, stochastic=True, fit_seeds=seeds))
     return out
+
+
+def fit_label(label: str, i: int) -> str:
+    """The label of fit ``i`` of the pooled system ``label`` (fit 0 is the system itself)."""
+    return label if i == 0 else _with_axis(label, f"fit_seed={i}")
 
 
 def _with_axis(label: str, extra: str) -> str:

@@ -65,7 +65,7 @@ def command(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise ConfigError(f"plan: {e}") from None
-    print(_plan_text(got, run_dir))
+    print(_plan_text(got, run_dir, results))
     store = _object_store_text(results, run_dir / "results.json")
     if store:
         print(store)
@@ -116,7 +116,7 @@ def _is(value: Any, kinds: tuple[type, ...]) -> bool:
     return isinstance(value, kinds) and not isinstance(value, bool)
 
 
-def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
+def _plan_text(got: dict[str, Any], run_dir: Path, results: dict[str, Any] | None = None) -> str:
     """One table: each comparison's observed difference and the prompts × users that separate it (or show it
     beats the random pick) and that establish equivalence; then the size of the whole decision."""
     metric, plans = got["metric"], got["plans"]
@@ -143,9 +143,10 @@ def _plan_text(got: dict[str, Any], run_dir: Path) -> str:
             return "> 1e8 cells"
         return f"now ({100 * s['power_now']:.0f}%)" if s["scale"] <= 1 else f"{s['prompts']} × {s['users']}"
 
-    from perbench.report.labels import short_labels
+    from perbench.report.labels import report_labels
 
-    names = short_labels([str(x) for p in plans for x in (p["a"], p["b"])])  # mpu@25% = mpu(train_fraction=0.25)
+    # compact labels from results.json's systems.members: mpu@25% = mpu(train_fraction=0.25)
+    names = report_labels(results or {}, [str(x) for p in plans for x in (p["a"], p["b"])])
     margin = f"{unit * got['margin']:g}{pts}"
     head = ["comparison", "observed", "to separate", f"to establish equivalence (±{margin})"]
     rows = []

@@ -9,29 +9,22 @@ metrics as columns, a few metrics per page, so every system is visible at any pa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from markupsafe import Markup
+
 from perbench.report.extract import _d, _l, main_downstream, metrics_of
-from perbench.report.fmt import badge, esc, is_missing, is_pct_metric, metric_label, na_span, value_ci
-from perbench.report.labels import legend, name_cell
+from perbench.report.fmt import badge, is_missing, is_pct_metric, metric_head, na_span, span, value_ci
+from perbench.report.labels import legend_rows, name_cell
 from perbench.report.sections import own_decoding
+from perbench.report.templating import render
 from perbench.report.verdict import mark
 
 RANDOM_PICK, ORACLE_PICK = "random_pick", "oracle_pick"
 #: metrics per page of the method table
 PAGE = 4
 UPSTREAM_FIRST = ("rm_acc_seen", "rm_acc_unseen")
-
-
-def _mhead(metric: str) -> str:
-    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str) -> str:
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f'<table class="{esc(cls)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _entry(tab: Mapping[str, Any], m: str, metric: str) -> str:
@@ -66,15 +59,15 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
     pct = is_pct_metric(metric)
     head = ["#", "system"]
     if metric:
-        head.append(_mhead(metric))
+        head.append(metric_head(metric))
     if room:
-        head.append('<span title="(system − random pick) / (oracle − random pick), 95% CI">share of headroom</span>')
-    head += [_mhead(u) for u in ups]
+        why = "(system − random pick) / (oracle − random pick), 95% CI"
+        head.append(Markup(span("", "share of headroom", why)))
+    head += [metric_head(u) for u in ups]
 
     one_fit = set(_l(_d(a.get("fit_seeds")).get("single_seed")))
-    one_fit_note = (
-        ' <span class="note" title="one fit of a stochastic method: its CI leaves out the variance between fits">'
-        "1 fit</span>"
+    one_fit_note = " " + span(
+        "note", "1 fit", "one fit of a stochastic method: its CI leaves out the variance between fits"
     )
 
     def row(m: str, rank: str, note: str = "") -> list[str]:
@@ -98,41 +91,35 @@ def glance(analysis: Mapping[str, Any] | None, names: Mapping[str, str], title: 
         return cells
 
     rows = [row(m, str(i)) for i, m in enumerate(order, 1)]
-    ref = ' <span class="ci">(reference)</span>'
+    ref = " " + span("ci", "(reference)")
     for m in refs:
         unranked = roles.get(m, "deployable") == "deployable" and m in systems
-        note = '<span class="note">not ranked: not shown better than a random pick</span>' if unranked else ref
+        note = span("note", "not ranked: not shown better than a random pick") if unranked else ref
         if roles.get(m) == "invalid":
             bad = _d(a.get("invalid_scores")).get(m)
-            note = f'<span class="note">never a candidate: {esc(str(bad))} pairs with an invalid (NaN) score</span>'
+            note = span("note", f"never a candidate: {bad} pairs with an invalid (NaN) score")
         rows.append(row(m, "–", note))
     for m, what in ((ORACLE_PICK, "oracle pick"), (RANDOM_PICK, "random pick")):
         e = _d(room.get("oracle" if m == ORACLE_PICK else "random_pick"))
         if not e:
             continue
-        cells = ["–", f'<span title="{esc(m)}">{esc(what)}</span>{ref}']
+        cells = ["–", span("", what, m) + ref]
         cells.append(value_ci(e.get("value"), e.get("ci"), pct))
         if room:
             cells.append("100%" if m == ORACLE_PICK else "0%")
         cells += ["" for _ in ups]
         rows.append(cells)
     h = _d(room.get("headroom"))
-    foot = ""
-    if h:
-        foot = (
-            f'<p class="muted">Headroom of the pool (oracle − random pick): '
-            f"{value_ci(h.get('value'), h.get('ci'), pct)}{' pts' if pct else ''}. Share of headroom: what a system's "
-            "pick gains over a random pick from the same pool, as a fraction of what the oracle pick gains. The random "
-            "and oracle picks are reference lines, never recommended.</p>"
-        )
-    toggle = f'<details class="more"><summary>All leaderboard columns</summary>{more}</details>' if more else ""
-    return (
-        f"<h3>{esc(title)}</h3>"
-        + _table(head, rows, "lb glance")
-        + foot
-        + legend({k: v for k, v in names.items() if k in tab})
-        + toggle
-    )
+    glance = {
+        "title": title,
+        "head": head,
+        "rows": [[Markup(c) for c in r] for r in rows],
+        "headroom": Markup(value_ci(h.get("value"), h.get("ci"), pct)) if h else "",
+        "pct": pct,
+        "legend": legend_rows(names, tab),
+        "more": Markup(more),
+    }
+    return str(render("board.html.j2", glance=glance, pages=[]))
 
 
 def method_pages(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -> str:
@@ -143,25 +130,12 @@ def method_pages(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -
         return ""
     methods = [m for m in _l(a.get("methods")) if m in tab] or list(tab)
     ups, downs = metrics_of(a)
-    pages: list[str] = []
+    pages: list[dict[str, Any]] = []
     for side, metrics in (("upstream", ups), ("downstream", downs)):
         for start in range(0, len(metrics), PAGE):
             chunk = metrics[start : start + PAGE]
             have = [m for m in methods if any(not is_missing(_d(_d(tab.get(m)).get(c)).get("value")) for c in chunk)]
-            if not have:
-                continue
-            rows = [[name_cell(m, names), *(_entry(tab, m, c) for c in chunk)] for m in have]
-            n = len(pages) + 1
-            pages.append(
-                f'<div class="page"><p class="pg"><b class="side">{side}</b> · page {n}</p>'
-                + _table(["system", *(_mhead(c) for c in chunk)], rows, "mt")
-                + "</div>"
-            )
-    if not pages:
-        return ""
-    return (
-        "<h2>Methods: upstream and downstream side by side</h2>"
-        + f'<div class="pages">{"".join(pages)}</div>'
-        + '<p class="muted">% with 95% CI; ± sd across seeds where a config has several. n/a: not applicable or not '
-        "run (hover for the reason). Each page lists every system for a few metrics.</p>"
-    )
+            if have:
+                rows = [[Markup(name_cell(m, names)), *(Markup(_entry(tab, m, c)) for c in chunk)] for m in have]
+                pages.append({"side": side, "head": ["system", *(metric_head(c) for c in chunk)], "rows": rows})
+    return str(render("board.html.j2", glance=None, pages=pages)) if pages else ""

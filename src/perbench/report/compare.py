@@ -16,7 +16,7 @@ from perbench.config import MAX_BOOTSTRAP
 from perbench.errors import ConfigError
 from perbench.report import details, sections, verdict
 from perbench.report.extract import _d
-from perbench.report.fmt import esc, num, table
+from perbench.report.fmt import num
 from perbench.runner.rundir import RunData, load_run, run_roles
 
 
@@ -113,7 +113,9 @@ def pooled_roles(runs: Sequence[RunData]) -> dict[str, str]:
     return out
 
 
-def runs_table(runs: Sequence[RunData], out_dir: Path) -> str:
+def runs_table(runs: Sequence[RunData], out_dir: Path) -> list[dict[str, str]]:
+    """One row per pooled run: its report (relative to the comparison's folder where it can be), benchmark, policy,
+    groups, config, creation time and cells."""
     rows = []
     for r in runs:
         res = r.results
@@ -124,19 +126,19 @@ def runs_table(runs: Sequence[RunData], out_dir: Path) -> str:
             href = "../" + rel.as_posix()
         except ValueError:
             href = report.resolve().as_uri()
-        groups = sorted({str(c.get("group")) for c in r.cells or []})
         rows.append(
-            [
-                f'<a href="{esc(href)}">{esc(r.path.name)}</a>',
-                esc(_d(res.get("benchmark")).get("name", "?")),
-                esc(_d(models.get("policy")).get("name", "?")),
-                esc(", ".join(groups)),
-                f"<code>{esc(res.get('config_hash', '?'))}</code>",
-                esc(res.get("created", "")),
-                num(len(r.cells or []), pct=False),
-            ]
+            {
+                "href": href,
+                "name": r.path.name,
+                "benchmark": str(_d(res.get("benchmark")).get("name", "?")),
+                "policy": str(_d(models.get("policy")).get("name", "?")),
+                "groups": ", ".join(sorted({str(c.get("group")) for c in r.cells or []})),
+                "config": str(res.get("config_hash", "?")),
+                "created": str(res.get("created", "")),
+                "cells": num(len(r.cells or []), pct=False),
+            }
         )
-    return "<h2>Runs pooled</h2>" + table(["run", "benchmark", "policy", "groups", "config", "created", "cells"], rows)
+    return rows
 
 
 def render_comparison(
@@ -155,8 +157,12 @@ def render_comparison(
         else "Leaderboard — " + ", ".join(sorted({str(_d(r.results.get("benchmark")).get("name", "?")) for r in runs}))
     )
     boards += sections.leaderboard(analysis, pooled_title)
+    from markupsafe import Markup
+
+    from perbench.report.templating import render
+
     body = [
-        f"<h1>perbench compare — {len(runs)} run{'s' if len(runs) != 1 else ''}</h1>",
+        str(render("compare.html.j2", kind="title", n=len(runs))),
         _toc(
             [
                 ("leaderboard", "Leaderboard"),
@@ -170,11 +176,23 @@ def render_comparison(
         verdict.verdict_box(analysis),
     ]
     cells_present = any(r.cells for r in runs)
-    body += _shared_sections(analysis, figures, {}, cells_present, boards)
+    # every run's systems.members (and the first run's seed and shots): the compact labels of the pooled systems
+    members = {k: v for r in runs for k, v in _d(_d(r.results.get("systems")).get("members")).items()}
+    labels = {"systems": {"members": members}, "config": _d(runs[0].results.get("config")) if runs else {}}
+    body.append(_shared_sections(analysis, figures, labels, cells_present, boards))
     notes = [n for r in runs for n in r.notes]
-    body.append(f'<section id="runs">{runs_table(runs, out_dir)}')
-    body.append(details.provenance_section(runs[0].results, notes) if len(runs) == 1 else "")
-    body.append(sections.analysis_notes(analysis) + "</section>")
+    prov = details.provenance_section(runs[0].results, notes) if len(runs) == 1 else ""
+    body.append(
+        str(
+            render(
+                "compare.html.j2",
+                kind="runs",
+                runs=runs_table(runs, out_dir),
+                provenance=Markup(prov),
+                notes=Markup(sections.analysis_notes(analysis)),
+            )
+        )
+    )
     return _page("perbench compare", body)
 
 

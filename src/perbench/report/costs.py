@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from markupsafe import Markup
+
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc, is_pct_metric, metric_label, table, value_ci
+from perbench.report.fmt import is_pct_metric, metric_label, na_span, value_ci
+from perbench.report.templating import render
 
 
 def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
@@ -30,12 +33,12 @@ def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, st
         def part(p: Any, pct: bool = pct) -> str:
             p = _d(p)
             if not p:
-                return '<span class="na" title="no random pick from the same pool on this decoder">n/a</span>'
+                return na_span("no random pick from the same pool on this decoder")
             return value_ci(p.get("value"), p.get("ci"), pct, signed=True)
 
         out.append(
             [
-                esc(metric_label(metric)),
+                metric_label(metric),
                 value_ci(r.get("delta"), r.get("ci"), pct, signed=True),
                 part(r.get("sampling")),
                 part(r.get("reranking")),
@@ -47,16 +50,6 @@ def trade_off_section(analysis: Mapping[str, Any] | None, names: Mapping[str, st
         "sampling (random pick − zero-shot)",
         f"re-ranking by {shown} (pick − random pick)",
     ]
-    return (
-        f"<details><summary>What {esc(shown)} trades against zero-shot decoding, by cause "
-        f"({_count(len(out) - lengths)}{' and the length' if lengths else ''})</summary>"
-        + table([esc(h) for h in head], out)
-        + '<p class="muted">Marginal 95% two-way CIs (users × prompts). The difference to greedy zero-shot decoding '
-        "is the sum of what sampling from the policy does whichever reward model re-ranks (the random pick from the "
-        "same pool) and what re-ranking by the reward model adds; the verdict charges the reward model with the "
-        "second part only. Length is in words, neither won nor lost.</p></details>"
-    )
-
-
-def _count(n: int) -> str:
-    return f"{n} {'quality' if n == 1 else 'qualities'}"
+    cells = [[r[0], *(Markup(c) for c in r[1:])] for r in out]
+    qualities = len(out) - lengths
+    return str(render("trade_offs.html.j2", shown=shown, head=head, rows=cells, qualities=qualities, lengths=lengths))

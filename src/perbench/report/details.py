@@ -5,55 +5,56 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from perbench.metrics.rm_accuracy import invalid_pairs
 from perbench.report import extract
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc, metric_label, na_span, num, table, value_ci
+from perbench.report.fmt import all_na, metric_label, na_span, num, span, table, value_ci
+from perbench.report.labels import name_cell
+from perbench.report.templating import render
 
 _GROUPS = ("seen", "unseen", "pers_only", "consensus", "all")
 
 
 def header(results: Mapping[str, Any]) -> str:
+    """The page's title, what produced it and the benchmark's size (templates/header.html.j2)."""
     bench = _d(results.get("benchmark"))
     prov = _d(results.get("provenance"))
     models = _d(prov.get("models"))
-    bits = [esc(results["created"])] if results.get("created") else []
+    bits = [("", str(results["created"]))] if results.get("created") else []
     if results.get("config_hash"):
-        bits.append(f"config <code>{esc(results['config_hash'])}</code>")
+        bits.append(("config", str(results["config_hash"])))
     if prov.get("git"):
-        bits.append(f"git <code>{esc(prov['git'])}</code>")
+        bits.append(("git", str(prov["git"])))
     for key, name in (("policy", "policy"), ("rm_backbone", "RM backbone")):
         if _d(models.get(key)).get("name"):
-            bits.append(f"{name} <code>{esc(models[key]['name'])}</code>")
+            bits.append((name, str(models[key]["name"])))
     facts = []
     if "pairs" in bench:
         facts.append(f"{num(bench.get('pairs'), pct=False)} pairs")
     if "users_seen" in bench:
-        facts.append(
-            f"{num(bench.get('users_seen'), pct=False)} seen / {num(bench.get('users_unseen'), pct=False)} unseen users"
-        )
+        seen, unseen = num(bench.get("users_seen"), pct=False), num(bench.get("users_unseen"), pct=False)
+        facts.append(f"{seen} seen / {unseen} unseen users")
     skipped = _d(bench.get("skipped")).get("total")
     if skipped is not None:
         facts.append(f"{num(skipped, pct=False)} pairs skipped")
     if bench.get("weighting"):
-        facts.append(f"{esc(bench['weighting'])}-weighted")
+        facts.append(f"{bench['weighting']}-weighted")
     notes = [str(n) for n in _l(_d(bench.get("meta")).get("notes"))]
     for name, extra in _d(results.get("upstream_benchmarks")).items():  # each extra's skip report too
         extra = _d(extra)
         skipped_extra = _d(extra.get("skipped")).get("total")
         facts.append(
-            f"upstream benchmark {esc(name)}: {num(extra.get('pairs'), pct=False)} pairs, "
+            f"upstream benchmark {name}: {num(extra.get('pairs'), pct=False)} pairs, "
             f"{num(skipped_extra, pct=False) if skipped_extra is not None else '?'} skipped"
         )
         notes += [f"{name}: {n}" for n in _l(extra.get("notes"))]
-    return (
-        f'<h1>perbench — {esc(bench.get("name", "run"))}</h1><p class="muted">{" · ".join(bits)}</p>'
-        + (f"<p>{' · '.join(facts)}</p>" if facts else "")
-        + ("<ul class='muted'>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>" if notes else "")
-    )
+    bench_name = str(bench.get("name", "run"))
+    return str(render("header.html.j2", bench=bench_name, bits=bits, facts=facts, notes=notes))
 
 
-def upstream_section(results: Mapping[str, Any]) -> str:
+def upstream_section(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     up = _d(results.get("upstream"))
     if not up:
         return ""
@@ -64,12 +65,12 @@ def upstream_section(results: Mapping[str, Any]) -> str:
     for label, r in up.items():
         r = _d(r)
         acc = _d(r.get("rm_accuracy"))
-        cells = [esc(label) + (' <span class="muted">baseline</span>' if r.get("baseline") else "")]
+        cells = [name_cell(label, names or {}) + (" " + span("muted", "baseline") if r.get("baseline") else "")]
         if _d(r.get("profile")).get("saw_profile") is False:  # others read the users' profiles, this one did not
-            cells[0] += ' <span class="muted">(saw no profile)</span>'
+            cells[0] += " " + span("muted", "(saw no profile)")
         note = _d(r.get("fit_notes")).get("label")
         if note:  # e.g. lore_reg whose users all point along its anchor
-            cells[0] += f' <span class="muted">({esc(note)})</span>'
+            cells[0] += " " + span("muted", f"({note})")
 
         for g in groups:
             e = _d(acc.get(g))
@@ -79,35 +80,24 @@ def upstream_section(results: Mapping[str, Any]) -> str:
             cells.append(num(invalid.get(label, 0), pct=False))
         rows.append(cells)
     head = ["method", *groups, "ties"] + (["invalid scores (pairs, counted wrong)"] if invalid else [])
-    return "<h3>Upstream: RM accuracy (%, 95% CI)</h3>" + table(head, rows) + tie_rule(results)
+    policy = _d(results.get("config")).get("tie_policy")  # how a tie counted in these accuracies
+    tie = str(policy) if policy in ("strict", "half") else ""
+    return _piece("upstream", table=Markup(table(head, rows)), tie_policy=tie)
 
 
-def tie_rule(results: Mapping[str, Any]) -> str:
-    """The rule by which a tie (chosen and rejected scored equal) counts in the accuracies, as the run applied it."""
-    policy = _d(results.get("config")).get("tie_policy")
-    if policy not in ("strict", "half"):
-        return ""
-    rule = "as wrong (0)" if policy == "strict" else "as half right (½)"
-    return (
-        f'<p class="muted">Tie rule: a pair whose chosen and rejected responses score equal counts {rule} in these '
-        f"accuracies (tie_policy: {esc(policy)}); the ties column counts them. The personalization-only accuracy "
-        "always counts a tie ½, so that on mirrored pairs any user-agnostic scorer gets exactly 50 %.</p>"
-    )
+def _piece(kind: str, **context: Any) -> str:
+    """One run-detail piece from templates/details.html.j2 (HTML parts of ``context`` as Markup)."""
+    return str(render("details.html.j2", kind=kind, **context))
 
 
-def fewshot_table(results: Mapping[str, Any]) -> str:
+def fewshot_table(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     up = _d(results.get("upstream"))
     curves = {k: _d(_d(v).get("fewshot_curve")) for k, v in up.items() if _d(_d(v).get("fewshot_curve"))}
     if not curves:
         return ""
     shots = sorted({int(n) for c in curves.values() for n in c if str(n).isdigit()})
-    rows = [[esc(k)] + [_fewshot_cell(_d(c.get(str(n)))) for n in shots] for k, c in curves.items()]
-    return (
-        "<h3>Few-shot adaptation of unseen users (RM accuracy %)</h3>"
-        + table(["method"] + [f"{n} shots" for n in shots], rows)
-        + "<p class='muted'>Columns are nominal shot counts; a user with fewer train pairs adapts from all they "
-        "have: the effective mean is shown where it is lower.</p>"
-    )
+    rows = [[name_cell(k, names or {})] + [_fewshot_cell(_d(c.get(str(n)))) for n in shots] for k, c in curves.items()]
+    return _piece("fewshot", table=Markup(table(["method"] + [f"{n} shots" for n in shots], rows)))
 
 
 def _fewshot_cell(point: Mapping[str, Any]) -> str:
@@ -115,7 +105,7 @@ def _fewshot_cell(point: Mapping[str, Any]) -> str:
     eff = _d(point.get("effective_shots"))
     mean, nominal = eff.get("mean"), eff.get("nominal")
     if isinstance(mean, int | float) and isinstance(nominal, int) and eff.get("users_below_nominal"):
-        cell += f" <span class='muted'>(eff. {mean:.1f})</span>"
+        cell += " " + span("muted", f"(eff. {mean:.1f})")
     return cell
 
 
@@ -131,7 +121,7 @@ _DOWN_METRICS = (
 )
 
 
-def downstream_section(results: Mapping[str, Any]) -> str:
+def downstream_section(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     down = _d(results.get("downstream"))
     if not down:
         return ""
@@ -139,7 +129,7 @@ def downstream_section(results: Mapping[str, Any]) -> str:
     rows = []
     for label, d in down.items():
         d = _d(d)
-        cells = [esc(label)]
+        cells = [name_cell(label, names or {})]
         for m, _ in present:
             e = _d(d.get(m))
             if not e:
@@ -149,34 +139,36 @@ def downstream_section(results: Mapping[str, Any]) -> str:
             else:
                 cells.append(value_ci(e.get("mean"), e.get("ci")))
         rows.append(cells)
-    out = "<h3>Downstream: what generation gives each user</h3>" + table(
-        ["decoder[guide]"] + [t for _, t in present], rows
+    return _piece(
+        "downstream",
+        table=Markup(table(["decoder[guide]"] + [t for _, t in present], rows)),
+        deltas=Markup(deltas(down, names)),
+        bon=Markup(bon_table(down, names)),
     )
-    return out + deltas(down) + bon_table(down)
 
 
-def deltas(down: Mapping[str, Any]) -> str:
+def deltas(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     """Paired differences of each output's quality against its references (zero-shot, ICL-RAG where it ran) on the
     same targets; the heading names the references the results hold."""
     refs = sorted({str(r) for d in down.values() for r in _d(_d(d).get("vs"))})
-    names = {"rubric_satisfaction": "rubric sat.", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "judge_score": "judge"}
-    metrics = [m for m in names if any(m in _d(_d(_d(d).get("vs")).get(r)) for d in down.values() for r in refs)]
+    said = {"rubric_satisfaction": "rubric sat.", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "judge_score": "judge"}
+    metrics = [m for m in said if any(m in _d(_d(_d(d).get("vs")).get(r)) for d in down.values() for r in refs)]
     if not refs or not metrics:
         return ""
-    head = ["decoder[guide]"] + [f"Δ {names[m]} vs {r}" for r in refs for m in metrics]
+    head = ["decoder[guide]"] + [f"Δ {said[m]} vs {r}" for r in refs for m in metrics]
     rows = []
     for label, d in down.items():
-        cells = [esc(label)]
+        cells = [name_cell(label, names or {})]
         for r in refs:
             for m in metrics:
                 e = _d(_d(_d(_d(d).get("vs")).get(r)).get(m))
                 cells.append(value_ci(e.get("delta"), e.get("ci"), signed=True, na="no shared targets") if e else "–")
         rows.append(cells)
     against = " and ".join(metric_label(f"{r}:x").partition(" · ")[0] for r in refs)  # the references it has
-    return f"<h3>Downstream: difference to {esc(against)} (points, paired, 95% CI)</h3>" + table(head, rows)
+    return _piece("deltas", table=Markup(table(head, rows)), against=against)
 
 
-def bon_table(down: Mapping[str, Any]) -> str:
+def bon_table(down: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     curves = {label: _d(_d(d).get("bon_curve")) for label, d in down.items() if _d(_d(d).get("bon_curve"))}
     if not curves:
         return ""
@@ -187,16 +179,13 @@ def bon_table(down: Mapping[str, Any]) -> str:
         for metric, m in c.items():
             m = _d(m)
             vals = dict(zip(_l(m.get("n")), _l(m.get("quality")), strict=False))
-            rows.append([esc(label), esc(metric)] + [num(vals.get(n)) for n in ns])
+            rows.append([name_cell(label, names or {}), escape(metric)] + [num(vals.get(n)) for n in ns])
             refs.setdefault(str(metric), m)
     for metric, m in refs.items():
         for key, name in (("oracle", "oracle (best of n by ground truth)"), ("sample_mean", "random pick")):
             vals = dict(zip(_l(m.get("n")), _l(m.get(key)), strict=False))
-            rows.append([f'<span class="muted">{name}</span>', esc(metric)] + [num(vals.get(n)) for n in ns])
-    return (
-        "<details><summary>Best-of-N: ground-truth quality vs n (exact over random n-subsets of one shared pool), "
-        "table</summary>" + table(["RM", "quality"] + [f"N={n}" for n in ns], rows) + "</details>"
-    )
+            rows.append([span("muted", name), escape(metric)] + [num(vals.get(n)) for n in ns])
+    return _piece("bon", table=Markup(table(["RM", "quality"] + [f"N={n}" for n in ns], rows)))
 
 
 GROUPS = ("seen", "unseen")
@@ -208,7 +197,7 @@ def compact(curve: dict[str, Any]) -> str:
     return line(curve) if curve else ""
 
 
-def policy_accuracy_section(results: Mapping[str, Any]) -> str:
+def policy_accuracy_section(results: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
     """The headline (the sequence tilt) beside the policy alone and the labelled variants, with each method's w."""
     rows = []
     for label, r in _d(results.get("upstream")).items():
@@ -216,7 +205,11 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
             e = _d(e)
             curve = compact(_d(e.get("curve")))
             if e.get("not_applicable"):
-                rows.append([esc(label), esc(g), na_span(str(e["not_applicable"]))] + [""] * 4 + [esc(curve)])
+                rows.append(
+                    [name_cell(label, names or {}), escape(g), na_span(str(e["not_applicable"]))]
+                    + [""] * 5
+                    + [escape(curve)]
+                )
                 continue
             head = _d(e.get(str(e.get("headline") or "")))
             if not head:
@@ -230,15 +223,15 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
 
             rows.append(
                 [
-                    esc(label),
-                    esc(g),
+                    name_cell(label, names or {}),
+                    escape(g),
                     value_ci(head.get("accuracy"), head.get("ci")),
                     value_ci(w0.get("accuracy"), w0.get("ci"), na="not reported"),
                     variant("prefix_mean"),
                     variant("prefix_sum"),
                     variant("rgd_mean"),
-                    esc(e.get("w", "")) + " (" + esc(e.get("w_source", "")) + ")",
-                    esc(curve),
+                    f"{escape(e.get('w', ''))} ({escape(e.get('w_source', ''))})",
+                    escape(curve),
                 ]
             )
     by_decoder = []
@@ -246,16 +239,11 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
         pa = _d(_d(d).get("policy_accuracy"))
         if pa:
             cells = [value_ci(_d(_d(pa.get(g)).get("tilt")).get("accuracy"), None, na=f"no {g} users") for g in GROUPS]
-            by_decoder.append([esc(label), esc(pa.get("w", "")), *cells])
+            by_decoder.append([name_cell(label, names or {}), escape(pa.get("w", "")), *cells])
     if not rows:
         return ""
-    extra = ""
-    if by_decoder:
-        extra = (
-            "<details><summary>policy accuracy at each guided decoder's own weight</summary>"
-            + table(["decoder[method]", "w", *(f"sequence tilt, {g}" for g in GROUPS)], by_decoder)
-            + "</details>"
-        )
+    why = all_na([r[:3] for r in rows], skip=2)  # the headline n/a for every system: one line, not a table
+    heads = ["decoder[method]", "w", *(f"sequence tilt, {g}" for g in GROUPS)]
     cols = [
         "method",
         "group",
@@ -267,12 +255,11 @@ def policy_accuracy_section(results: Mapping[str, Any]) -> str:
         "w (source)",
         "accuracy over w (%)",
     ]
-    return (
-        "<h3>Policy accuracy under the tilted policy π·exp(w·r) (%)</h3>"
-        + table(cols, rows)
-        + '<p class="muted">Headline: the sequence tilt log π(y|x) + w·r(x, y), r on the whole response, '
-        "chosen vs rejected (a constant added to the reward leaves it unchanged); w is the weight of the decoder "
-        "the method guides. The variants are labelled alternatives.</p>" + extra
+    return _piece(
+        "policy",
+        all_na=why or "",
+        table=Markup("" if why else table(cols, rows, skip=2)),
+        by_decoder=Markup(table(heads, by_decoder) if by_decoder else ""),
     )
 
 
@@ -280,14 +267,57 @@ def skipped_section(results: Mapping[str, Any]) -> str:
     skipped = [_d(s) for s in _l(results.get("skipped_combinations"))]
     if not skipped:
         return ""
-    rows = [[esc(s.get("decoder")), esc(s.get("method")), esc(s.get("reason"))] for s in skipped]
-    return "<h2>Skipped combinations</h2>" + table(["decoder", "method", "reason"], rows, "text")
+    rows = [[escape(s.get("decoder")), escape(s.get("method")), escape(s.get("reason"))] for s in skipped]
+    return _piece("skipped", table=Markup(table(["decoder", "method", "reason"], rows, "text")))
 
 
-def _opt(x: Any, code: bool = False) -> str:
-    if x is None or x == "":
-        return '<span class="muted">–</span>'
-    return f"<code>{esc(x)}</code>" if code else esc(x)
+def provenance_section(results: Mapping[str, Any], notes: list[str] | None = None) -> str:
+    """Versions, models, compute (the first run's beside this one's), work, policies and the reader's notes
+    (templates/provenance.html.j2)."""
+    prov = _d(results.get("provenance"))
+    work = _d(results.get("work"))
+    compute, compute_note = _compute(prov)
+    said = None
+    if work or results.get("timing_s"):
+        timing = "" if compute else _counts(results.get("timing_s"), " s")
+        said = {"computed": _counts(work.get("computed")), "reused": _counts(work.get("reused")), "timing": timing}
+    return str(
+        render(
+            "provenance.html.j2",
+            facts=[(k, str(prov[k])) for k in ("git", "python", "platform", "seed") if prov.get(k) is not None],
+            models=[(str(role), m) for role, m in _d(prov.get("models")).items() if isinstance(m, dict)],
+            packages=[(str(k), str(v)) for k, v in _d(prov.get("packages")).items() if v],
+            compute=compute,
+            compute_note=compute_note,
+            work=said,
+            policies=[(str(k), str(v)) for k, v in _d(results.get("policies")).items()],
+            notes=[str(n) for n in notes or []],
+        )
+    )
+
+
+def _compute(prov: Mapping[str, Any]) -> tuple[list[list[str]], str]:
+    """Rows of the compute of the run that computed the folder's units (``provenance.compute.first_run``) beside
+    this run's (``this_run``: a rerun reads what the first computed), and the results' note on them; no rows for
+    results without them."""
+    comp = _d(prov.get("compute"))
+    said = {"first_run": "first run (computed the units)", "this_run": "this run"}
+    rows = []
+    for key in ("first_run", "this_run"):
+        r = _d(comp.get(key))
+        if not r:
+            continue
+        t = _d(r.get("timing_s"))
+        rows.append(
+            [
+                said[key],
+                str(r.get("created") or "–"),
+                num(t.get("total"), pct=False) if "total" in t else "–",
+                *(num(r.get(k), pct=False) if k in r else "–" for k in ("units_computed", "units_found_finished")),
+                _counts(t, " s"),
+            ]
+        )
+    return rows, str(comp.get("note") or "") if rows else ""
 
 
 def _counts(d: Any, unit: str = "") -> str:
@@ -295,50 +325,7 @@ def _counts(d: Any, unit: str = "") -> str:
     items = [(str(k), v) for k, v in _d(d).items() if not isinstance(v, dict | list)]
     if not items:
         return "nothing"
-    return ", ".join(f"{esc(k)} {num(v, pct=False) if isinstance(v, int | float) else esc(v)}{unit}" for k, v in items)
-
-
-def provenance_section(results: Mapping[str, Any], notes: list[str] | None = None) -> str:
-    prov = _d(results.get("provenance"))
-    parts = ["<h2>Provenance</h2>"]
-    facts = [
-        f"{esc(k)}: <code>{esc(prov[k])}</code>"
-        for k in ("git", "python", "platform", "seed")
-        if prov.get(k) is not None
-    ]
-    if facts:
-        parts.append(f'<p class="small">{" · ".join(facts)}</p>')
-    models = _d(prov.get("models"))
-    mrows = [
-        [esc(role)] + [_opt(_d(m).get(k), code=k == "fingerprint") for k in ("name", "fingerprint", "device", "dtype")]
-        for role, m in models.items()
-        if isinstance(m, dict)
-    ]
-    if mrows:
-        parts.append(table(["role", "model", "fingerprint", "device", "dtype"], mrows, "text"))
-    pk = _d(prov.get("packages"))
-    if pk:
-        parts.append(
-            "<details><summary>package versions</summary>"
-            + table(["package", "version"], [[esc(k), esc(v)] for k, v in pk.items() if v])
-            + "</details>"
-        )
-    work = _d(results.get("work"))
-    if work or results.get("timing_s"):
-        parts.append(
-            f'<p class="muted">work computed: {_counts(work.get("computed"))} · reused: '
-            f"{_counts(work.get('reused'))} · timing: {_counts(results.get('timing_s'), ' s')}</p>"
-        )
-    pol = _d(results.get("policies"))
-    if pol:
-        parts.append(
-            "<details><summary>Accounting policies</summary><ul>"
-            + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in pol.items())
-            + "</ul></details>"
-        )
-    if notes:
-        parts.append('<ul class="small muted">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
-    return "".join(parts)
+    return ", ".join(f"{k} {num(v, pct=False) if isinstance(v, int | float) else v}{unit}" for k, v in items)
 
 
 def rl_table(results: Mapping[str, Any]) -> str:
@@ -349,8 +336,8 @@ def rl_table(results: Mapping[str, Any]) -> str:
     for r in extract.rl_summary(results):
         rows.append(
             [
-                esc(r["label"]),
-                esc(r["kind"] or ""),
+                escape(r["label"]),
+                escape(r["kind"] or ""),
                 str(r["runs"]),
                 num(r["reward_gain"], pct=False, signed=True, digits=2)
                 if r["reward_gain"] is not None
@@ -372,30 +359,23 @@ def rl_table(results: Mapping[str, Any]) -> str:
         return ""
     rl = results.get("rl") or {}
     design = rl.get("design") or {}
-    seeds = design.get("seeds") or []
-    head = (
-        f'<p class="muted">{esc(str(design.get("algorithm", "")).upper())}, group {esc(design.get("group"))}, '
-        f"{len(seeds)} training seed{'s' * (len(seeds) != 1)}, placebo {esc(design.get('placebo'))}. Gains are "
-        "paired on the same cells; each CI resamples the cells and every arm's training seeds.</p>"
-    )
+    said = {
+        "algorithm": str(design.get("algorithm", "")).upper(),
+        "group": str(design.get("group")),
+        "seeds": len(design.get("seeds") or []),
+        "placebo": str(design.get("placebo")),
+    }
+    head = [
+        "arm",
+        "kind",
+        "runs",
+        "reward gain in training (sd units)",
+        "KL from base (nats/seq)",
+        "rubric gain vs base, greedy (pts)",
+        "… sampled",
+        "greedy vs placebo",
+        "greedy vs KL-matched random",
+        "RM win rate vs base",
+    ]
     notes = [str(n) for n in rl.get("notes") or []]
-    tail = '<ul class="small muted">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>" if notes else ""
-    return (
-        head
-        + table(
-            [
-                "arm",
-                "kind",
-                "runs",
-                "reward gain in training (sd units)",
-                "KL from base (nats/seq)",
-                "rubric gain vs base, greedy (pts)",
-                "… sampled",
-                "greedy vs placebo",
-                "greedy vs KL-matched random",
-                "RM win rate vs base",
-            ],
-            rows,
-        )
-        + tail
-    )
+    return _piece("rl", design=said, table=Markup(table(head, rows)), notes=notes)

@@ -1,11 +1,14 @@
-"""Formatting functions shared by the report sections: every string from data goes through :func:`esc`."""
+"""Formatting functions shared by the report sections: every string from data is escaped (markupsafe, Jinja2's
+escaping) or rendered by an autoescaping template (:mod:`perbench.report.templating`)."""
 
 from __future__ import annotations
 
-import html
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+
+from markupsafe import Markup, escape
 
 NA = "n/a"
 
@@ -46,11 +49,6 @@ _UPSTREAM = {
 }
 
 
-def esc(x: Any) -> str:
-    """HTML-escape any value (quotes included), so data never becomes markup."""
-    return html.escape(str(x), quote=True)
-
-
 def is_missing(x: Any) -> bool:
     return x is None or (isinstance(x, float) and not math.isfinite(x))
 
@@ -76,6 +74,11 @@ def metric_label(metric: str) -> str:
     return _UPSTREAM.get(base, base) + (f" @{n}" if at else "")
 
 
+def metric_head(metric: str) -> Markup:
+    """A metric's display label as HTML, its name on hover."""
+    return Markup(span("", metric_label(metric), metric))
+
+
 def quality_label(quality: str) -> str:
     """``rubric_satisfaction`` → ``rubric sat.`` (a downstream quality without its decoder)."""
     return metric_label(f"_:{quality}").partition(" · ")[2] or quality
@@ -86,7 +89,7 @@ def num(x: Any, pct: bool = True, signed: bool = False, digits: int = 1) -> str:
     if is_missing(x):
         return NA
     if isinstance(x, bool) or not isinstance(x, int | float):
-        return esc(x)
+        return str(escape(x))
     v = 100 * float(x) if pct else float(x)
     if not pct and not signed and float(x).is_integer() and abs(v) < 1e6:
         return str(int(v))
@@ -101,26 +104,63 @@ def ci_text(ci: Any, pct: bool = True, signed: bool = False) -> str:
     return f"[{num(ci[0], pct, signed)}, {num(ci[1], pct, signed)}]"
 
 
+def span(cls: str, text: Any, title: str = "") -> str:
+    """``<span class=cls title=title>text</span>`` (the ``span`` macro of templates/macros.html.j2): text and title
+    escaped."""
+    from perbench.report.templating import environment
+
+    return str(environment().get_template("macros.html.j2").module.span(cls, str(text), title))
+
+
 def value_ci(x: Any, ci: Any = None, pct: bool = True, signed: bool = False, na: str | None = None) -> str:
     """``62.5 <span class=ci>[17.9, 87.2]</span>`` or an ``n/a`` marker whose hover text gives the reason."""
     if is_missing(x):
         return na_span(na)
     c = ci_text(ci, pct, signed)
-    return num(x, pct, signed) + (f' <span class="ci">{c}</span>' if c else "")
+    return num(x, pct, signed) + (" " + span("ci", c) if c else "")
 
 
-def na_span(reason: str | None) -> str:
-    why = reason or "not available in this run"
-    return f'<span class="na" title="{esc(why)}">{NA}</span>'
+class NotApplicable(str):
+    """The n/a marker of a cell as HTML (its reason on hover); a table whose every value is one is hidden."""
+
+    reason: str
 
 
-def table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
-    """A table from already-escaped cell HTML; header texts are escaped here."""
-    th = "".join(f"<th>{esc(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    klass = f' class="{esc(cls)}"' if cls else ""
-    return f'<div class="scroll"><table{klass}><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+def na_span(reason: str | None) -> NotApplicable:
+    why = str(reason or "not available in this run")
+    out = NotApplicable(span("na", NA, why))
+    out.reason = why
+    return out
+
+
+def all_na(rows: Sequence[Sequence[Any]], skip: int = 1) -> str | None:
+    """The most common reason when every value of ``rows`` (past the first ``skip`` label columns) is n/a or empty,
+    else None."""
+    values = [c for r in rows for c in r[skip:] if str(c).strip()]
+    if not rows or any(not isinstance(c, NotApplicable) for c in values):
+        return None
+    reasons = Counter(c.reason for c in values if isinstance(c, NotApplicable))
+    return reasons.most_common(1)[0][0] if reasons else "no values"
+
+
+def table(
+    head: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    cls: str = "",
+    what: str = "",
+    skip: int = 1,
+    scroll: bool = True,
+) -> str:
+    """A table of cells (HTML built from escaped parts); header texts are escaped unless Markup. A table
+    whose every value is n/a is replaced by one line saying so (``what`` names it) and why."""
+    from perbench.report.templating import render
+
+    head = [h if isinstance(h, Markup) else escape(h) for h in head]
+    why = all_na(rows, skip)
+    rows = [[Markup(c) for c in r] for r in rows]  # cells are HTML built from escaped parts (the sections' contract)
+    hidden = f"{what or 'This table'}: n/a for every row ({why}), so the table is left out." if why else ""
+    return str(render("table.html.j2", head=head, rows=rows, cls=cls, scroll=scroll, hidden=hidden))
 
 
 def badge(text: str, kind: str) -> str:
-    return f'<span class="badge {esc(kind)}">{esc(text)}</span>'
+    return span(f"badge {kind}", text)

@@ -6,32 +6,34 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc, is_missing, num
+from perbench.report.fmt import is_missing, num
+from perbench.report.templating import render
 
 MAX_CHARS = 1500
 
 
-def _aspects(row: Mapping[str, Any]) -> str:
+def _aspects(row: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(class, mark, "aspect: pole") of each rubric aspect the row was judged on."""
     items = []
     for a in _l(row.get("rubric_aspects")):
         a = _d(a)
         met = a.get("met")
         cls, mark = ("met", "✓") if met is True else ("unmet", "✗") if met is False else ("unk", "?")
-        what = f"{a.get('aspect', '?')}: {a.get('pole', '?')}"
-        items.append(f'<span class="asp {cls}" title="{esc(what)}">{mark} {esc(what)}</span>')
-    return f'<div class="aspects">{"".join(items)}</div>' if items else ""
+        items.append((cls, mark, f"{a.get('aspect', '?')}: {a.get('pole', '?')}"))
+    return items
 
 
-def _card(decoder: str, row: Mapping[str, Any]) -> str:
+def _card(decoder: str, row: Mapping[str, Any]) -> dict[str, Any]:
     text = str(row.get("text", ""))
-    cut = text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + " …"
     score = row.get("rubric_satisfaction")
-    sat = "" if is_missing(score) else f'<span class="sat">rubric {num(score)}%</span>'
-    body = esc(cut) if cut.strip() else '<span class="muted">(empty response)</span>'
-    return (
-        f'<div class="gen{" zs" if decoder == "zero_shot" else ""}"><div class="gh"><b>{esc(decoder)}</b>{sat}</div>'
-        f'{_aspects(row)}<div class="text">{body}</div></div>'
-    )
+    return {
+        "cls": " zs" if decoder == "zero_shot" else "",
+        "title": decoder,
+        "full": "",
+        "sat": "" if is_missing(score) else num(score),
+        "aspects": _aspects(row),
+        "text": text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + " …",
+    }
 
 
 def generations_section(
@@ -53,28 +55,24 @@ def generations_section(
         by_user.setdefault(user, {}).setdefault(key, {}).setdefault(dec, r)
     decoders = [d for d in decoders if d == "zero_shot"] + [d for d in decoders if d != "zero_shot"]
     users = sorted(by_user)
-    parts = [
-        "<h2>Generations side by side</h2>",
-        f'<p class="muted">Zero-shot next to each guided decoder for the same user and prompt '
-        f"(showing {min(len(users), max_users)} of {len(users)} users, up to {max_prompts} prompts each; "
-        "all generations are in samples.jsonl). ✓/✗: rubric aspects the response meets.</p>",
-    ]
-    for i, user in enumerate(users[:max_users]):
+    shown = []
+    for user in users[:max_users]:
         prompts = by_user[user]
         first = next(iter(next(iter(prompts.values())).values()))
-        rubric = first.get("user_rubric")
         seen = first.get("seen")
-        tag = "" if seen is None else (" (seen)" if seen else " (unseen)")
-        summary = f"user <b>{esc(user)}</b>{esc(tag)}" + (
-            f' — <span class="rubric">{esc(rubric)}</span>' if rubric else ""
+        shown.append(
+            {
+                "user": user,
+                "tag": "" if seen is None else (" (seen)" if seen else " (unseen)"),
+                "rubric": str(first.get("user_rubric") or ""),
+                "prompts": [
+                    {
+                        "policy": policy,
+                        "prompt": str(next(iter(rows.values())).get("prompt", "")),
+                        "cards": [_card(d, rows[d]) for d in decoders if d in rows],
+                    }
+                    for (policy, _pid), rows in list(prompts.items())[:max_prompts]
+                ],
+            }
         )
-        inner = []
-        for (policy, _pid), rows in list(prompts.items())[:max_prompts]:
-            prompt = str(next(iter(rows.values())).get("prompt", ""))
-            pol = f' <span class="muted">policy {esc(policy)}</span>' if policy else ""
-            cards = "".join(_card(d, rows[d]) for d in decoders if d in rows)
-            inner.append(f'<div class="prompt"><b>Prompt</b>{pol}: {esc(prompt)}</div><div class="gens">{cards}</div>')
-        parts.append(
-            f'<details class="user"{" open" if i == 0 else ""}><summary>{summary}</summary>{"".join(inner)}</details>'
-        )
-    return "".join(parts)
+    return str(render("generations.html.j2", kind="side", users=shown, total=len(users), max_prompts=max_prompts))

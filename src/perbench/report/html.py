@@ -18,12 +18,12 @@ from perbench.io import atomic_write_text, refuse_links, writing_inside
 from perbench.report import board, details, extract, plots, sections, signal, validity, verdict
 from perbench.report.costs import trade_off_section
 from perbench.report.extract import _d
-from perbench.report.fmt import esc, is_missing
+from perbench.report.fmt import is_missing
 
 if TYPE_CHECKING:
     from perbench.runner.rundir import RunData
 from perbench.report.generations import generations_section
-from perbench.report.labels import short_labels
+from perbench.report.labels import report_labels
 from perbench.report.leaderboard import render_markdown
 from perbench.report.picks import picks_section
 from perbench.report.plots import Plot
@@ -39,13 +39,13 @@ def css() -> str:
 
 
 def figure(p: Plot | None) -> str:
+    """A figure of the page (templates/figure.html.j2): its PNG inline, the SVG file named."""
     if p is None:
         return ""
+    from perbench.report.templating import render
+
     data = base64.b64encode(p.png).decode("ascii")
-    return (
-        f'<figure><img alt="{esc(p.title)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{esc(p.title)} · <code>{PLOTS_DIR}/{esc(p.name)}.svg</code></figcaption></figure>"
-    )
+    return str(render("figure.html.j2", title=p.title, data=data, name=p.name, folder=PLOTS_DIR))
 
 
 def _quality(analysis: Mapping[str, Any]) -> str:
@@ -77,7 +77,8 @@ def build_plots(
     pairs = [_d(p) for p in extract._l(_d(a.get("selection")).get("pairs"))]
     ups, downs = extract.main_upstream(a, 3), extract.main_downstream(a, 3)
     table = _d(a.get("table"))
-    add("scatter", lambda: plots.scatter_grid(pairs, ups, downs, "scatter_main", table=table))
+    names = system_names(a, r)
+    add("scatter", lambda: plots.scatter_grid(pairs, ups, downs, "scatter_main", table=table, names=names))
     if all_pairs:
         all_ups, all_downs = extract.metrics_of(a)
         for d in all_downs:
@@ -87,23 +88,26 @@ def build_plots(
                 if any(p.get("upstream") == u and p.get("downstream") == d and _has_tau(p) for p in pairs)
             ]
             if have:
-                add(f"scatter:{d}", lambda d=d, have=have: plots.scatter_grid(pairs, have, [d], f"scatter__{d}", False))
-    add("fewshot", lambda: plots.fewshot_plot(extract.fewshot_curves(a, r)))
-    add("bon", lambda: plots.bon_plot(extract.bon_curves(r)))
+                add(
+                    f"scatter:{d}",
+                    lambda d=d, have=have: plots.scatter_grid(pairs, have, [d], f"scatter__{d}", False, names=names),
+                )
+    add("fewshot", lambda: plots.fewshot_plot(extract.fewshot_curves(a, r), names))
+    add("bon", lambda: plots.bon_plot(extract.bon_curves(r), names))
     add("rl", lambda: plots.rl_plot(extract.rl_histories(r)))
     verdict_metric = _d(a.get("verdict")).get("metric")
     dist_metrics = ["rm_acc"] + ([str(verdict_metric)] if verdict_metric else [])
     dists = extract.per_user_values(cells, dist_metrics) if cells else {}
-    add("per_user", lambda: plots.per_user_plot(dists or extract.per_user_from_fairness(a)))
+    add("per_user", lambda: plots.per_user_plot(dists or extract.per_user_from_fairness(a), names))
     q = _quality(a)
     rows = extract.win_gain_rows(r, q) or extract.win_gain_from_analysis(a, q)
     add(
         "win_gain",
         lambda: plots.win_gain_plot(
-            [(x["label"], x["win"], x["gain"]) for x in rows], q, [x.get("null") for x in rows]
+            [(x["label"], x["win"], x["gain"]) for x in rows], q, [x.get("null") for x in rows], names=names
         ),
     )
-    add("poles", lambda: signal.pole_heatmap(r))
+    add("poles", lambda: signal.pole_heatmap(r, names=names))
     return out
 
 
@@ -171,7 +175,7 @@ def memo_plots(
 def system_names(analysis: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Compact labels of every system and decoder the report names (``report.labels``)."""
     labels = [*_d(analysis.get("table")), *_d(_d(results).get("upstream")), *_d(_d(results).get("downstream"))]
-    return short_labels(str(x) for x in labels)
+    return report_labels(_d(results), labels)
 
 
 def _has_tau(pair: Mapping[str, Any]) -> bool:
@@ -180,15 +184,18 @@ def _has_tau(pair: Mapping[str, Any]) -> bool:
 
 
 def _toc(items: Sequence[tuple[str, str]]) -> str:
-    return '<nav class="toc">' + "".join(f'<a href="#{i}">{esc(t)}</a>' for i, t in items) + "</nav>"
+    from perbench.report.templating import render
+
+    return str(render("toc.html.j2", items=items))
 
 
 def _page(title: str, body: Sequence[str]) -> str:
-    return (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
-        f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{css()}</style></head>'
-        f"<body><main>{''.join(body)}</main></body></html>"
-    )
+    """The page (templates/page.html.j2) around the sections' HTML."""
+    from markupsafe import Markup
+
+    from perbench.report.templating import render
+
+    return str(render("page.html.j2", title=title, css=Markup(css()), body=[Markup(b) for b in body if b]))
 
 
 def _shared_sections(
@@ -197,29 +204,36 @@ def _shared_sections(
     results: Mapping[str, Any],
     cells_present: bool,
     leaderboards: str,
-) -> list[str]:
+) -> str:
+    """The sections a run's report and a comparison share (templates/shared.html.j2)."""
+    from markupsafe import Markup
+
+    from perbench.report.templating import render
+
     names = system_names(a, results)
-    parts = [f'<section id="leaderboard"><h2>Leaderboard</h2>{leaderboards}{verdict.power_section(a, names)}</section>']
-    parts.append(f'<section id="methods">{board.method_pages(a, names)}{sections.paired_section(a)}</section>')
-    parts.append(f'<section id="selection">{sections.selection_section(a, figure(figs.get("scatter")))}</section>')
-    parts.append(validity.validity_section(a))
-    parts.append(signal.signal_section(results, figure(figs.get("poles"))))
-    few, bon = figure(figs.get("fewshot")), figure(figs.get("bon"))
-    if few or bon:
-        few = f'<div class="grid">{few}</div>' if few else ""
-        parts.append(f'<section id="curves"><h2>Few-shot and Best-of-N curves</h2>{few}{bon}</section>')
-    rl = figure(figs.get("rl"))
-    if rl:
-        parts.append(f'<section id="rl"><h2>RL fine-tuning</h2>{details.rl_table(results)}{rl}</section>')
     per_user = figure(figs.get("per_user"))
-    source = "cells.jsonl" if cells_present else "the analysis's per-user accuracies"
     if per_user:
-        per_user += f'<p class="muted">Per-user distributions from {source}; one dot per user.</p>'
-    parts.append(f'<section id="users">{sections.fairness_section(a, per_user)}</section>')
+        source = "cells.jsonl" if cells_present else "the analysis's per-user accuracies"
+        per_user = str(render("per_user_note.html.j2", figure=Markup(per_user), source=source))
     q = _quality(a)
     rows = extract.win_gain_rows(results, q) or extract.win_gain_from_analysis(a, q)
-    parts.append(f'<section id="wins">{sections.win_gain_section(rows, q, figure(figs.get("win_gain")))}</section>')
-    return parts
+    rl = figure(figs.get("rl"))
+    parts = {
+        "leaderboards": leaderboards,
+        "power": verdict.power_section(a, names),
+        "methods": board.method_pages(a, names),
+        "paired": sections.paired_section(a, names),
+        "selection": sections.selection_section(a, figure(figs.get("scatter"))),
+        "validity": validity.validity_section(a),
+        "signal": signal.signal_section(results, figure(figs.get("poles")), names),
+        "fewshot": figure(figs.get("fewshot")),
+        "bon": figure(figs.get("bon")),
+        "rl": rl,
+        "rl_table": details.rl_table(results) if rl else "",
+        "users": sections.fairness_section(a, per_user, names),
+        "wins": sections.win_gain_section(rows, q, figure(figs.get("win_gain")), names),
+    }
+    return str(render("shared.html.j2", **{k: Markup(v) for k, v in parts.items()}))
 
 
 def render(
@@ -249,26 +263,34 @@ def render(
             ]
         )
     )
+    from markupsafe import Markup
+
+    from perbench.report.templating import render as render_template
+
     names = system_names(a, results)
-    body.append(verdict.verdict_box(a, names) + trade_off_section(a, names))
     full = sections.leaderboard(a, f"Leaderboard — {bench}, all columns", names)
-    body += _shared_sections(a, figs, results, bool(cells), board.glance(a, names, f"Leaderboard — {bench}", full))
+    glance = board.glance(a, names, f"Leaderboard — {bench}", full)
     picks = picks_section(samples, a, names)
-    body.append(f'<section id="generations">{picks}{generations_section(samples, picks=bool(picks))}</section>')
     run_detail = "".join(
         [
-            details.upstream_section(results),
-            details.fewshot_table(results),
-            details.policy_accuracy_section(results),
-            details.downstream_section(results),
+            details.upstream_section(results, names),
+            details.fewshot_table(results, names),
+            details.policy_accuracy_section(results, names),
+            details.downstream_section(results, names),
         ]
     )
-    if run_detail:
-        body.append(f'<section id="details"><h2>Run detail</h2>{run_detail}</section>')
-    body.append(details.skipped_section(results))
-    body.append(
-        f'<section id="provenance">{details.provenance_section(results, notes)}{sections.analysis_notes(a)}</section>'
-    )
+    parts = {
+        "verdict": verdict.verdict_box(a, names),
+        "trade_offs": trade_off_section(a, names),
+        "shared": _shared_sections(a, figs, results, bool(cells), glance),
+        "picks": picks,
+        "generations": generations_section(samples, picks=bool(picks)),
+        "run_detail": run_detail,
+        "skipped": details.skipped_section(results),
+        "provenance": details.provenance_section(results, notes),
+        "notes": sections.analysis_notes(a),
+    }
+    body.append(str(render_template("run.html.j2", **{k: Markup(v) for k, v in parts.items()})))
     return _page(f"perbench — {bench}", body)
 
 

@@ -1,92 +1,110 @@
-"""Compact system labels for the report: ``mpu(train_fraction=0.25)`` → ``mpu@25%``, ``lore(K=2,seed=1)`` →
-``lore·K2·s1``, ``best_of_n(n=8,pool=32)[lore(train_fraction=0.5)]`` → ``BoN8[lore@50%]``. Every table and plot
-uses them; :func:`legend` maps each back to the full label. Distinct full labels keep distinct short ones (a
-collision falls back to the full label)."""
+"""Compact system labels for the report, read from results.json's ``systems.members`` (each system's method,
+parameters and axes): ``mpu(train_fraction=0.25)`` → ``mpu@25%``, ``lore(K=2,seed=1)`` → ``lore·K2·s1``, and a
+decoder's output ``best_of_n(n=8,pool=32)[lore(train_fraction=0.5)]`` (its ``downstream`` entry names the system
+as ``guide``) → ``BoN8[lore@50%]``. Every table and plot uses them; :func:`legend` maps each back to the full
+label. A label the results do not describe (a decoder without an RM, a reference pick, a run written before
+``systems.members``) is kept whole; two systems that would share a compact label both keep their full one."""
 
 from __future__ import annotations
 
-import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from perbench.report.fmt import esc
-
+#: short names of a system's parameters and axes
 _SHORT_KEYS = {"seed": "s", "shots": "sh", "pool": "p"}
-_DECODER = re.compile(r"^(?P<dec>[a-z_]+)(?:\((?P<args>[^\[\]]*)\))?\[(?P<rm>.+)\](?P<rest>.*)$")
-_CALL = re.compile(r"^(?P<name>[^()]+)\((?P<args>.*)\)(?P<rest>.*)$")
+_DECODERS = {"best_of_n": "BoN", "args": "ARGS", "genarm": "GenARM"}
 
 
-def _fraction(v: str) -> str:
-    try:
-        return f"{100 * float(v):g}%"
-    except ValueError:
-        return v
+def _d(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
 
 
-def _args(text: str) -> list[tuple[str, str]]:
-    out = []
-    for part in text.split(","):
-        k, eq, v = part.partition("=")
-        if eq:
-            out.append((k.strip(), v.strip()))
-    return out
+def _pct(v: Any) -> str:
+    return f"{100 * float(v):g}%" if isinstance(v, int | float) else str(v)
 
 
-def _short_call(label: str) -> str:
-    m = _CALL.match(label)
-    if m is None:
-        return label
-    name, rest = m.group("name"), m.group("rest")
-    pairs = _args(m.group("args"))
-    if not pairs:
-        return label
-    at = ""
-    bits = []
-    for k, v in pairs:
-        if k == "train_fraction":
-            at = "@" + _fraction(v)
-        else:
-            bits.append(f"{_SHORT_KEYS.get(k, k)}{v}")
-    return name + at + "".join("·" + b for b in bits) + rest
+def _run_value(results: Mapping[str, Any], members: Mapping[str, Any], axis: str) -> Any:
+    """The run's own value of an axis (``config.seed`` / ``config.shots``), else the members' most common one."""
+    own = _d(results.get("config")).get(axis)
+    if own is not None:
+        return own
+    seen = Counter(str(_d(m).get(axis)) for m in members.values() if _d(m).get(axis) is not None)
+    return next((v for v, _ in seen.most_common(1)), None)
 
 
-def short_label(label: str) -> str:
-    """The compact form of one label (see the module docstring); a label it cannot parse is kept."""
-    m = _DECODER.match(label)
-    if m is not None:
-        dec = {"best_of_n": "BoN", "args": "ARGS", "genarm": "GenARM"}.get(m.group("dec"), m.group("dec"))
-        n = dict(_args(m.group("args") or "")).get("n", "")
-        return f"{dec}{n}[{_short_call(m.group('rm'))}]{m.group('rest')}"
-    return _short_call(label)
+def member_label(rec: Mapping[str, Any], seed: Any = None, shots: Any = None) -> str:
+    """The compact label of one ``systems.members`` record: the method, its parameters, then each axis that differs
+    from the run's own (``seed`` / ``shots``; train fraction 1.0)."""
+    bits = [f"{_SHORT_KEYS.get(str(k), k)}{v}" for k, v in sorted(_d(rec.get("params")).items())]
+    tf = rec.get("train_fraction")
+    at = "" if tf is None or tf == 1 else "@" + _pct(tf)
+    for axis, own in (("seed", seed), ("shots", shots)):
+        v = rec.get(axis)
+        if v is not None and own is not None and str(v) != str(own):
+            bits.append(f"{_SHORT_KEYS[axis]}{v}")
+    return str(rec.get("method") or rec.get("family")) + at + "".join("·" + b for b in bits)
 
 
-def short_labels(labels: Iterable[str]) -> dict[str, str]:
-    """Full label → compact label for every label; when two full labels would share a compact one, both keep
-    their full label."""
-    full = list(dict.fromkeys(str(x) for x in labels))
-    short = {x: short_label(x) for x in full}
-    seen: dict[str, int] = {}
-    for s in short.values():
-        seen[s] = seen.get(s, 0) + 1
-    return {x: (s if seen[s] == 1 else x) for x, s in short.items()}
+def decoder_label(decoder: str) -> str:
+    """``best_of_n(n=8,pool=32)`` → ``BoN8`` (a decoder's label as the config writes it: ``name(key=value,…)``)."""
+    name, _, args = decoder.partition("(")
+    params = dict(p.split("=", 1) for p in args.rstrip(")").split(",") if "=" in p)
+    return _DECODERS.get(name, name) + params.get("n", "")
 
 
-def legend(names: Mapping[str, str]) -> str:
-    """A compact "label = full label" list for the labels that were shortened ("" when none was)."""
-    rows = [(s, f) for f, s in names.items() if s != f]
-    if not rows:
-        return ""
-    items = "".join(f"<span><b>{esc(s)}</b> = <code>{esc(f)}</code></span>" for s, f in rows)
-    return (
-        f'<details class="legend"><summary>Labels ({len(rows)} shortened)</summary><p class="lg">{items}</p></details>'
-    )
+def report_labels(results: Mapping[str, Any], labels: Iterable[str] = ()) -> dict[str, str]:
+    """Full label → compact label for every system of ``systems.members``, every ``downstream`` output whose guide is
+    one of them, and every other label of ``labels`` (kept whole)."""
+    from perbench.systems import fit_label
+
+    members = _d(_d(results.get("systems")).get("members"))
+    seed, shots = _run_value(results, members, "seed"), _run_value(results, members, "shots")
+    out: dict[str, str] = {}
+    for label, rec in members.items():
+        rec = _d(rec)
+        if rec.get("pooled_as") in members and rec.get("pooled_as") != label:
+            continue  # one extra fit of a pooled system: named below, after its system
+        out[label] = member_label(rec, seed, shots)
+        for i in range(1, len(rec.get("fit_seeds") or [])):  # the extra fits, by their index as the labels say
+            out[fit_label(label, i)] = f"{out[label]}·fit{i}"
+    for label, entry in _d(results.get("downstream")).items():
+        guide = str(_d(entry).get("guide") or "")
+        if guide in out and label.endswith(f"[{guide}]"):
+            out[label] = f"{decoder_label(label[: -len(guide) - 2])}[{out[guide]}]"
+    for label in labels:
+        out.setdefault(str(label), str(label))
+    taken = Counter(out.values())
+    return {full: (short if taken[short] == 1 else full) for full, short in out.items()}
 
 
-def name_cell(label: str, names: Mapping[str, str]) -> str:
+def short(label: Any, names: Mapping[str, str]) -> str:
+    """The compact label of ``label`` (``names`` from :func:`report_labels`); a ``" (…)"`` suffix is kept."""
+    text = str(label)
+    if text in names:
+        return names[text]
+    base, sep, rest = text.partition(" (")
+    return names[base] + sep + rest if sep and base in names else text
+
+
+def legend_rows(names: Mapping[str, str], among: Iterable[str] | None = None) -> list[tuple[str, str]]:
+    """(compact, full) for every label that was shortened (only those of ``among`` when given)."""
+    keep = None if among is None else {str(x) for x in among}
+    return [(s, f) for f, s in names.items() if s != f and (keep is None or f in keep)]
+
+
+def name_cell(label: Any, names: Mapping[str, str]) -> str:
     """A system's compact label as HTML, its full label on hover."""
-    short = names.get(label, label)
-    if short == label:
-        return esc(label)
-    return f'<span title="{esc(label)}">{esc(short)}</span>'
+    from perbench.report.templating import render
+
+    return str(render("name.html.j2", full=str(label), short=short(label, names)))
+
+
+def legend(names: Mapping[str, str], among: Iterable[str] | None = None) -> str:
+    """A compact "label = full label" list of the labels that were shortened ("" when none was)."""
+    from perbench.report.templating import render
+
+    return str(render("legend.html.j2", rows=legend_rows(names, among)))
 
 
 def shorten_text(text: str, names: Mapping[str, str]) -> str:

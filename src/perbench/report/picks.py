@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc
 from perbench.report.generations import MAX_CHARS
+from perbench.report.templating import render
 
 TOP = 3
 
@@ -30,33 +30,23 @@ def _poles(rubric: Any) -> list[tuple[str, str]]:
     return out
 
 
-def _marks(text: str, poles: Sequence[tuple[str, str]]) -> str:
+def _marks(text: str, poles: Sequence[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(class, mark, "aspect: pole") of each of the user's rubric poles, as the checker reads ``text``."""
     if not poles:
-        return ""
+        return []
     try:
         from perbench.data.rubrics.aspects import ASPECTS, annotate
     except ImportError:  # pragma: no cover - the rubric module ships with perbench
-        return ""
+        return []
     if any(a not in ASPECTS for a, _ in poles):
-        return ""
+        return []
     got = annotate(text)
-    items = []
-    for aspect, pole in poles:
-        met = got.get(aspect) == pole
-        cls, mark = ("met", "✓") if met else ("unmet", "✗")
-        items.append(
-            f'<span class="asp {cls}" title="{esc(aspect)}: {esc(pole)}">{mark} {esc(aspect)}: {esc(pole)}</span>'
-        )
-    return f'<div class="aspects">{"".join(items)}</div>'
+    return [("met", "✓", f"{a}: {p}") if got.get(a) == p else ("unmet", "✗", f"{a}: {p}") for a, p in poles]
 
 
-def _card(title: str, full: str, text: str, poles: Sequence[tuple[str, str]], cls: str = "") -> str:
+def _card(title: str, full: str, text: str, poles: Sequence[tuple[str, str]], cls: str = "") -> dict[str, Any]:
     cut = text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + " …"
-    body = esc(cut) if cut.strip() else '<span class="muted">(empty response)</span>'
-    return (
-        f'<div class="gen{cls}"><div class="gh"><b title="{esc(full)}">{esc(title)}</b></div>'
-        f'{_marks(text, poles)}<div class="text">{body}</div></div>'
-    )
+    return {"cls": cls, "title": title, "full": full, "sat": "", "aspects": _marks(text, poles), "text": cut}
 
 
 def _top_systems(analysis: Mapping[str, Any], metric: str) -> list[str]:
@@ -114,7 +104,7 @@ def picks_section(
     if not users:
         return ""
     blocks = []
-    for i, u in enumerate(users):
+    for u in users:
         p = by_user[u]
         z = zero[(u, p)]
         poles = _poles(z.get("user_rubric"))
@@ -127,18 +117,7 @@ def picks_section(
         o = oracle.get((dec, u, p))
         if o is not None and o in texts:
             cards.append(_card("oracle pick", "oracle_pick", texts[o], poles, " zs"))
-        rubric = z.get("user_rubric")
-        head = f"user <b>{esc(u)}</b>" + (f' — <span class="rubric">{esc(rubric)}</span>' if rubric else "")
-        blocks.append(
-            f'<details class="user" id="pick-{i}"{" open" if i == 0 else ""}><summary>{head}</summary>'
-            f'<div class="prompt"><b>Prompt</b>: {esc(z.get("prompt", ""))}</div>'
-            f'<div class="gens">{"".join(cards)}</div></details>'
-        )
-    jump = " ".join(f'<a href="#pick-{i}">{esc(u)}</a>' for i, u in enumerate(users))
-    top_names = ", ".join(esc(names.get(m, m)) for m in systems)
-    return (
-        "<h2>What the top systems pick</h2>"
-        f'<p class="muted">For each user, one prompt: the zero-shot output, the Best-of-N pick of the top systems '
-        f"({top_names}) from the shared pool, and the oracle pick; ✓/✗: the user's rubric poles met or missed. "
-        f"Users: {jump}</p>" + "".join(blocks)
-    )
+        rubric = str(z.get("user_rubric") or "")
+        blocks.append({"user": u, "tag": "", "rubric": rubric, "prompt": str(z.get("prompt", "")), "cards": cards})
+    top_names = [names.get(m, m) for m in systems]
+    return str(render("generations.html.j2", kind="picks", users=blocks, top=top_names))

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from perbench.report.fmt import is_missing, is_pct_metric, metric_label, quality_label
-from perbench.report.labels import family_styles, short_labels
+from perbench.report.labels import family_styles
+from perbench.report.labels import short as compact
 
 #: systems labelled on an in-page scatter (the top ones by the downstream metric)
 TOP_LABELS = 5
@@ -37,6 +38,10 @@ _RC: dict[str, Any] = {
     "legend.fontsize": 7.5,
     "legend.frameon": False,
 }
+
+
+#: one point of a few-shot curve: (shots, accuracy, CI low, CI high)
+Point = tuple[int, float, float | None, float | None]
 
 
 @dataclass(frozen=True)
@@ -137,23 +142,27 @@ def scatter_grid(
     name: str,
     in_page: bool = True,
     table: Mapping[str, Any] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Plot | None:
     """Upstream (x) against downstream (y) values of every system, one panel per pair, fitted τ-b in the title.
 
-    In-page grids label each point; file-only grids (many panels) use one colour per method and a legend."""
+    In-page grids number the top :data:`TOP_LABELS` systems of each panel (by the downstream metric) and key the
+    numbers below (every other point stays unlabelled: 20 labels overlap into a blob); file-only grids (many
+    panels) use one colour per method and a legend. ``names``: compact labels."""
     by = {(p.get("upstream"), p.get("downstream")): p for p in pairs}
     if not any((u, d) in by for d in downs for u in ups):
         return None
     systems = sorted({m for p in by.values() for m, _, _ in _points(p)})
     color = {m: st[0] for m, st in family_styles(systems, PALETTE).items()}
-    names = short_labels(systems)
+    names = {m: compact(m, names or {}) for m in systems}
     nrow, ncol = len(downs), len(ups)
+    keys: list[str] = []
     from matplotlib.ticker import MaxNLocator
 
     with _style() as Figure:
-        fig = Figure(figsize=(3.3 * ncol, 2.9 * nrow + (0.4 if in_page else 0.9)))
+        fig = Figure(figsize=(3.3 * ncol, 2.9 * nrow + 0.9))
         axes = fig.subplots(nrow, ncol, squeeze=False)
-        _margins(fig, left=0.75, top=0.75, bottom=0.55 if in_page else 1.0, wspace=0.45, hspace=0.7)
+        _margins(fig, left=0.75, top=0.75, bottom=1.0, wspace=0.45, hspace=0.7)
         for i, d in enumerate(downs):
             for j, u in enumerate(ups):
                 ax = axes[i][j]
@@ -170,14 +179,8 @@ def scatter_grid(
                         ecolor="#bbb", elinewidth=0.6, zorder=2,
                     )  # fmt: skip
                 ax.scatter(xs, ys, s=22, c=[color[m] for m in ms], zorder=3)
-                if in_page:  # the top systems by the downstream metric only: 20 labels would overlap into a blob
-                    top = set(sorted(range(len(pts)), key=lambda k: -ys[k])[:TOP_LABELS])
-                    for k, ((m, _, _), x, y) in enumerate(zip(pts, xs, ys, strict=True)):
-                        if k in top:
-                            ax.annotate(
-                                short(names.get(m, m), 16), (x, y), fontsize=6.5, xytext=(3, 3),
-                                textcoords="offset points",
-                            )  # fmt: skip
+                if in_page:
+                    _number_top(ax, xs, ys, [names[m] for m in ms], keys)
                 ax.xaxis.set_major_locator(MaxNLocator(4))
                 ax.yaxis.set_major_locator(MaxNLocator(4))
                 ax.set_title(f"{_tau_title(p)}  (n={p.get('n_systems', len(pts))})")
@@ -188,18 +191,45 @@ def scatter_grid(
 
             handles = [Line2D([], [], ls="", marker="o", color=color[m], label=short(names[m], 28)) for m in systems]
             fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)))
+        if keys:
+            fig.text(0.01, 0.012, "  ".join(keys), fontsize=7, wrap=True)
         fig.suptitle("Upstream metric (x) vs downstream metric (y), one point per system", fontsize=10)
         return _render(fig, name, "Upstream vs downstream", in_page, dpi=110 if in_page else 80)
 
 
-def fewshot_plot(curves: Mapping[str, Sequence[tuple[int, float, float | None, float | None]]]) -> Plot | None:
+def _number_top(
+    ax: Any, xs: Sequence[float], ys: Sequence[float], shown: Sequence[str], keys: list[str], top: int = TOP_LABELS
+) -> None:
+    """Number the ``top`` points by y (1 = highest) with small digits beside them, and add ``N label`` to ``keys``
+    (one number per label across panels): short digits do not overlap where 20 names would."""
+    placed: list[tuple[float, float]] = []  # label positions in points: a label near another one moves up
+    for k in sorted(range(len(xs)), key=lambda k: -ys[k])[:top]:
+        entry = shown[k]
+        found = next((i for i, e in enumerate(keys) if e.split(" ", 1)[1] == entry), None)
+        if found is None:
+            keys.append(f"{len(keys) + 1} {entry}")
+            found = len(keys) - 1
+        px, py = ax.transData.transform((xs[k], ys[k])) * 72.0 / ax.figure.dpi
+        dy = 2.0
+        while any(abs(px - qx) < 9 and abs(py + dy - qy) < 7 for qx, qy in placed):
+            dy += 7.0
+        placed.append((px, py + dy))
+        line = {"arrowstyle": "-", "color": "#999", "lw": 0.4} if dy > 2 else None  # a moved label keeps a leader
+        ax.annotate(str(found + 1), (xs[k], ys[k]), fontsize=6.5, xytext=(3, dy), textcoords="offset points",
+                    color="#333", arrowprops=line)  # fmt: skip
+
+
+def fewshot_plot(
+    curves: Mapping[str, Sequence[tuple[int, float, float | None, float | None]]],
+    names: Mapping[str, str] | None = None,
+) -> Plot | None:
     """RM accuracy of unseen users against the number of shots they were adapted with, one line per method."""
     curves = {m: [c for c in cs if not is_missing(c[1])] for m, cs in curves.items()}
     curves = {m: sorted(cs) for m, cs in curves.items() if cs}
     if not curves:
         return None
     styles = family_styles(curves, PALETTE)
-    names = short_labels(curves)
+    names = {m: compact(m, names or {}) for m in curves}
     with _style() as Figure:
         fig = Figure(figsize=(6.6, 3.4))
         ax = fig.subplots()
@@ -226,13 +256,15 @@ def fewshot_plot(curves: Mapping[str, Sequence[tuple[int, float, float | None, f
         return _render(fig, "fewshot_curves", "Few-shot curves")
 
 
-def bon_plot(curves: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Plot | None:
+def bon_plot(
+    curves: Mapping[str, Mapping[str, Mapping[str, Any]]], names: Mapping[str, str] | None = None
+) -> Plot | None:
     """Ground-truth quality of Best-of-n vs n per RM (label → quality metric → curve), with oracle and random pick."""
     metrics = list(dict.fromkeys(q for c in curves.values() for q in c))[:4]
     if not metrics:
         return None
     styles = family_styles(curves, PALETTE)
-    names = short_labels(curves)
+    names = {m: compact(m, names or {}) for m in curves}
     ncol = min(2, len(metrics))  # two panels a row (stacked, not shrunk), the legend to the right
     nrow = -(-len(metrics) // ncol)
     with _style() as Figure:
@@ -304,7 +336,9 @@ def rl_plot(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> Plot | None:
         return _render(fig, "rl_training", "RL training curves")
 
 
-def per_user_plot(dists: Mapping[str, Mapping[str, Sequence[float]]]) -> Plot | None:
+def per_user_plot(
+    dists: Mapping[str, Mapping[str, Sequence[float]]], names: Mapping[str, str] | None = None
+) -> Plot | None:
     """Per-user values (metric → method → one value per user): a box and every user as a dot."""
     dists = {k: {m: list(v) for m, v in d.items() if v} for k, d in dists.items()}
     dists = {k: d for k, d in dists.items() if d}
@@ -319,8 +353,8 @@ def per_user_plot(dists: Mapping[str, Mapping[str, Sequence[float]]]) -> Plot | 
         axes = fig.subplots(1, len(dists), squeeze=False)[0]
         _margins(fig, left=1.55, wspace=0.6)
         for ax, (metric, d) in zip(axes, dists.items(), strict=True):
-            names = list(d)[::-1]
-            data = [[v * _scale(metric) for v in d[m]] for m in names]
+            systems = list(d)[::-1]
+            data = [[v * _scale(metric) for v in d[m]] for m in systems]
             ax.boxplot(
                 data,
                 vert=False,
@@ -331,40 +365,39 @@ def per_user_plot(dists: Mapping[str, Mapping[str, Sequence[float]]]) -> Plot | 
             )
             for i, vals in enumerate(data, start=1):
                 ax.scatter(vals, i + rng.uniform(-0.16, 0.16, len(vals)), s=7, alpha=0.55, color="#3b6fb6", zorder=3)
-            compact = short_labels(names)
-            ax.set_yticks(range(1, len(names) + 1), [short(compact[m], 18) for m in names])
+            ax.set_yticks(range(1, len(systems) + 1), [short(compact(m, names or {}), 18) for m in systems])
             ax.set_xlabel(metric_label(metric) + _unit(metric) + " per user")
             ax.set_title(metric_label(metric))
         return _render(fig, "per_user", "Per-user distributions")
 
 
 def win_gain_plot(
-    rows: Sequence[tuple[str, float, float]], quality: str, nulls: Sequence[Any] | None = None, top: int = 5
+    rows: Sequence[tuple[str, float, float]],
+    quality: str,
+    nulls: Sequence[Any] | None = None,
+    top: int = 5,
+    names: Mapping[str, str] | None = None,
 ) -> Plot | None:
     """RM win rate (its own guided output vs zero-shot) against the ground-truth gain over zero-shot, beside the
     win rate a scorer with no information gets under each decoder (``nulls``, one per row: n/(n+1) for Best-of-n,
-    50% for a single guided output); only the ``top`` systems by gain are labelled."""
+    50% for a single guided output); only the ``top`` systems by gain are numbered, and keyed below."""
     keep = [i for i, r in enumerate(rows) if not is_missing(r[1]) and not is_missing(r[2])]
     if not keep:
         return None
     nulls = [nulls[i] if nulls is not None and i < len(nulls) else None for i in keep]
     rows = [rows[i] for i in keep]
-    names = short_labels(r[0] for r in rows)
-    labelled = set(sorted(range(len(rows)), key=lambda k: -rows[k][2])[:top])
+    keys: list[str] = []
     with _style() as Figure:
-        fig = Figure(figsize=(5.2, 3.6))
+        fig = Figure(figsize=(5.2, 4.2))
         ax = fig.subplots()
-        _margins(fig, left=0.75)
-        for k, (label, win, gain) in enumerate(rows):
+        _margins(fig, left=0.75, bottom=1.15)
+        for k, (_, win, gain) in enumerate(rows):
             ax.scatter([100 * win], [100 * gain], s=26, color=PALETTE[k % len(PALETTE)], zorder=3)
-            if k in labelled:
-                ax.annotate(
-                    short(names[label], 24),
-                    (100 * win, 100 * gain),
-                    fontsize=6.5,
-                    xytext=(3, 3),
-                    textcoords="offset points",
-                )
+        _number_top(
+            ax, [100 * r[1] for r in rows], [100 * r[2] for r in rows],
+            [compact(r[0], names or {}) for r in rows], keys, top,
+        )  # fmt: skip
+        fig.text(0.01, 0.012, "  ".join(keys), fontsize=6.5, wrap=True)
         ax.margins(x=0.3, y=0.15)
         ax.axhline(0, color="#999", lw=0.8)
         lines = sorted({round(100 * float(n), 3) for n in nulls if not is_missing(n)}) or [50.0]

@@ -9,19 +9,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perbench.report.extract import _d, _l, main_downstream, main_upstream, metrics_of
+from markupsafe import Markup
+
+from perbench.report.extract import _d, _l, main_downstream, main_upstream
 from perbench.report.fmt import (
     badge,
-    esc,
     is_missing,
     is_pct_metric,
-    metric_label,
+    metric_head,
     na_span,
     num,
     quality_label,
-    table,
+    span,
     value_ci,
 )
+from perbench.report.labels import name_cell, short
+from perbench.report.templating import render
 from perbench.report.verdict import mark
 
 CORRELATIONS = (
@@ -34,19 +37,6 @@ CORRELATIONS = (
 )
 
 
-def _mhead(metric: str) -> str:
-    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
-
-
-def _table_raw(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
-    """Like :func:`fmt.table` but the header cells are already HTML."""
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return (
-        f'<div class="scroll"><table class="{esc(cls)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
-    )
-
-
 def cell_html(entry: Any, metric: str) -> str:
     """``value [lo, hi] ± sd`` of a table entry, or n/a with the reason on hover."""
     e = _d(entry)
@@ -55,7 +45,7 @@ def cell_html(entry: Any, metric: str) -> str:
     out = value_ci(e["value"], e.get("ci"), is_pct_metric(metric))
     sd = e.get("sd_seeds")
     if not is_missing(sd):
-        out += f' <span class="ci">± {num(sd, is_pct_metric(metric))} sd</span>'
+        out += " " + span("ci", f"± {num(sd, is_pct_metric(metric))} sd")
     return out
 
 
@@ -72,8 +62,6 @@ def leaderboard(
 ) -> str:
     """Methods (baselines included) in the verdict metric's ranking order, headline metrics with CIs (``names``:
     compact labels)."""
-    from perbench.report.labels import name_cell
-
     a = _d(analysis)
     tab = _d(a.get("table"))
     if not tab:
@@ -92,71 +80,39 @@ def leaderboard(
             r = _d(ranking.get(c))
             own = own_decoding(tab, m, c)
             if own is not None:  # a decoder without an RM (zero-shot): its own value, as the reference
-                cells.append(cell_html(_d(tab.get(m)).get(own), own) + ' <span class="ci">(reference)</span>')
+                cells.append(cell_html(_d(tab.get(m)).get(own), own) + " " + span("ci", "(reference)"))
                 continue
             html = cell_html(_d(tab.get(m)).get(c), c)
             got = mark(r, m)
             if got is not None:
                 html += " " + badge(*got)
             elif m in _l(r.get("reference_lines")):
-                html += ' <span class="ci">(reference)</span>'
+                html += " " + span("ci", "(reference)")
             cells.append(html)
         rows.append(cells)
-    head = ["#", "method", *(_mhead(c) for c in cols)]
-    notes = []
+    head = ["#", "method", *(metric_head(c) for c in cols)]
+    nm = names or {}
+    notes: list[tuple[Markup, str, str]] = []
     for c in cols:
         r = _d(ranking.get(c))
         if not r:
             continue
         vs = _d(r.get("vs_runner_up"))
-        extra = ""
+        extra = Markup("")
         if vs:
             on = f" on the {num(vs.get('cells'), pct=False)} cells both cover" if vs.get("partial") else ""
-            extra = (
-                f" (vs runner-up {esc(vs.get('b'))}: "
-                f"{value_ci(vs.get('delta'), vs.get('ci'), is_pct_metric(c), signed=True)} simultaneous{on})"
-            )
+            delta = Markup(value_ci(vs.get("delta"), vs.get("ci"), is_pct_metric(c), signed=True))
+            extra = Markup(" (vs runner-up {}: {} simultaneous{})").format(short(vs.get("b"), nm), delta, on)
         if r.get("best"):
-            notes.append(f"<li>{_mhead(c)}: best <b>{esc(r['best'])}</b>{extra}</li>")
+            notes.append((metric_head(c), Markup("best <b>{}</b>").format(short(r["best"], nm)), extra))
         elif r.get("decision") == "equivalent":
             top = [*_l(r.get("order"))[:1], *_l(r.get("equivalent"))]
-            notes.append(f"<li>{_mhead(c)}: practically equivalent: {esc(', '.join(str(t) for t in top))}</li>")
+            notes.append((metric_head(c), "practically equivalent: " + ", ".join(short(t, nm) for t in top), ""))
         elif _l(r.get("tied")):
-            notes.append(f"<li>{_mhead(c)}: tied: {esc(', '.join(str(t) for t in r['tied']))} (undecided){extra}</li>")
-    return (
-        f"<h3>{esc(title)}</h3>"
-        + _table_raw(head, rows, "lb")
-        + (f'<ul class="small">{"".join(notes)}</ul>' if notes else "")
-        + '<p class="muted">Ordered by the first column; baselines and oracles are reference lines, never ranked or '
-        'recommended. "best" only where the method is the one deployable system in the simultaneous 95% set of '
-        "systems that could be the best (multiple comparisons with the best over the deployable systems and the "
-        'baselines, max-statistic two-way bootstrap) and is shown better than every baseline; "equivalent" where '
-        'every pair in the set has its 90% CI inside the equivalence margin; "tied" where neither holds yet.</p>'
-    )
-
-
-def method_table(analysis: Mapping[str, Any] | None) -> str:
-    """Every metric (rows, upstream then downstream) × every method (columns)."""
-    a = _d(analysis)
-    tab = _d(a.get("table"))
-    if not tab:
-        return ""
-    methods = [m for m in _l(a.get("methods")) if m in tab] or list(tab)
-    ups, downs = metrics_of(a)
-    rows = []
-    for side, metrics in (("upstream", ups), ("downstream", downs)):
-        if not metrics:
-            continue
-        rows.append([f'<b class="side">{side}</b>'] + [""] * len(methods))
-        for metric in metrics:
-            rows.append([_mhead(metric)] + [cell_html(_d(tab.get(m)).get(metric), metric) for m in methods])
-    head = ["metric"] + [esc(m) for m in methods]
-    return (
-        "<h2>Methods: upstream and downstream side by side</h2>"
-        + _table_raw(head, rows, "wide")
-        + '<p class="muted">% with 95% CI; ± sd across seeds where a config has several. '
-        "n/a: not applicable or not run (hover for the reason).</p>"
-    )
+            tied = ", ".join(short(t, nm) for t in r["tied"])
+            notes.append((metric_head(c), f"tied: {tied} (undecided)", extra))
+    rows = [[Markup(c) for c in r] for r in rows]
+    return str(render("leaderboard.html.j2", title=title, head=head, rows=rows, notes=notes))
 
 
 def _corr(e: Any) -> str:
@@ -167,11 +123,11 @@ def _corr(e: Any) -> str:
         return na_span(e.get("na") or "undefined (too few systems, or a constant ranking)")
     out = f"{float(v):+.2f}"
     if len(ci) == 2 and not any(is_missing(c) for c in ci):
-        out += f' <span class="ci">[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]</span>'
+        out += " " + span("ci", f"[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]")
     if isinstance(e.get("chance"), int | float):
-        out += f' <span class="ci">(chance {float(e["chance"]):.2f})</span>'
+        out += " " + span("ci", f"(chance {float(e['chance']):.2f})")
     if e.get("note"):
-        out += f' <span class="na" title="{esc(e["note"])}">*</span>'
+        out += " " + span("na", "*", str(e["note"]))
     return out
 
 
@@ -182,67 +138,51 @@ def selection_section(analysis: Mapping[str, Any] | None, scatter_html: str = ""
     preds = _d(sel.get("best_predictor"))
     if not pairs and not preds:
         return ""
-    parts = ["<h2>Does the upstream ranking predict the downstream one?</h2>"]
     main = set(main_downstream(a, 3))
     texts = {d: str(_d(p).get("text")) for d, p in preds.items() if _d(p).get("text")}
     first = [t for d, t in texts.items() if d in main] or list(texts.values())[:3]
     others = [t for t in texts.values() if t not in first]
-    if first:
-        parts.append('<ul class="predictors">' + "".join(f"<li>{esc(t)}</li>" for t in first) + "</ul>")
-    if others:
-        parts.append(
-            f"<details><summary>best predictor of the other {len(others)} downstream metrics</summary>"
-            '<ul class="predictors">' + "".join(f"<li>{esc(t)}</li>" for t in others) + "</ul></details>"
-        )
-    head = ["upstream", "downstream", "systems", *(esc(n) for _, n in CORRELATIONS)]
+    head: list[Any] = ["upstream", "downstream", "systems", *(n for _, n in CORRELATIONS)]
     families = any(p.get("across_methods") for p in pairs)
     if families:
-        head.append('<span title="one point per method family: its variants averaged">τ-b across methods</span>')
+        why = "one point per method family: its variants averaged"
+        head.append(Markup(span("", "τ-b across methods", why)))
 
-    def row(p: Mapping[str, Any]) -> list[str]:
+    def row(p: Mapping[str, Any]) -> list[Markup]:
         cells = [
-            _mhead(str(p.get("upstream"))),
-            _mhead(str(p.get("downstream"))),
+            metric_head(str(p.get("upstream"))),
+            metric_head(str(p.get("downstream"))),
             num(p.get("n_systems"), pct=False),
         ] + [_corr(p.get(k)) for k, _ in CORRELATIONS]
         if families:
             fam = _d(p.get("across_methods"))
+            n = num(fam.get("n_families"), pct=False)
             cells.append(
-                _corr(fam.get("kendall_tau_b")) + f' <span class="ci">({num(fam.get("n_families"), pct=False)})</span>'
+                _corr(fam.get("kendall_tau_b")) + " " + span("ci", f"({n})")
                 if fam
                 else na_span("each method is one system")
             )
-        return cells
+        return [Markup(c) for c in cells]
 
     main_up = set(main_upstream(a, 3))
     shown = [p for p in pairs if p.get("downstream") in main and p.get("upstream") in main_up] or pairs[:12]
-    parts.append(_table_raw(head, [row(p) for p in shown], "sel lb2"))
     rest = [p for p in pairs if p not in shown]
-    if rest:
-        parts.append(
-            f"<details><summary>all {len(pairs)} upstream → downstream pairs</summary>"
-            + _table_raw(head, [row(p) for p in pairs], "sel lb2")
-            + "</details>"
+    return str(
+        render(
+            "selection.html.j2",
+            first=first,
+            others=others,
+            head=head,
+            shown=[row(p) for p in shown],
+            all_rows=[row(p) for p in pairs] if rest else [],
+            systems=str(sel.get("systems") or "A system is a (setting, method) with both metrics."),
+            families=families,
+            scatter=Markup(scatter_html),
         )
-    systems = sel.get("systems") or "A system is a (setting, method) with both metrics."
-    parts.append(
-        f'<p class="muted">{esc(systems)} 95% CIs re-draw users and prompts jointly, every method on the same draw. '
-        "NDCG and RBO compare the two rankings' heads; their chance value is the expectation under a random "
-        "ranking of the same systems (far above 0 for a few systems)."
-        + (
-            " Variants of one method (one family: the label up to its first parenthesis) are not independent "
-            "systems; the last column counts each family once, its variants averaged (number of families in "
-            "parentheses)."
-            if families
-            else ""
-        )
-        + "</p>"
     )
-    parts.append(scatter_html)
-    return "".join(parts)
 
 
-def paired_section(analysis: Mapping[str, Any] | None) -> str:
+def paired_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
     a = _d(analysis)
     paired = _d(a.get("paired"))
     metrics = [m for m in [*main_downstream(a, 3), *main_upstream(a, 3)] if _l(paired.get(m))]
@@ -253,26 +193,24 @@ def paired_section(analysis: Mapping[str, Any] | None) -> str:
         for p in _l(paired[metric]):
             p = _d(p)
             excl = badge("CI excludes 0", "best") if p.get("excludes_zero") else ""
-            on = f' <span class="ci">(on the {num(p.get("cells"), pct=False)} cells both cover)</span>'
+            on = " " + span("ci", f"(on the {num(p.get('cells'), pct=False)} cells both cover)")
             rows.append(
                 [
-                    _mhead(metric),
-                    esc(p.get("a")),
-                    esc(p.get("b")),
+                    metric_head(metric),
+                    name_cell(p.get("a"), names or {}),
+                    name_cell(p.get("b"), names or {}),
                     value_ci(p.get("delta"), p.get("ci"), is_pct_metric(metric), signed=True)
                     + (on if p.get("partial") else "")
                     + " "
                     + excl,
                 ]
             )
-    return (
-        "<details><summary>Paired differences (points, same users and prompts)</summary>"
-        + _table_raw(["metric", "a", "b (reference)", "a − b"], rows)
-        + "</details>"
-    )
+    return str(render("user_sections.html.j2", kind="paired", rows=[[Markup(c) for c in r] for r in rows]))
 
 
-def fairness_section(analysis: Mapping[str, Any] | None, plot_html: str = "") -> str:
+def fairness_section(
+    analysis: Mapping[str, Any] | None, plot_html: str = "", names: Mapping[str, str] | None = None
+) -> str:
     fair = _d(_d(analysis).get("fairness"))
     if not fair and not plot_html:
         return ""
@@ -280,29 +218,25 @@ def fairness_section(analysis: Mapping[str, Any] | None, plot_html: str = "") ->
     for m, f in fair.items():
         f = _d(f)
         if f.get("na") and is_missing(f.get("worst_decile_acc")):
-            rows.append([esc(m), na_span(f["na"]), na_span(f["na"]), "", na_span(f["na"])])
+            rows.append([name_cell(m, names or {}), na_span(f["na"]), na_span(f["na"]), "", na_span(f["na"])])
             continue
         gain = _d(f.get("gain_over_reference"))
         rows.append(
             [
-                esc(m),
+                name_cell(m, names or {}),
                 value_ci(f.get("worst_decile_acc"), None, na="no per-user accuracy"),
                 value_ci(f.get("minority_acc"), None, na=f.get("minority_na") or "no minority users"),
                 num(f.get("minority_users"), pct=False),
                 value_ci(gain.get("value"), gain.get("ci"), signed=True, na="this is the reference, or no overlap"),
             ]
         )
-    head = ["method", "worst-decile user acc.", "minority-user acc.", "minority users", "gain over global RM"]
-    return (
-        "<h2>Per user: who is served, who is left behind</h2>"
-        + (table(head, rows) if rows else "")
-        + '<p class="muted">Minority users: those on whom the global (user-agnostic) RM scores below 50% on their '
-        "own train pairs (few-shot pairs for unseen users), i.e. whose preferences oppose the majority's; their "
-        "accuracies are measured on test pairs, never on the pairs that selected them.</p>" + plot_html
-    )
+    rows = [[Markup(c) for c in r] for r in rows]
+    return str(render("user_sections.html.j2", kind="fairness", rows=rows, plot=Markup(plot_html)))
 
 
-def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html: str = "") -> str:
+def win_gain_section(
+    rows: Sequence[Mapping[str, Any]], quality: str, plot_html: str = "", names: Mapping[str, str] | None = None
+) -> str:
     if not rows:
         return ""
     body = []
@@ -310,7 +244,7 @@ def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html:
         mark = badge("real gain", "best") if r.get("excludes_zero") and (r.get("gain") or 0) > 0 else ""
         body.append(
             [
-                esc(r.get("label")),
+                name_cell(r.get("label"), names or {}),
                 value_ci(r.get("win"), r.get("win_ci"), na="no win rate"),
                 num(r.get("null")) if not is_missing(r.get("null")) else "50.0",
                 value_ci(r.get("gain"), r.get("gain_ci"), signed=True, na="no zero-shot reference on these targets")
@@ -318,24 +252,15 @@ def win_gain_section(rows: Sequence[Mapping[str, Any]], quality: str, plot_html:
                 + mark,
             ]
         )
-    head = ["decoder[RM]", "win rate %", "null %", "gain (points)"]
-    return (
-        "<h2>Win rate next to ground-truth gain</h2>"
-        + '<div class="row2"><div>'
-        + table(head, body)
-        + f'<p class="muted">Win rate: how often the RM prefers its own guided output to the zero-shot one. Gain: '
-        f"the paired ground-truth difference to zero-shot in {esc(quality_label(quality))} (points). Null: the win "
-        "rate of a scorer with no information under that decoder (n/(n+1) for Best-of-n, whose pick is the best of n "
-        "draws; 50% for one guided output). A win rate far above its null with no real gain means the RM prefers its "
-        "output for reasons the user does not share.</p></div>" + plot_html + "</div>"
-    )
+    cells = [[Markup(c) for c in r] for r in body]
+    said = quality_label(quality)
+    return str(render("user_sections.html.j2", kind="wins", rows=cells, quality=said, plot=Markup(plot_html)))
 
 
 def analysis_notes(analysis: Mapping[str, Any] | None) -> str:
     a = _d(analysis)
     if not a:
         return ""
-    notes = [esc(n) for n in _l(a.get("notes"))]
-    res = a.get("resampling")
-    head = f"<p class='muted'>Resampling: {esc(res)}</p>" if res else ""
-    return head + (f'<ul class="small muted">{"".join(f"<li>{n}</li>" for n in notes)}</ul>' if notes else "")
+    notes = [str(n) for n in _l(a.get("notes"))]
+    res = str(a.get("resampling") or "")
+    return str(render("user_sections.html.j2", kind="notes", notes=notes, resampling=res))

@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from markupsafe import escape
+
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import esc, is_missing, num, table
+from perbench.report.fmt import is_missing, na_span, num, span
+from perbench.report.labels import name_cell, short
 from perbench.report.plots import Plot
 
 CURATED, PAIRS, LISTWISE = "rm_acc_all", "onpolicy_acc", "onpolicy_bok_acc@"
@@ -33,7 +36,9 @@ def _value(tab: Mapping[str, Any], m: str, metric: str) -> str:
     return "–" if is_missing(e.get("value")) else num(e["value"])
 
 
-def chain_rows(analysis: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def chain_rows(
+    analysis: Mapping[str, Any], names: Mapping[str, str] | None = None
+) -> tuple[list[str], list[list[str]]]:
     """Curated accuracy → on-policy pair accuracy → on-policy best-of-k → gain over the random pick → share of the
     headroom, one row per system of the verdict metric's headroom entry (best first)."""
     a = _d(analysis)
@@ -54,25 +59,26 @@ def chain_rows(analysis: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     for m in order:
         s = _d(systems[m])
         g, sh = _d(s.get("gain")), _d(s.get("share"))
-        row = [esc(m), _value(tab, m, CURATED), _value(tab, m, PAIRS)]
+        row = [name_cell(m, names or {}), _value(tab, m, CURATED), _value(tab, m, PAIRS)]
         if listwise:
             row.append(_value(tab, m, listwise))
         gci = _l(g.get("ci"))
         row.append("–" if is_missing(g.get("value")) else num(g["value"], signed=True) + (
-            f" [{num(gci[0], signed=True)}, {num(gci[1], signed=True)}]" if len(gci) == 2 else ""))  # fmt: skip
+            " " + span("ci", f"[{num(gci[0], signed=True)}, {num(gci[1], signed=True)}]")
+            if len(gci) == 2 else ""))  # fmt: skip
         sci = _l(sh.get("ci"))
-        ends = f" [{100 * sci[0]:.0f}, {100 * sci[1]:.0f}]" if len(sci) == 2 else ""
+        ends = " " + span("ci", f"[{100 * sci[0]:.0f}, {100 * sci[1]:.0f}]") if len(sci) == 2 else ""
         if is_missing(sh.get("value")):
-            row.append(esc(str(sh.get("na") or "–")))
+            row.append(na_span(sh.get("na") or "no share for this system"))  # the reason on hover
         else:
             row.append(f"{100 * float(sh['value']):.0f}%{ends}")
         role = str(s.get("role") or "deployable")
-        row.append(("yes" if s.get("beats_random") else "no") + ("" if role == "deployable" else f" ({esc(role)})"))
+        row.append(("yes" if s.get("beats_random") else "no") + ("" if role == "deployable" else f" ({escape(role)})"))
         rows.append(row)
     return head, rows
 
 
-def pole_heatmap(results: Mapping[str, Any], limit: int = 20) -> Plot | None:
+def pole_heatmap(results: Mapping[str, Any], limit: int = 20, names: Mapping[str, str] | None = None) -> Plot | None:
     """Systems × rubric poles: the mean within-pool Spearman ρ of each system's reward with each pole's
     satisfaction, over the cells whose user wants it (blank: fewer than :data:`MIN_CELLS` pools where it varies)."""
     diag = diagnoses(results)
@@ -100,7 +106,7 @@ def pole_heatmap(results: Mapping[str, Any], limit: int = 20) -> Plot | None:
         lim = max(0.2, float(np.nanmax(np.abs(mat))))
         im = ax.imshow(np.ma.masked_invalid(mat), cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
         ax.set_xticks(range(len(poles)), [p.replace("=", ": ") for p in poles], rotation=55, ha="right", fontsize=7)
-        ax.set_yticks(range(len(systems)), systems, fontsize=7)
+        ax.set_yticks(range(len(systems)), [short(s, names or {}) for s in systems], fontsize=7)
         ax.grid(False)
         ax.set_title(
             f"Which poles does each reward follow? within-pool ρ(reward, pole met); blank: < {MIN_CELLS} pools vary",
@@ -111,7 +117,9 @@ def pole_heatmap(results: Mapping[str, Any], limit: int = 20) -> Plot | None:
         return _render(fig, "pole_heatmap", "Systems × rubric poles: within-pool rank correlation")
 
 
-def collapse_rows(results: Mapping[str, Any], shown: int = 4) -> tuple[list[str], list[list[str]]]:
+def collapse_rows(
+    results: Mapping[str, Any], shown: int = 4, names: Mapping[str, str] | None = None
+) -> tuple[list[str], list[list[str]]]:
     """Per system: how many users it collapses on (flat, or worse than a scorer with no information), the first few,
     for how many the data show no signal, and the prompts it hacks (both tested against that null, Holm-adjusted)."""
     rows = []
@@ -119,10 +127,10 @@ def collapse_rows(results: Mapping[str, Any], shown: int = 4) -> tuple[list[str]
         users = [_d(u) for u in _l(d.get("collapsed_users"))]
         hacked = [_d(p) for p in _l(d.get("hacked_prompts"))]
         flat = sum(u.get("reason") == "flat" for u in users)
-        names = ", ".join(f"{esc(u.get('user'))} ({esc(u.get('reason'))})" for u in users[:shown])
+        who = ", ".join(f"{escape(u.get('user'))} ({escape(u.get('reason'))})" for u in users[:shown])
         more = f" and {len(users) - shown} more" if len(users) > shown else ""
         prompts = "; ".join(
-            f"{esc(_prompt_text(p.get('prompt')))} (ρ {float(p.get('rho') or 0):+.2f})" for p in hacked[:2]
+            f"{escape(_prompt_text(p.get('prompt')))} (ρ {float(p.get('rho') or 0):+.2f})" for p in hacked[:2]
         )
         if len(hacked) > 2:
             prompts += f" and {len(hacked) - 2} more"
@@ -132,8 +140,8 @@ def collapse_rows(results: Mapping[str, Any], shown: int = 4) -> tuple[list[str]
         rho = _d(d.get("rho_truth"))
         mean = "–" if is_missing(rho.get("mean")) else f"{float(rho['mean']):+.2f}"
         rows.append(
-            [esc(s), mean, f"{len(users)} ({flat} flat)", (names + more) or "none", silent_text, prompts or "none",
-             f"{d.get('cells_constant_truth', '?')} of {d.get('cells', '?')}"]
+            [name_cell(s, names or {}), mean, f"{len(users)} ({flat} flat)", (who + more) or "none", silent_text,
+             prompts or "none", f"{d.get('cells_constant_truth', '?')} of {d.get('cells', '?')}"]
         )  # fmt: skip
     head = ["system", "mean within-pool ρ(reward, truth)", "collapsed users", "which",
             "users with no evidence of signal", "hacked prompts",
@@ -155,33 +163,27 @@ def _prompt_text(p: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def signal_section(results: Mapping[str, Any], heatmap_html: str = "") -> str:
+def signal_section(results: Mapping[str, Any], heatmap_html: str = "", names: Mapping[str, str] | None = None) -> str:
     """The section's HTML ("" when the run has no pooled decoder with exact truth)."""
     a = _d(results.get("analysis"))
-    head, rows = chain_rows(a)
-    c_head, c_rows = collapse_rows(results)
+    head, rows = chain_rows(a, names)
+    c_head, c_rows = collapse_rows(results, names=names)
     if not rows and not c_rows:
         return ""
-    parts = ['<section id="signal"><h2>Where the signal is lost</h2>']
-    if rows:
-        parts.append(
-            "<p>RM accuracy on curated pairs, then on the policy's own samples (pairs and best-of-k from the "
-            "Best-of-N pool, labelled by the exact truth), then what re-ranking the pool gains over a random pick "
-            "and how much of the headroom (oracle − random pick) that is. Values in %.</p>"
+    from markupsafe import Markup
+
+    from perbench.report.templating import render
+
+    rules = _d(next(iter(diagnoses(results).values()), {}).get("rules"))
+    return str(
+        render(
+            "signal.html.j2",
+            chain={"head": head, "rows": [[Markup(c) for c in r] for r in rows]},
+            collapse={"head": c_head, "rows": [[Markup(c) for c in r] for r in c_rows]},
+            heatmap=Markup(heatmap_html),
+            rules=[(str(k), str(v)) for k, v in rules.items()],
         )
-        parts.append(table(head, rows))
-    if heatmap_html:
-        parts.append(heatmap_html)
-    if c_rows:
-        rules = _d(next(iter(diagnoses(results).values()), {}).get("rules"))
-        parts.append(
-            "<p>Per-user and per-prompt diagnosis on the pool: "
-            + esc("; ".join(f"{k}: {v}" for k, v in rules.items()))
-            + ".</p>"
-        )
-        parts.append(table(c_head, c_rows))
-    parts.append("</section>")
-    return "\n".join(parts)
+    )
 
 
 def names_of(rows: Sequence[Sequence[str]]) -> list[str]:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from markupsafe import Markup
+
 from perbench.report.extract import _d, _l
-from perbench.report.fmt import badge, esc, is_pct_metric, metric_label, num, table, value_ci
+from perbench.report.fmt import badge, is_pct_metric, metric_head, metric_label, num, span, value_ci
 
 DECISIONS = {
     "separable": ("deploy", "best"),
@@ -19,17 +21,13 @@ DECISIONS = {
 }
 
 
-def _mhead(metric: str) -> str:
-    return f'<span title="{esc(metric)}">{esc(metric_label(metric))}</span>'
-
-
 def _tau(v: Mapping[str, Any]) -> str:
     val, ci = v.get("upstream_tau"), _l(v.get("upstream_tau_ci"))
     if not isinstance(val, int | float):
         return "n/a"
     out = f"{float(val):+.2f}"
     if len(ci) == 2 and all(isinstance(c, int | float) for c in ci):
-        out += f' <span class="ci">[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]</span>'
+        out += " " + span("ci", f"[{float(ci[0]):+.2f}, {float(ci[1]):+.2f}]")
     return out
 
 
@@ -68,93 +66,102 @@ PART_TITLES = {
 }
 
 
-def _parts(v: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, str]:
-    """(the lead sentence, the other parts as a list) from ``verdict.parts``; ("", "") when it has none."""
+def _parts(v: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, list[tuple[str, str]]]:
+    """(the lead sentence, (title, text) of each other part) from ``verdict.parts`` in display names: compact
+    system labels and metric labels for their ids; a part that starts with its own title says it once."""
     from perbench.report.labels import shorten_text
 
     parts = [(str(_d(p).get("kind") or ""), str(_d(p).get("text") or "")) for p in _l(v.get("parts"))]
     parts = [(k, t) for k, t in parts if t.strip()]
     if not parts:
-        return "", ""
-    lead = esc(shorten_text(parts[0][1], names))
-
-    def item(kind: str, text: str) -> str:
+        return "", []
+    metrics = {str(m): metric_label(str(m)) for m in (v.get("metric"), v.get("upstream_metric")) if m}
+    names = {**metrics, **names}
+    items = []
+    for kind, text in parts[1:]:
         title = PART_TITLES.get(kind, kind.replace("_", " ").capitalize())
         text = shorten_text(text, names)
-        if text.lower().startswith(title.lower() + ":"):  # the part names itself: say it once
-            text = text[len(title) + 1 :].lstrip()
-        return f"<li><b>{esc(title)}</b> {esc(text)}</li>"
+        if text.lower().startswith(title.lower()):  # "Upstream, …" under the title Upstream
+            text = text[len(title) :].lstrip(" :,;—-")
+        items.append((title, text))
+    return shorten_text(parts[0][1], names), items
 
-    items = "".join(item(k, t) for k, t in parts[1:])
-    return lead, (f'<ul class="vparts">{items}</ul>' if items else "")
+
+def _fact(text: str = "", bold: Sequence[Any] = (), html: str = "", more: str = "") -> dict[str, Any]:
+    """One fact of the verdict box: ``text``, the names in ``bold``, then ``html`` (built from escaped parts)."""
+    return {"text": text, "bold": [str(b) for b in bold], "html": Markup(html), "more": more}
 
 
 def verdict_box(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
-    """The verdict, rendered from its parts (the lead sentence, then one line per part), with compact labels."""
-    names = names or {}
+    """The verdict (templates/verdict.html.j2), rendered from its parts, with compact labels."""
+    from perbench.report.templating import render
+
+    return str(render("verdict.html.j2", verdict=verdict_data(analysis, names or {})))
+
+
+def verdict_data(analysis: Mapping[str, Any] | None, names: Mapping[str, str]) -> dict[str, Any] | None:
+    """What the verdict box shows (None without a verdict): its class, lead, parts and facts."""
     v = _d(_d(analysis).get("verdict"))
     if not v:
-        return (
-            '<section class="verdict none"><h2>Verdict</h2><p>No verdict: these results carry no selection analysis '
-            "(no downstream metric, or results written before the analysis existed).</p></section>"
-        )
-    text = v.get("text") or "No verdict text."
+        return None
     metric = str(v.get("metric") or "")
     pct = is_pct_metric(metric)
     facts = []
     decision = v.get("decision")
     if decision in DECISIONS:
-        word, kind = DECISIONS[str(decision)]
-        facts.append(badge(word, kind))
+        facts.append(_fact(html=badge(*DECISIONS[str(decision)])))
 
-    def nm(m: Any) -> str:
-        return esc(names.get(str(m), str(m)))
+    def nm(ms: Sequence[Any]) -> list[str]:
+        return [names.get(str(m), str(m)) for m in ms]
 
     if v.get("deploy"):
-        facts.append(f"deploy <b>{nm(v['deploy'])}</b>")
+        facts.append(_fact("deploy ", nm([v["deploy"]])))
     if _l(v.get("equivalent")):
-        facts.append("equivalent to the leader: " + ", ".join(f"<b>{nm(m)}</b>" for m in v["equivalent"]))
+        facts.append(_fact("equivalent to the leader: ", nm(v["equivalent"])))
     if _l(v.get("contenders")):
-        facts.append("still in contention: " + ", ".join(f"<b>{nm(m)}</b>" for m in v["contenders"]))
+        facts.append(_fact("still in contention: ", nm(v["contenders"])))
     elif not v.get("deploy") and len(_l(v.get("tied"))) > 1:
-        facts.append("tied: " + ", ".join(f"<b>{nm(m)}</b>" for m in v["tied"]))
+        facts.append(_fact("tied: ", nm(v["tied"])))
     if metric:
-        facts.append(f"{_mhead(metric)} {value_ci(v.get('value'), v.get('ci'), pct)}")
+        facts.append(_fact(html=f"{metric_head(metric)} {value_ci(v.get('value'), v.get('ci'), pct)}"))
     members = _l(_d(v.get("best_set")).get("members"))
     if members:
-        facts.append("could be the best (simultaneous 95%): " + ", ".join(f"<b>{nm(m)}</b>" for m in members[:6]) + (
-            f" and {len(members) - 6} more" if len(members) > 6 else ""))  # fmt: skip
+        more = f" and {len(members) - 6} more" if len(members) > 6 else ""
+        facts.append(_fact("could be the best (simultaneous 95%): ", nm(members[:6]), more=more))
     if v.get("runner_up"):
-        facts.append(f"runner-up {nm(v['runner_up'])}")
+        facts.append(_fact("runner-up " + nm([v["runner_up"]])[0]))
     outs = _d(_d(v.get("stability")).get("outcomes"))
     if outs and len(outs) > 1:
         said = {k: DECISIONS.get(str(k), (str(k), ""))[0] for k in outs}
-        shown = ", ".join(f"{esc(said[k])} {100 * float(x):.0f}%" for k, x in outs.items())
-        facts.append(f"over the bootstrap replicates: {shown}")
+        facts.append(_fact("over the bootstrap replicates: " + ", ".join(
+            f"{said[k]} {100 * float(x):.0f}%" for k, x in outs.items())))  # fmt: skip
     if isinstance(v.get("margin"), int | float):
-        facts.append(f"equivalence margin ±{num(v['margin'], pct)}{' pts' if pct else ''}")
+        facts.append(_fact(f"equivalence margin ±{num(v['margin'], pct)}{' pts' if pct else ''}"))
     if _l(v.get("reference_lines")):
-        facts.append("reference lines (never recommended): " + ", ".join(nm(m) for m in v["reference_lines"]))
+        facts.append(_fact("reference lines (never recommended): " + ", ".join(nm(v["reference_lines"]))))
     if v.get("upstream_metric"):
         agrees = v.get("agrees")
         word = "puts several first" if agrees is None else ("agrees" if agrees else "disagrees")
-        facts.append(f"upstream {_mhead(str(v['upstream_metric']))} {esc(word)} (τ-b {_tau(v)})")
+        head = metric_head(str(v["upstream_metric"]))
+        facts.append(_fact("upstream ", html=Markup("{} {} (τ-b {})").format(head, word, Markup(_tau(v)))))
+    lead, parts = _parts(v, names)
     cls = "verdict" + ("" if decision in ("separable", "equivalent") or v.get("deploy") else " tie")
-    lead, rest = _parts(v, names)
-    body = f'<p class="vtext">{lead}</p>{rest}' if lead else f'<p class="vtext">{esc(text)}</p>'
-    return f'<section class="{cls}"><h2>Verdict</h2>{body}<p class="facts">{" · ".join(facts)}</p></section>'
+    return {"cls": cls, "lead": lead or str(v.get("text") or "No verdict text."), "parts": parts, "facts": facts}
 
 
-def _size(s: Any, crossed: bool) -> str:
+def _size(s: Any, crossed: bool) -> dict[str, str] | None:
     s = _d(s)
     if not s:
-        return '<span class="na" title="not reachable at a practical size, or not applicable">n/a</span>'
+        return None
     per = "" if crossed else " per user"
-    return f"{num(s.get('prompts'), pct=False)} prompts{per} × {num(s.get('users'), pct=False)} users"
+    return {"prompts": num(s.get("prompts"), pct=False), "per": per, "users": num(s.get("users"), pct=False)}
 
 
 def power_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
-    """The planner's table for the verdict metric: leader − each other deployable method (compact ``names``)."""
+    """The planner's table for the verdict metric (templates/power.html.j2): leader − each other deployable
+    method (compact ``names``)."""
+    from perbench.report.templating import render
+
     names = names or {}
     a = _d(analysis)
     metric = str(_d(a.get("verdict")).get("metric") or "")
@@ -170,20 +177,14 @@ def power_section(analysis: Mapping[str, Any] | None, names: Mapping[str, str] |
             f"{k} {float(c[k]):.3g}" for k in ("user", "prompt", "residual") if isinstance(c.get(k), int | float)
         )
         rows.append(
-            [
-                esc(f"{names.get(str(p.get('a')), p.get('a'))} − {names.get(str(p.get('b')), p.get('b'))}"),
-                num(p.get("observed"), pct, signed=True),
-                esc(comps),
-                _size(p.get("separate"), crossed) + f" <span class='ci'>(at {num(p.get('effect'), pct, True)})</span>",
-                _size(p.get("equivalence"), crossed),
-            ]
+            {
+                "a": names.get(str(p.get("a")), str(p.get("a"))),
+                "b": names.get(str(p.get("b")), str(p.get("b"))),
+                "observed": num(p.get("observed"), pct, signed=True),
+                "components": comps,
+                "separate": _size(p.get("separate"), crossed),
+                "effect": num(p.get("effect"), pct, True),
+                "equivalence": _size(p.get("equivalence"), crossed),
+            }
         )
-    head = ["comparison", "observed Δ", "variance components (σ²)", "to separate", "to establish equivalence"]
-    return (
-        f"<details><summary>What would decide {_mhead(metric)} ({len(rows)} comparisons)</summary>"
-        + table(head, rows)
-        + '<p class="muted">Users × prompts that reach 80% power under the verdict\'s own rule (simultaneous '
-        "intervals; equivalence: 90% CI inside the margin), from variance components estimated on this run's cells "
-        "(method of moments on the crossed design). With few users or prompts the components, and so the sizes, "
-        "are rough. <code>perbench plan RUN_DIR --effect 5</code> answers it for another effect.</p></details>"
-    )
+    return str(render("power.html.j2", metric=metric_head(metric), plans=rows))
