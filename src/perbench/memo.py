@@ -79,6 +79,25 @@ def array_digest(*arrays: Any) -> str:
     return h.hexdigest()
 
 
+def memo_bytes(kind: str, digest: str, compute: Callable[[], bytes]) -> bytes:
+    """``compute()`` (bytes derived from content whose sha256 is ``digest``, e.g. a Parquet copy of a JSONL text)
+    under :func:`memo_key` ``(kind, digest)`` in :func:`derived_store`: read back when stored, else computed and
+    stored (a rerun writing the same rows needs neither pyarrow nor the conversion)."""
+    store = derived_store()
+    if store is None:
+        return compute()
+    try:
+        key = memo_key(kind, digest)
+        got = store.get_bytes(key)
+        if got is not None:
+            return got
+        value = compute()
+        store.put_bytes(key, value)
+        return value
+    finally:
+        store.close()
+
+
 class Memo:
     """Derived results of one pass, read from and added to :func:`derived_store` (opened on first use, closed by
     :meth:`close`); without a store every value is computed."""
