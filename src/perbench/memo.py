@@ -1,8 +1,9 @@
 """Derived results memoized by content: what a run derives from its stored units alone (the analysis, the Best-of-n
-curves and the pool diagnosis, the report's figures, the large rubric pool) is kept in the shared cache's
-``derived.sqlite`` (a :class:`~perbench.cache.Store`, every value sealed) under the digest of its inputs and of the
-code (:func:`code_digest`), so a rerun whose units are all found finished reads them instead of recomputing them,
-and an edited module or a new release never reads a value another code wrote."""
+curves and the pool diagnosis, upstream RM accuracy, the Parquet copies of cells and samples, the report's figures,
+the large rubric pool) is kept in the shared cache's ``derived.sqlite`` (a :class:`~perbench.cache.Store`, every
+value sealed) under the digest of its inputs and of the code (:func:`code_digest`), so a rerun whose units are all
+found finished reads them instead of recomputing them, and an edited module or a new release never reads a value
+another code wrote."""
 
 from __future__ import annotations
 
