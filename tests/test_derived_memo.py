@@ -85,3 +85,38 @@ def test_provenance_keeps_the_first_runs_compute_time(tmp_path: Path) -> None:
     assert derived.compute_record(tmp_path, _results(0, 9.0, "x"))["first_run"]["timing_s"]["total"] == 360.0
     (tmp_path / "results.json").write_text(json.dumps(_results(0, 9.0, "y")))
     assert derived.compute_record(tmp_path, _results(0, 9.0, "z"))["first_run"] is None
+
+
+def test_the_parquet_copies_are_read_back_for_the_same_rows(
+    own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cells.parquet and samples.parquet are keyed by their JSONL's digest: a rerun writing the same rows reads the
+    bytes back (no conversion); other rows are converted again."""
+    from perbench.runner import tables
+    from perbench.runner.cells import Cells
+    from perbench.runner.tables import read_parquet_frame
+
+    made: list[int] = []
+    real = tables.parquet_bytes
+
+    def counted(table: Any) -> bytes:
+        made.append(1)
+        return real(table)
+
+    monkeypatch.setattr(tables, "parquet_bytes", counted)
+    samples = [{"kind": "generation", "user_id": "u1", "text": "hi"}, {"kind": "bon_cell", "n": 4}]
+
+    def write_both(value: float) -> tuple[bytes, bytes]:
+        cells = Cells("g")
+        cells.add("global_bt", "acc", "u1", "p1", value)
+        cells.write(tmp_path / "cells.jsonl")
+        tables.write_samples_parquet(tmp_path / "samples.parquet", samples, json.dumps(samples))
+        return (tmp_path / "cells.parquet").read_bytes(), (tmp_path / "samples.parquet").read_bytes()
+
+    first = write_both(1.0)
+    assert len(made) == 2
+    assert write_both(1.0) == first and len(made) == 2  # read back
+    other = write_both(0.0)
+    assert len(made) == 3 and other[1] == first[1] and other[0] != first[0]
+    frame = read_parquet_frame(tmp_path / "cells.parquet")
+    assert list(frame["value"]) == [0.0]

@@ -278,8 +278,13 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, dumps(obj) + "\n")
 
 
+def jsonl_text(rows: Iterable[Any]) -> str:
+    """The text :func:`atomic_write_jsonl` writes: one JSON object per line (NaN refused)."""
+    return "".join(json.dumps(finite(r), ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
+
+
 def atomic_write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
-    atomic_write_text(path, "".join(json.dumps(finite(r), ensure_ascii=False, allow_nan=False) + "\n" for r in rows))
+    atomic_write_text(path, jsonl_text(rows))
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:

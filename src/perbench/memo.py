@@ -1,8 +1,9 @@
 """Derived results memoized by content: what a run derives from its stored units alone (the analysis, the Best-of-n
-curves and the pool diagnosis, the report's figures, the large rubric pool) is kept in the shared cache's
-``derived.sqlite`` (a :class:`~perbench.cache.Store`, every value sealed) under the digest of its inputs and of the
-code (:func:`code_digest`), so a rerun whose units are all found finished reads them instead of recomputing them,
-and an edited module or a new release never reads a value another code wrote."""
+curves and the pool diagnosis, upstream RM accuracy, the Parquet copies of cells and samples, the report's figures,
+the large rubric pool) is kept in the shared cache's ``derived.sqlite`` (a :class:`~perbench.cache.Store`, every
+value sealed) under the digest of its inputs and of the code (:func:`code_digest`), so a rerun whose units are all
+found finished reads them instead of recomputing them, and an edited module or a new release never reads a value
+another code wrote."""
 
 from __future__ import annotations
 
@@ -77,6 +78,25 @@ def array_digest(*arrays: Any) -> str:
         arr = np.ascontiguousarray(np.asarray(a))
         h.update(f"{arr.dtype.str}{arr.shape}".encode() + arr.tobytes())
     return h.hexdigest()
+
+
+def memo_bytes(kind: str, digest: str, compute: Callable[[], bytes]) -> bytes:
+    """``compute()`` (bytes derived from content whose sha256 is ``digest``, e.g. a Parquet copy of a JSONL text)
+    under :func:`memo_key` ``(kind, digest)`` in :func:`derived_store`: read back when stored, else computed and
+    stored (a rerun writing the same rows needs neither pyarrow nor the conversion)."""
+    store = derived_store()
+    if store is None:
+        return compute()
+    try:
+        key = memo_key(kind, digest)
+        got = store.get_bytes(key)
+        if got is not None:
+            return got
+        value = compute()
+        store.put_bytes(key, value)
+        return value
+    finally:
+        store.close()
 
 
 class Memo:

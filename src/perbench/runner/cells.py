@@ -77,11 +77,13 @@ class Cells:
     def parquet(self, text: str | None = None) -> bytes:
         """The rows as zstd Parquet (:mod:`perbench.runner.tables`), made once per set of rows (rows may be
         rewritten in place: the set is told by the JSONL text's digest)."""
+        from perbench.memo import memo_bytes
         from perbench.runner.tables import cells_table, parquet_bytes
 
         key = hashlib.sha256((self.text() if text is None else text).encode("utf-8")).hexdigest()
-        if getattr(self, "_parquet", (None, ""))[1] != key:
-            self._parquet = (parquet_bytes(cells_table(self.rows)), key)
+        if getattr(self, "_parquet", (None, ""))[1] != key:  # a rerun with the same rows reads it back
+            rows = self.rows
+            self._parquet = (memo_bytes("cells_parquet", key, lambda: parquet_bytes(cells_table(rows))), key)
         return self._parquet[0]
 
     def write(self, path: Path, text: str | None = None) -> None:

@@ -19,7 +19,7 @@ from perbench.config import RunConfig
 from perbench.data.checks import skip_line
 from perbench.data.isolation import TRACE_META, Sealed
 from perbench.data.records import Benchmark
-from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, run_lock, writing_inside
+from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, jsonl_text, run_lock, writing_inside
 from perbench.runner.cells import cells_record as cells_record_of
 from perbench.runner.derived import analysis_of, compute_record
 from perbench.runner.estimate import check_cpu_time
@@ -224,8 +224,9 @@ class Runner:
         results = record(results)
         results["benchmark"]["pair_sources"] = write_pair_sources(self.run_dir, self.sealed)
         atomic_write_json(self.run_dir / "results.json", results)
-        atomic_write_jsonl(self.run_dir / "samples.jsonl", state.samples)
-        write_samples_parquet(self.run_dir / "samples.parquet", state.samples)
+        samples_text = jsonl_text(state.samples)
+        atomic_write_text(self.run_dir / "samples.jsonl", samples_text)
+        write_samples_parquet(self.run_dir / "samples.parquet", state.samples, samples_text)
         state.cells.write(self.run_dir / "cells.jsonl", cells_text)
         print_verdict(analysis)
         log_work(results["work"])

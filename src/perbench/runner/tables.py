@@ -71,8 +71,16 @@ def parquet_bytes(table: Any) -> bytes:
     return buf.getvalue()
 
 
-def write_samples_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
-    atomic_write_bytes(path, parquet_bytes(samples_table(rows)))
+def write_samples_parquet(path: Path, rows: list[dict[str, Any]], text: str | None = None) -> None:
+    """``path`` from ``rows``; with ``text`` (their JSONL), the Parquet bytes are memoized by its digest, so a rerun
+    that writes the same samples reads them back (:func:`perbench.memo.memo_bytes`)."""
+    if text is None:
+        atomic_write_bytes(path, parquet_bytes(samples_table(rows)))
+        return
+    from perbench.memo import memo_bytes
+
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    atomic_write_bytes(path, memo_bytes("samples_parquet", digest, lambda: parquet_bytes(samples_table(rows))))
 
 
 def parquet_record(raw: bytes) -> dict[str, Any]:

@@ -121,6 +121,7 @@ class Upstream:
     def _accuracy(
         self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle, tie: Any = None
     ) -> dict[str, Any]:
+        from perbench.memo import Memo, array_digest
         from perbench.metrics.rm_accuracy import preference_accuracy, rm_accuracy
         from perbench.rewards.base import PairwiseJudge
 
@@ -128,9 +129,21 @@ class Upstream:
         prompts = [prompt_key(p.prompt) for p in pairs]
         tie = tie or self.s.cfg.tie_policy
         boot: dict[str, Any] = {"n_boot": self.s.cfg.bootstrap, "seed": self.s.cfg.seed, "prompts": prompts}
-        if issubclass(h.cls, PairwiseJudge):
-            return preference_accuracy(scores["chosen"], users, tie=tie, **boot)
-        return rm_accuracy(scores["chosen"], scores["rejected"], users, tie=tie, **boot)
+        judge = issubclass(h.cls, PairwiseJudge)
+
+        def compute() -> dict[str, Any]:
+            if judge:
+                return preference_accuracy(scores["chosen"], users, tie=tie, **boot)
+            return rm_accuracy(scores["chosen"], scores["rejected"], users, tie=tie, **boot)
+
+        # its bootstrap CIs are the cost: memoized by content, so a rerun reads them (a run and its rerun both hand
+        # on the JSON form)
+        memo = Memo()
+        try:
+            parts = [array_digest(scores["chosen"], scores["rejected"]), users, prompts, tie, judge, boot["n_boot"]]
+            return memo.json("rm_accuracy", [*parts, boot["seed"]], compute)
+        finally:
+            memo.close()
 
     def run(self, h: MethodHandle) -> dict[str, Any]:
         from perbench.rewards.base import PairwiseJudge
