@@ -111,14 +111,24 @@ def record_ids(obj: Any, recorded: Mapping[str, str]) -> Any:
     if not recorded:
         return obj
 
+    seen: dict[str, str] = {}  # rows repeat their strings (users, prompts, systems): each is mapped once
+
     def text(s: str) -> str:
-        return SEALED_ID.sub(lambda m: recorded.get(m.group(0), m.group(0)), s) if "-" in s else s
+        out = seen.get(s)
+        if out is None:
+            out = seen[s] = SEALED_ID.sub(lambda m: recorded.get(m.group(0), m.group(0)), s) if "-" in s else s
+        return out
 
     def walk(o: Any) -> Any:
         if isinstance(o, str):
             return text(o)
         if isinstance(o, dict):
-            return {(text(k) if isinstance(k, str) else k): walk(v) for k, v in o.items()}
+            return {
+                (text(k) if isinstance(k, str) else k): (
+                    text(v) if isinstance(v, str) else v if isinstance(v, int | float) or v is None else walk(v)
+                )
+                for k, v in o.items()
+            }
         if isinstance(o, list | tuple):
             return [walk(v) for v in o]
         return o
