@@ -28,9 +28,9 @@ def _rows(method: str, metric: str, values: Any, users: int = 6, prompts: int = 
 
 
 def test_a_constant_value_says_its_resamples_never_vary() -> None:
-    res = analyze(_rows("mpu", "args:words", 2.5), n_boot=50)
-    e = res["table"]["mpu"]["args:words"]
-    assert e["ci"] == [2.5, 2.5] and "no variation in the resamples" in e["ci_note"]
+    res = analyze(_rows("mpu", "args:rubric_satisfaction", 0.5), n_boot=50)
+    e = res["table"]["mpu"]["args:rubric_satisfaction"]
+    assert e["ci"] == [0.5, 0.5] and "no variation in the resamples" in e["ci_note"]
 
 
 def test_exact_binomial_bound_for_all_zero_or_all_one() -> None:
