@@ -26,6 +26,9 @@ T = TypeVar("T")
 #: figures): a rerun whose units are all found finished reads them instead of recomputing them
 DERIVED_STORE = "derived.sqlite"
 _code_digest: str | None = None
+#: False in a cluster worker's process: a node keeps no store of a run's results (its cache holds converted models
+#: only), so what a unit derives there is computed, and the driver memoizes what it assembles
+STORE_DERIVED = True
 
 
 def code_digest() -> str:
@@ -61,6 +64,8 @@ def derived_store() -> Store | None:
     computes instead)."""
     from perbench.io import cache_path
 
+    if not STORE_DERIVED:
+        return None
     try:
         folder = cache_path()
         folder.mkdir(parents=True, exist_ok=True)

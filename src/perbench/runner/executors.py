@@ -282,8 +282,10 @@ def run_unit(
 
     import ray
 
+    from perbench import memo
     from perbench.runner.stores import Handed
 
+    memo.STORE_DERIVED = False  # this process is a worker's: it writes nothing to its node's cache but models
     t = time.perf_counter()
     handed = Handed(held, lambda key: ray.get(results[key]))
     result = compute_unit(config, bench, unit, threads, handed)
