@@ -286,7 +286,7 @@ def test_rays_output_to_the_driver_goes_to_a_file_not_the_terminal(
 
     from ray._private import worker
 
-    from perbench.runner.cluster import RayOutput
+    from perbench.runner.ray_output import RayOutput
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # no Ray session: the file goes to the temp folder
     before = worker.print_to_stdstream, list(logging.getLogger("ray").handlers)

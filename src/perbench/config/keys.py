@@ -116,7 +116,7 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
             raise at("verdict_metric").error(
                 f"expected DECODER:QUALITY (e.g. args:rubric_satisfaction), got {metric!r}"
             )
-        from perbench.metrics.analysis.base import DESCRIPTIVE_QUALITIES
+        from perbench.specs.metrics import DESCRIPTIVE_QUALITIES
 
         if quality in DESCRIPTIVE_QUALITIES:
             raise at("verdict_metric").error(

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from perbench.data.records import Prompt, prompt_key, prompt_text
-from perbench.metrics.analysis.base import DESCRIPTIVE_QUALITIES
 from perbench.runner.methods import MethodHandle
 from perbench.runner.state import RunState
 from perbench.runner.units import unit_key
+from perbench.specs.metrics import DESCRIPTIVE_QUALITIES
 
 QUALITY_METRICS = ("rubric_satisfaction", "personal_reward", "rouge1", "rougeL", "bertscore_f1", "judge_score")
 #: what the text is rather than how good: ``words``, the length in whitespace words (cells the analysis never ranks,

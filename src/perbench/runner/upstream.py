@@ -121,29 +121,13 @@ class Upstream:
     def _accuracy(
         self, scores: dict[str, np.ndarray], pairs: Sequence[PreferencePair], h: MethodHandle, tie: Any = None
     ) -> dict[str, Any]:
-        from perbench.memo import Memo, array_digest
-        from perbench.metrics.rm_accuracy import preference_accuracy, rm_accuracy
         from perbench.rewards.base import PairwiseJudge
+        from perbench.runner.accuracy_memo import memo_accuracy
 
-        users = [p.user_id for p in pairs]
-        prompts = [prompt_key(p.prompt) for p in pairs]
-        tie = tie or self.s.cfg.tie_policy
-        boot: dict[str, Any] = {"n_boot": self.s.cfg.bootstrap, "seed": self.s.cfg.seed, "prompts": prompts}
+        users, prompts = [p.user_id for p in pairs], [prompt_key(p.prompt) for p in pairs]
         judge = issubclass(h.cls, PairwiseJudge)
-
-        def compute() -> dict[str, Any]:
-            if judge:
-                return preference_accuracy(scores["chosen"], users, tie=tie, **boot)
-            return rm_accuracy(scores["chosen"], scores["rejected"], users, tie=tie, **boot)
-
-        # its bootstrap CIs are the cost: memoized by content, so a rerun reads them (a run and its rerun both hand
-        # on the JSON form)
-        memo = Memo()
-        try:
-            parts = [array_digest(scores["chosen"], scores["rejected"]), users, prompts, tie, judge, boot["n_boot"]]
-            return memo.json("rm_accuracy", [*parts, boot["seed"]], compute)
-        finally:
-            memo.close()
+        cfg = self.s.cfg
+        return memo_accuracy(scores, users, prompts, tie or cfg.tie_policy, judge, cfg.bootstrap, cfg.seed)
 
     def run(self, h: MethodHandle) -> dict[str, Any]:
         from perbench.rewards.base import PairwiseJudge

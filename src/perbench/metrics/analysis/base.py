@@ -12,6 +12,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+# never in the method table, a ranking, a correlation, the verdict metric's choice or a diagnosis; read only by the
+# verdict's trade-offs against zero-shot decoding (split into sampling and re-ranking like any other quality)
+from perbench.specs.metrics import DESCRIPTIVE_QUALITIES
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
@@ -25,10 +29,6 @@ FAIRNESS_METRICS = ("rm_acc_seen", "rm_acc_unseen")
 TRAIN_ACC = "rm_acc_train"
 #: diagnostic metrics: read by one part of the analysis, never in the method table, the rankings or the selection
 DIAGNOSTIC_METRICS = frozenset({TRAIN_ACC})
-#: descriptive qualities of generated text (``DECODER:words``, the length in whitespace words): never better or worse,
-#: so never in the method table, a ranking, a correlation, the verdict metric's choice or a diagnosis; read only by
-#: the verdict's trade-offs against zero-shot decoding (split into sampling and re-ranking like any other quality)
-DESCRIPTIVE_QUALITIES = frozenset({"words"})
 #: two values closer than this (relative to their size, at least 1) are an exact tie: no float rounding ranks them
 TIE_TOL = 1e-12
 
