@@ -104,6 +104,15 @@ def memo_bytes(kind: str, digest: str, compute: Callable[[], bytes]) -> bytes:
         store.close()
 
 
+def memo_json(kind: str, parts: Any, compute: Callable[[], T]) -> T:
+    """:meth:`Memo.json` for one value (the store opened and closed around it)."""
+    memo = Memo()
+    try:
+        return memo.json(kind, parts, compute)
+    finally:
+        memo.close()
+
+
 class Memo:
     """Derived results of one pass, read from and added to :func:`derived_store` (opened on first use, closed by
     :meth:`close`); without a store every value is computed."""

@@ -104,36 +104,82 @@ class Sealed:
         results record (:func:`record_ids`)."""
         return record_ids(obj, self.recorded)
 
+    def recorder(self) -> IdRecorder:
+        """The map :meth:`record` applies, for a writer that maps strings as it writes them."""
+        return IdRecorder(self.recorded)
+
+    def record_rows(self, rows: list[dict[str, Any]]) -> None:
+        """:meth:`record` on a list of rows, in place (:func:`record_rows`)."""
+        record_rows(rows, self.recorded)
+
 
 def record_ids(obj: Any, recorded: Mapping[str, str]) -> Any:
     """``obj`` with each sealed id inside a string (a dict key, a value, a message) mapped through ``recorded``;
     ids it does not know stay as they are."""
+    return IdRecorder(recorded).walk(obj) if recorded else obj
+
+
+def record_rows(rows: list[dict[str, Any]], recorded: Mapping[str, str]) -> None:
+    """:func:`record_ids` on a list of rows, in place (a run's cells: hundreds of thousands of flat rows, whose keys
+    hold no ids): each row keeps its dict, its string values mapped; a row whose keys hold an id is replaced."""
     if not recorded:
-        return obj
+        return
+    rec = IdRecorder(recorded)
+    keys_plain: dict[tuple[Any, ...], bool] = {}
+    for i, r in enumerate(rows):
+        keys = tuple(r)
+        plain = keys_plain.get(keys)
+        if plain is None:
+            plain = keys_plain[keys] = all(type(k) is str and rec.text(k) == k for k in keys)
+        if not plain or type(r) is not dict:
+            rows[i] = rec.walk(r)
+            continue
+        for k, v in r.items():
+            if type(v) is str:
+                m = rec.text(v)
+                if m is not v:
+                    r[k] = m
+            elif not (isinstance(v, int | float) or v is None):
+                r[k] = rec.walk(v)
 
-    seen: dict[str, str] = {}  # rows repeat their strings (users, prompts, systems): each is mapped once
 
-    def text(s: str) -> str:
-        out = seen.get(s)
+class IdRecorder:
+    """The map of :func:`record_ids`: each distinct string mapped once (rows repeat users, prompts and systems)."""
+
+    def __init__(self, recorded: Mapping[str, str]) -> None:
+        self.recorded = recorded
+        self.seen: dict[str, str] = {}
+
+    def digest(self) -> str:
+        """sha256 of the map (sorted): with the digest of a text it mapped, the digest of the text before."""
+        h = hashlib.sha256()
+        for k, v in sorted(self.recorded.items()):
+            h.update(f"{k}\x00{v}\x00".encode())
+        return h.hexdigest()
+
+    def _sub(self, m: re.Match[str]) -> str:
+        return self.recorded.get(m.group(0), m.group(0))
+
+    def text(self, s: str) -> str:
+        out = self.seen.get(s)
         if out is None:
-            out = seen[s] = SEALED_ID.sub(lambda m: recorded.get(m.group(0), m.group(0)), s) if "-" in s else s
+            out = self.seen[s] = SEALED_ID.sub(self._sub, s) if "-" in s else s
         return out
 
-    def walk(o: Any) -> Any:
+    def walk(self, o: Any) -> Any:
+        text = self.text
         if isinstance(o, str):
             return text(o)
         if isinstance(o, dict):
             return {
                 (text(k) if isinstance(k, str) else k): (
-                    text(v) if isinstance(v, str) else v if isinstance(v, int | float) or v is None else walk(v)
+                    text(v) if isinstance(v, str) else v if isinstance(v, int | float) or v is None else self.walk(v)
                 )
                 for k, v in o.items()
             }
         if isinstance(o, list | tuple):
-            return [walk(v) for v in o]
+            return [self.walk(v) for v in o]
         return o
-
-    return walk(obj)
 
 
 def _unique(mapping: dict[str, str], what: str) -> dict[str, str]:

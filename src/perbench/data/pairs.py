@@ -63,8 +63,12 @@ class PreferencePair:
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def content_key(self) -> str:
-        """Identity by content: (user, prompt, chosen, rejected)."""
-        return content_hash(self.user_id, prompt_key(self.prompt), self.chosen, self.rejected)
+        """Identity by content: (user, prompt, chosen, rejected); computed once per pair (its fields never change)."""
+        got: str | None = self.__dict__.get("_content_key")
+        if got is None:
+            got = content_hash(self.user_id, prompt_key(self.prompt), self.chosen, self.rejected)
+            object.__setattr__(self, "_content_key", got)
+        return got
 
 
 #: characters that change no visible text: zero-width space, (non-)joiners, word joiner, byte-order mark

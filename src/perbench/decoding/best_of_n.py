@@ -30,9 +30,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from perbench.cache import Store
+from perbench.data.records import prompt_key
 from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
-from perbench.models.chat import prompt_identity, prompt_size
+from perbench.models.chat import prompt_identities, prompt_identity
 from perbench.models.generate import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel, ScoreItem
@@ -129,8 +130,11 @@ class BestOfN(Decoder):
             self.store = Store(cache_dir() / "samples.sqlite")
         return self.store
 
-    def sample_key(self, policy: LoadedLM, request: GenRequest, j: int, max_new_tokens: int) -> str:
-        ids = prompt_identity(policy, request.prompt)
+    def sample_key(
+        self, policy: LoadedLM, request: GenRequest, j: int, max_new_tokens: int, ids: list[int] | str | None = None
+    ) -> str:
+        """The store key of the ``j``-th sample for ``request``; ``ids``: its :func:`prompt_identity`, when known."""
+        ids = prompt_identity(policy, request.prompt) if ids is None else ids
         spec = [policy.fingerprint, ids, request.seed, j, self.temperature, self.top_p, max_new_tokens]
         return "bon:" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()
 
@@ -140,14 +144,19 @@ class BestOfN(Decoder):
         """The first ``n`` (default: the pool size) samples of each request, sampled once and cached. Requests
         that differ only in the user share one pool."""
         n = self.pool_size if n is None else n
-        keys = [[self.sample_key(policy, r, j, max_new_tokens) for j in range(n)] for r in requests]
+        ident = prompt_identities(policy, [r.prompt for r in requests])
+        ids = [ident[prompt_key(r.prompt)] for r in requests]
+        keys = [
+            [self.sample_key(policy, r, j, max_new_tokens, i) for j in range(n)]
+            for r, i in zip(requests, ids, strict=True)
+        ]
         store = self._store()
         flat = sorted({k for row in keys for k in row})
         found: dict[str, Any] = {k: json.loads(v) for k, v in store.get_many_bytes(flat).items()}
         todo: dict[str, GenRequest] = {}
         lengths: dict[str, int] = {}  # prompt tokens + new tokens: what a sample's row holds
-        for r, row in zip(requests, keys, strict=True):
-            size = prompt_size(policy, r.prompt) + max_new_tokens
+        for r, row, i in zip(requests, keys, ids, strict=True):
+            size = len(i) + max_new_tokens
             for j, k in enumerate(row):
                 if k not in found and k not in todo:
                     todo[k] = GenRequest(r.prompt, r.user_id, sample_seed(r.seed, j))

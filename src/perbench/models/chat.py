@@ -7,10 +7,12 @@ a partial response during guided decoding (ARGS scores prefixes y_<t ⊕ v).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
 from perbench.data.records import Prompt, prompt_key, prompt_messages
+from perbench.models.identity import tokenizer_identity
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
@@ -44,6 +46,32 @@ def prompt_identity(lm: Any, prompt: Prompt) -> list[int] | str:
     return prompt_key(prompt) if is_served(lm) else encode_prompt(lm.tokenizer, prompt)
 
 
+def prompt_identities(lm: Any, prompts: Iterable[Prompt]) -> dict[str, list[int] | str]:
+    """:func:`prompt_identity` of each distinct prompt, by :func:`prompt_key`. For a model named by a spec whose
+    tokenizer can be told without loading it (:func:`~perbench.models.identity.tokenizer_identity`), the token ids
+    are memoized by that identity and the prompts: a rerun whose samples are all stored loads no tokenizer."""
+    from perbench.models.endpoint import is_served
+
+    by_key = {prompt_key(p): p for p in prompts}
+    if is_served(lm):
+        return {k: k for k in by_key}
+    order = sorted(by_key)
+
+    def encode() -> list[list[int]]:
+        return [encode_prompt(lm.tokenizer, by_key[k]) for k in order]
+
+    spec = getattr(lm, "spec", None)
+    ident = None if spec is None else tokenizer_identity(spec)
+    if ident is None:
+        ids = encode()
+    else:
+        from perbench.data.pairs import content_hash
+        from perbench.memo import memo_json
+
+        ids = memo_json("prompt_ids", [ident, content_hash(*order)], encode)
+    return dict(zip(order, ids, strict=True))
+
+
 def prompt_size(lm: Any, prompt: Prompt) -> int:
     """How long a prompt is, to size and order generation batches: tokens in process, characters when served."""
     return len(prompt_identity(lm, prompt))
@@ -72,4 +100,12 @@ def encode_pair(tokenizer: Any, prompt: Prompt, response: str, max_length: int) 
     return ids, len(r), False
 
 
-__all__ = ["encode_pair", "encode_prompt", "encode_response", "prompt_identity", "prompt_messages", "prompt_size"]
+__all__ = [
+    "encode_pair",
+    "encode_prompt",
+    "encode_response",
+    "prompt_identities",
+    "prompt_identity",
+    "prompt_messages",
+    "prompt_size",
+]

@@ -122,6 +122,60 @@ def model_fingerprint(spec: str | ModelSpec, dtype: str) -> str:
     return f"{stem}:{dtype}"
 
 
+def _transformers_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def model_identity(spec: str | ModelSpec) -> str | None:
+    """``spec``'s :func:`model_fingerprint` without the dtype, with the transformers version that reads its config:
+    a memo key for what its config says (its context, its size). None where it cannot be told without loading (a
+    missing file: the loader's check explains)."""
+    try:
+        return f"{model_fingerprint(spec, 'any')}|transformers=={_transformers_version()}"
+    except (OSError, ValueError):
+        return None
+
+
+#: files of a local model folder that are not its tokenizer's (weights and checkpoints)
+_NOT_TOKENIZER = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
+
+
+def tokenizer_identity(spec: str | ModelSpec) -> str | None:
+    """A memo key for what ``spec``'s tokenizer gives (prompt token ids, token counts), read without loading it:
+    the bundled tokenizer (``tiny-random`` uses it too) by the GGUF's digest, a local folder by the sha256 of its
+    files other than weights (tokenizer files, chat template, configs), a hub id only when pinned to a commit; each
+    with the transformers version. None otherwise (a ``.gguf`` file, a hub id at a branch): load the tokenizer."""
+    try:
+        stem = _tokenizer_stem(ModelSpec.parse(spec))
+    except (OSError, ValueError):
+        return None
+    return None if stem is None else f"{stem}|transformers=={_transformers_version()}"
+
+
+def _tokenizer_stem(mspec: ModelSpec) -> str | None:
+    name = ALIASES.get(mspec.name, mspec.name)
+    if name.startswith(TINY_RANDOM) or name == "bundled:smollm2":
+        stem = f"bundled-tokenizer:{bundled_digest()[:16]}"
+    elif name.endswith(".gguf"):
+        return None
+    elif (path := Path(name).expanduser()).is_dir():
+        h = hashlib.sha256()
+        for f in sorted(path.iterdir()):
+            if f.is_file() and not f.name.endswith(_NOT_TOKENIZER):
+                h.update(f.name.encode() + b"\0" + file_digest(f).encode() + b"\0")
+        stem = f"{path.resolve()}:{h.hexdigest()[:16]}"
+    elif mspec.revision is not None and re.fullmatch(r"[0-9a-f]{40}", mspec.revision):
+        stem = hub_stem(mspec.name, mspec.revision)
+    else:
+        return None
+    return stem
+
+
 def fingerprint_basis(spec: str | ModelSpec) -> str:
     """What :func:`model_fingerprint` names ``spec`` by, in words (results.json's provenance), from the spec and
     the folder's links alone."""

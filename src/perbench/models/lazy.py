@@ -12,8 +12,23 @@ from __future__ import annotations
 from typing import Any
 
 from perbench.device import DevicePolicy
-from perbench.models.identity import TINY_HIDDEN, TINY_RANDOM, ModelSpec, model_fingerprint, model_label
-from perbench.models.loader import LoadedLM, from_pretrained_error, load_lm, load_tokenizer, padded_left, text_config
+from perbench.models.identity import (
+    TINY_HIDDEN,
+    TINY_RANDOM,
+    ModelSpec,
+    model_fingerprint,
+    model_label,
+    tokenizer_identity,
+)
+from perbench.models.loader import (
+    LoadedLM,
+    from_pretrained_error,
+    load_lm,
+    load_tokenizer,
+    padded_left,
+    template_hash,
+    text_config,
+)
 
 
 class LazyLM(LoadedLM):
@@ -82,6 +97,17 @@ class LazyLM(LoadedLM):
         if self._tokenizer is None:  # the object load_lm shares (the same files): padded as load_lm pads it
             self._tokenizer = padded_left(load_tokenizer(self.spec))
         return self._tokenizer
+
+    @property
+    def chat_template_hash(self) -> str:
+        """:attr:`LoadedLM.chat_template_hash`, memoized by the tokenizer's identity where it can be told
+        (:func:`~perbench.models.identity.tokenizer_identity`): a rerun's provenance loads no tokenizer."""
+        ident = tokenizer_identity(self.spec)
+        if ident is None:
+            return template_hash(self.tokenizer)
+        from perbench.memo import memo_json
+
+        return str(memo_json("chat_template_hash", [ident], lambda: template_hash(self.tokenizer)))
 
     @property
     def hidden_size(self) -> int:

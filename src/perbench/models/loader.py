@@ -157,6 +157,12 @@ def describe_remote_code(spec: ModelSpec) -> str:
     return f"trust_remote_code is on: these Python files of {where} will run: {', '.join(files)}"
 
 
+def template_hash(tokenizer: Any) -> str:
+    """The first 16 hex digits of the sha256 of a tokenizer's chat template (empty when it has none)."""
+    tpl = getattr(tokenizer, "chat_template", None) or ""
+    return hashlib.sha256(str(tpl).encode()).hexdigest()[:16]
+
+
 @dataclass
 class LoadedLM:
     """A causal LM, its tokenizer, and the identity used in cache keys."""
@@ -172,8 +178,7 @@ class LoadedLM:
 
     @property
     def chat_template_hash(self) -> str:
-        tpl = getattr(self.tokenizer, "chat_template", None) or ""
-        return hashlib.sha256(str(tpl).encode()).hexdigest()[:16]
+        return template_hash(self.tokenizer)
 
     @property
     def hidden_size(self) -> int:

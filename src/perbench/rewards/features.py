@@ -33,7 +33,7 @@ import numpy as np
 
 from perbench.cache import Store, pack_arrays, unpack_arrays
 from perbench.calls import note
-from perbench.data.records import Prompt
+from perbench.data.records import Prompt, prompt_key
 from perbench.io import cache_dir
 from perbench.models.chat import encode_pair
 from perbench.models.loader import LoadedLM
@@ -116,6 +116,18 @@ class FeatureExtractor:
     def tokens(self, items: Sequence[tuple[Prompt, str]], desc: str = "token features") -> list[TokenFeatures]:
         """Per-response-token hidden states and log-probs (one forward per response, cached)."""
         return [TokenFeatures(o["hidden"], o["logprobs"]) for o in self._get(items, "tokens", desc)]
+
+    def logprob_sums(self, items: Sequence[tuple[Prompt, str]], desc: str = "log-probs") -> list[float]:
+        """log p(y | x) of each (prompt, response), summed over the response's tokens (:meth:`tokens`); memoized by
+        the texts (:mod:`perbench.memo`), so a rerun tokenizes nothing (the feature store is keyed by token ids)."""
+        from perbench.data.pairs import content_hash
+        from perbench.memo import memo_json
+
+        def compute() -> list[float]:
+            return [float(np.sum(f.logprobs)) for f in self.tokens(items, desc)]
+
+        digest = content_hash(*(f"{prompt_key(x)}\x00{y}" for x, y in items))
+        return memo_json("logprob_sums", [self.fingerprint, self.max_length, digest], compute)
 
     def _get(self, items: Sequence[tuple[Prompt, str]], kind: str, desc: str) -> list[dict[str, np.ndarray]]:
         encoded = [encode_pair(self.lm.tokenizer, p, r, self.max_length) for p, r in items]

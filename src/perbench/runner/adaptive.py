@@ -107,7 +107,7 @@ class Rounds:
             cfg.seed,
             cfg.reference_method,
             cfg.max_new_tokens,
-            self.s.bench.fingerprint(),
+            self.s.bench_fingerprint(),
         )
         self.have: dict[str, set[int]] = {label: set() for label in self.systems}
         self.records: list[dict[str, Any]] = []

@@ -33,7 +33,8 @@ def analysis_of(
     invalid: Mapping[str, int] | None = None,
     roles: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """The analysis of ``cells`` (whose ``cells.jsonl`` text has digest ``cells_sha256``), and whether it was read
+    """The analysis of ``cells`` (``cells_sha256``: a digest of their content, e.g. of their ``cells.jsonl`` text and
+    the map of the ids in it), and whether it was read
     from the memo (``invalid``, ``roles``: see :func:`~perbench.runner.results.analyze_cells`)."""
     from perbench.memo import derived_store, memo_key
     from perbench.runner.results import analysis_options, analyze_cells

@@ -199,7 +199,7 @@ class Downstream:
         cfg = self.s.cfg
         own_data = bool(getattr(decoder, "per_user", False))  # the prompt depends on the user's own data
         per_user = (h is not None and not h.user_agnostic) or own_data
-        extra = [self.s.bench.fingerprint()] if own_data else []
+        extra = [self.s.bench_fingerprint()] if own_data else []
         units: dict[str, tuple[Prompt, str]] = {}
         slot: dict[tuple[str, str], str] = {}
         for prompt, user in targets:

@@ -185,20 +185,29 @@ def _guides(decoder: str, method: str) -> bool:
 
 
 def model_scale(spec: str) -> float:
-    """The model's parameter count over the reference model's (1.0 when its config cannot be read)."""
-    from perbench.models.identity import ModelSpec
+    """The model's parameter count over the reference model's (1.0 when its config cannot be read); the count is
+    memoized by the model's identity (a rerun reads no config)."""
+    from perbench.memo import memo_json
+    from perbench.models.identity import ModelSpec, model_identity
 
     if ModelSpec.parse(spec).name == "tiny-random":
         return 1e-3
+    ident = model_identity(spec)
     try:
-        from perbench.models.loader import text_config
-
-        c = text_config(spec)
-        hidden, layers, vocab = int(c.hidden_size), int(c.num_hidden_layers), int(c.vocab_size)
-        inter = int(getattr(c, "intermediate_size", 4 * hidden) or 4 * hidden)
+        params = _params(spec) if ident is None else memo_json("model_params", [ident], lambda: _params(spec))
     except (ConfigError, OSError, ValueError, AttributeError, TypeError):
         return 1.0
-    return (layers * (4 * hidden**2 + 3 * hidden * inter) + vocab * hidden) / REFERENCE_PARAMS
+    return float(params) / REFERENCE_PARAMS
+
+
+def _params(spec: str) -> int:
+    """The parameter count of ``spec``'s decoder stack and embeddings, from its config alone."""
+    from perbench.models.loader import text_config
+
+    c = text_config(spec)
+    hidden, layers, vocab = int(c.hidden_size), int(c.num_hidden_layers), int(c.vocab_size)
+    inter = int(getattr(c, "intermediate_size", 4 * hidden) or 4 * hidden)
+    return layers * (4 * hidden**2 + 3 * hidden * inter) + vocab * hidden
 
 
 def estimate_seconds(sizes: PlanSizes, costs: dict[str, float], scale: float = 1.0) -> dict[str, float]:

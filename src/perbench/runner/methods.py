@@ -29,6 +29,7 @@ class MethodHandle:
         *,
         baseline: bool = False,
         system: SystemDef | None = None,
+        bench_fp: str | None = None,
     ) -> None:
         from perbench import registry
 
@@ -70,7 +71,7 @@ class MethodHandle:
         part: list[tuple[str, Any]] = [] if self.train_fraction >= 1.0 else [("train_fraction", self.train_fraction)]
         if part and system.seed != ctx.seed:  # a pooled fit: its train subset is the system's, drawn by its seed
             part.append(("subset_seed", system.seed))
-        self.fit_key = unit_key("fit", probe.config_key(), bench.fingerprint(), backbone, ctx.seed, *part)
+        self.fit_key = unit_key("fit", probe.config_key(), bench_fp or bench.fingerprint(), backbone, ctx.seed, *part)
 
     @property
     def user_agnostic(self) -> bool:

@@ -128,7 +128,7 @@ class PoolUnits:
         key = unit_key(
             "bon_quality2",
             pool.key,
-            self.s.bench.fingerprint(),
+            self.s.bench_fingerprint(),
             cfg.bertscore,
             self.s.judge_lm.fingerprint if self.s.judge is not None else None,
         )
@@ -149,7 +149,7 @@ class PoolUnits:
         """Per rubric pole ``aspect=pole`` that some cell's user wants: (cells, N) 1.0 where the sample lands on
         it, 0.0 where it does not, NaN for cells whose user does not want it (the per-aspect diagnosis). Empty
         when no user has a checkable rubric."""
-        key = unit_key("bon_wants", pool.key, self.s.bench.fingerprint())
+        key = unit_key("bon_wants", pool.key, self.s.bench_fingerprint())
 
         def compute() -> dict[str, np.ndarray]:
             from perbench.data.rubrics.aspects import annotate

@@ -15,10 +15,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from perbench.config import RunConfig
+from perbench.data.pairs import content_hash
 from perbench.data.records import Benchmark
 from perbench.data.rows import DataError
 from perbench.errors import ConfigError
@@ -87,52 +89,74 @@ def model_specs(cfg: RunConfig) -> dict[str, str]:
 
 
 def check_models(cfg: RunConfig, bench: Benchmark) -> None:
-    """Token limits and context lengths, from tokenizers and configs only (see the module docstring)."""
-    from perbench.models.loader import load_tokenizer, model_context
+    """Token limits and context lengths, from tokenizers and configs only (see the module docstring). A passing
+    token check is memoized by the tokenizer's identity (:func:`perbench.models.identity.tokenizer_identity`), the
+    texts checked and the limit, a context by the model's (:func:`~perbench.models.identity.model_identity`), each
+    read without loading anything: a rerun loads no tokenizer and no config."""
+    from perbench.memo import Memo
+    from perbench.models.identity import model_identity, tokenizer_identity
+    from perbench.models.loader import model_context
 
-    checked: set[str] = set()
-    for key, spec in model_specs(cfg).items():
-        where = cfg.where("policies" if key.startswith("policies") else key)
-        if spec not in checked:
-            checked.add(spec)
-            try:
-                tokenizer = load_tokenizer(spec)
-            except ConfigError as e:
-                raise ConfigError(f"{where}: {e}") from None
-            _check_responses(cfg, bench, tokenizer, spec)
-        if key != "rm_backbone" and (cfg.decoders or cfg.rl):
-            context = model_context(spec)
-            if context is not None and cfg.max_new_tokens >= context:
-                raise ConfigError(
-                    f"{cfg.where('max_new_tokens')}: {cfg.max_new_tokens} new tokens cannot fit the context of "
-                    f"{spec} ({context} positions, prompt included); use at most {context // 2} or so"
-                )
+    texts = _long_texts(cfg, bench)
+    digest = content_hash(*sorted(texts))
+    memo = Memo()
+    try:
+        checked: set[str] = set()
+        for key, spec in model_specs(cfg).items():
+            where = cfg.where("policies" if key.startswith("policies") else key)
+            if spec not in checked:
+                checked.add(spec)
+                check = partial(_check_responses, cfg, texts, spec, where)
+                ident = tokenizer_identity(spec)  # a passing check is stored, keyed by what the tokenizer reads
+                check() if ident is None else memo.json("preflight_tokens", [ident, digest, cfg.max_length], check)
+            if key != "rm_backbone" and (cfg.decoders or cfg.rl):
+                ident = model_identity(spec)
+                read = partial(model_context, spec)
+                context = read() if ident is None else memo.json("model_context", [ident], read)
+                if context is not None and cfg.max_new_tokens >= context:
+                    raise ConfigError(
+                        f"{cfg.where('max_new_tokens')}: {cfg.max_new_tokens} new tokens cannot fit the context of "
+                        f"{spec} ({context} positions, prompt included); use at most {context // 2} or so"
+                    )
+    finally:
+        memo.close()
 
 
-def _check_responses(cfg: RunConfig, bench: Benchmark, tokenizer: object, spec: str) -> None:
-    """Every response has fewer than ``max_length`` tokens (a longer one leaves no room for its prompt: the
-    scorers refuse it mid-run). Errors name the pair's file and line, the side and the fix."""
-    from perbench.models.chat import encode_response
-
+def _long_texts(cfg: RunConfig, bench: Benchmark) -> dict[str, tuple[str, str]]:
+    """The responses a tokenizer must count (text -> where it was read, its side): those of at least ``max_length``
+    characters, since a token holds at least one character and shorter texts always fit."""
     texts: dict[str, tuple[str, str]] = {}
     for p in bench.pairs:
         for side in ("chosen", "rejected"):
             text = getattr(p, side)
-            if len(text) >= cfg.max_length:  # a token holds at least one character: shorter texts always fit
+            if len(text) >= cfg.max_length:
                 texts.setdefault(text, (str(p.meta.get("source") or p.pair_id), side))
-    if not texts:
-        return
-    for text, (where, side) in texts.items():
+    return texts
+
+
+def _check_responses(cfg: RunConfig, texts: Mapping[str, tuple[str, str]], spec: str, where: str) -> bool:
+    """``spec``'s tokenizer loads, and every response in ``texts`` has fewer than ``max_length`` tokens (a longer
+    one leaves no room for its prompt: the scorers refuse it mid-run). Errors name the pair's file and line, the
+    side and the fix."""
+    from perbench.models.chat import encode_response
+    from perbench.models.loader import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(spec)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    for text, (source, side) in texts.items():
         n = len(encode_response(tokenizer, text))
         if n >= cfg.max_length:
-            path, _, line = where.rpartition(":")
+            path, _, line = source.rpartition(":")
             raise DataError(
-                path or where,
+                path or source,
                 int(line) if line.isdigit() else None,
                 side,
                 f"a response of {n} tokens ({spec}'s tokenizer) does not fit max_length={cfg.max_length}; raise "
                 f"max_length ({cfg.where('max_length')}) or cut long texts when loading (max_chars)",
             )
+    return True
 
 
 def check_paths(run_dir: Path) -> None:

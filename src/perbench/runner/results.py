@@ -162,7 +162,7 @@ def build_results(state: RunState, upstream: dict[str, Any], downstream: dict[st
         },
         "benchmark": {
             **state.bench.summary(),
-            "fingerprint": state.bench.fingerprint(),
+            "fingerprint": state.bench_fingerprint(),
             "meta": state.bench.meta,
         },
         # every other benchmark the run loaded, with its own skip report (``skipped``) and notes

@@ -166,7 +166,10 @@ class Runner:
         for label, by_policy in state.pa_by_policy.items():
             upstream[label]["policy_accuracy_by_policy"] = by_policy
         state.timing["total"] = time.perf_counter() - t0
-        cells_text = state.cells.text()  # once: its digest keys the analysis; results.json records it
+        # cells.jsonl as written, once: the ids recorded as the text is made (the rows keep the ids methods saw until
+        # the analysis is done); its digest with the map's keys the analysis, results.json records it
+        ids = self.sealed.recorder()
+        cells_text = state.cells.text(ids)
         cells_record = cells_record_of(cells_text.encode("utf-8"), len(state.cells.rows))
         with state.timed("analysis"):
             adaptive = {rec["metric"]: rec["summary"] for rec in state.adaptive.values()}
@@ -176,7 +179,7 @@ class Runner:
             # read back when an earlier run analysed the same cells the same way (runner/derived.py)
             analysis, memo = analysis_of(
                 state.cells.rows,
-                cells_record["sha256"],
+                f"{cells_record['sha256']}:{ids.digest()}",
                 cfg,
                 adaptive,
                 members,
@@ -217,9 +220,8 @@ class Runner:
         results["provenance"]["compute"] = compute_record(self.run_dir, results)
         # every method has finished: what is written names the recorded ids, never the ones methods saw
         record = self.sealed.record
-        state.cells.rows[:] = record(state.cells.rows)
+        self.sealed.record_rows(state.cells.rows)
         state.samples[:] = record(state.samples)
-        cells_text = state.cells.text()
         results["cells"] = state.cells.record(cells_text)
         results = record(results)
         results["benchmark"]["pair_sources"] = write_pair_sources(self.run_dir, self.sealed)

@@ -152,7 +152,7 @@ class Scoring:
         key = unit_key(
             "gen_quality",
             label,
-            self.s.bench.fingerprint(),
+            self.s.bench_fingerprint(),
             cfg.bertscore,
             self.s.judge_lm.fingerprint if self.s.judge is not None else None,
             [[prompt_key(p), u, t] for t, (p, u) in zip(texts, targets, strict=True)],
@@ -340,6 +340,17 @@ class Scoring:
         """:meth:`_ci` of several columns (name -> (rows, values)). Columns over the same (user, prompt) rows share
         one bootstrap pass (the same draws a pass per column would make, so the same intervals, at the cost of
         one)."""
+        from perbench.data.pairs import content_hash
+        from perbench.memo import array_digest, memo_json
+
+        cfg = self.s.cfg
+        parts: list[Any] = [cfg.bootstrap, cfg.seed]
+        for name, (rows, values) in columns.items():  # memoized by content: a rerun reads the intervals
+            cells = content_hash(*(f"{r['user_id']}\x00{r['prompt_id']}" for r in rows))
+            parts.append([name, cells, array_digest(np.asarray(values, np.float64))])
+        return memo_json("summary_cis", parts, lambda: self._compute_cis(columns))
+
+    def _compute_cis(self, columns: Mapping[str, tuple[list[dict[str, Any]], np.ndarray]]) -> dict[str, dict[str, Any]]:
         from perbench.stats.bootstrap import TwoWayBootstrap, percentile_ci
 
         cfg = self.s.cfg

@@ -89,6 +89,14 @@ class RunState:
         # methods are handed user views (profile, seen), never the records that hold the answer keys
         self.ctx = RMContext(seed=cfg.seed, extra=method_inputs(bench.users))
 
+    def bench_fingerprint(self) -> str:
+        """The run's benchmark's :meth:`~perbench.data.records.Benchmark.fingerprint`, computed once per benchmark
+        object (every unit key names it; a run's benchmark does not change once sealed)."""
+        got = self.__dict__.get("_bench_fp")
+        if got is None or got[0] is not self.bench:
+            got = self._bench_fp = (self.bench, self.bench.fingerprint())
+        return str(got[1])
+
     def batcher(self, kind: str) -> AdaptiveBatcher:
         """The run's adaptive batch size for ``kind`` (``generate``), shared by every call of the run."""
         from perbench.models.endpoint import is_served, request_batcher
@@ -214,7 +222,15 @@ class RunState:
     def method_handles(self) -> list[MethodHandle]:
         """One handle per system (the config has refused duplicates and unknown parameters)."""
         return [
-            MethodHandle(sd.method, self.bench, self.ctx, self.units, baseline=sd.baseline, system=sd)
+            MethodHandle(
+                sd.method,
+                self.bench,
+                self.ctx,
+                self.units,
+                baseline=sd.baseline,
+                system=sd,
+                bench_fp=self.bench_fingerprint(),
+            )
             for sd in self.systems()
         ]
 

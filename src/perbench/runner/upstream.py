@@ -322,8 +322,8 @@ class Upstream:
         keys = [(ext.fingerprint, prompt_key(x), y) for x, y in texts]
         todo = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._lp_sums}
         if todo:
-            feats = ext.tokens(list(todo.values()), desc="policy log-probs")
-            self._lp_sums.update((k, float(np.sum(f.logprobs))) for k, f in zip(todo, feats, strict=True))
+            sums = ext.logprob_sums(list(todo.values()), desc="policy log-probs")
+            self._lp_sums.update(zip(todo, sums, strict=True))
         lp = np.array([self._lp_sums[k] for k in keys], np.float64)
         return {"chosen": lp[0::2], "rejected": lp[1::2]}
 

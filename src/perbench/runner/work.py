@@ -83,7 +83,7 @@ class Work:
         s, cfg = self.s, self.s.cfg
         # where the units compute (not the driver); a run without models computes on no GPU
         cuda = s.needs_models() and s.unit_policy.device.startswith("cuda")
-        bench = s.bench.fingerprint()
+        bench = s.bench_fingerprint()
         extras = {name: b.fingerprint() for name, b in s.extras.items()}  # upstream_benchmarks
         rm_fp = s.rm_lm.fingerprint if s.rm_lm is not None else None
         pol_fp = s.policy.fingerprint if s.policy is not None else None
