@@ -27,8 +27,11 @@ OUTPUTS = ("results.json", "cells.jsonl", "samples.jsonl", "pair_sources.jsonl")
 def _files_in_reach() -> list[Path]:
     roots = {Path.cwd()}
     parent = Path(f"/proc/{os.getppid()}/cwd")
-    if parent.exists():
-        roots.add(parent)
+    try:
+        if parent.exists():  # a parent of another user's (a detached run's, under init) is not ours to read
+            roots.add(parent)
+    except OSError:
+        pass
     found: list[Path] = []
     for root in roots:
         for name in OUTPUTS:

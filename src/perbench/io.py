@@ -244,7 +244,16 @@ def _lock_holder(fd: int) -> str:
 
 def dumps(obj: Any) -> str:
     """Strict JSON: NaN and ±inf (not JSON; ``JSON.parse`` and jq reject them) are written as null."""
-    return json.dumps(finite(obj), ensure_ascii=False, indent=2, sort_keys=False, allow_nan=False)
+    return _strict(obj, indent=2)
+
+
+def _strict(obj: Any, **kw: Any) -> str:
+    """``json.dumps(finite(obj), ensure_ascii=False, allow_nan=False, **kw)``: tried on ``obj`` as it is first (the
+    same text when it holds only plain finite values), :func:`finite` only when that is refused."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False, **kw)
+    except (TypeError, ValueError):
+        return json.dumps(finite(obj), ensure_ascii=False, allow_nan=False, **kw)
 
 
 def finite(obj: Any) -> Any:
@@ -280,7 +289,7 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 def jsonl_text(rows: Iterable[Any]) -> str:
     """The text :func:`atomic_write_jsonl` writes: one JSON object per line (NaN refused)."""
-    return "".join(json.dumps(finite(r), ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
+    return "".join(_strict(r) + "\n" for r in rows)
 
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:

@@ -221,7 +221,7 @@ class Runner:
         # every method has finished: what is written names the recorded ids, never the ones methods saw
         record = self.sealed.record
         self.sealed.record_rows(state.cells.rows)
-        state.samples[:] = record(state.samples)
+        self.sealed.record_rows(state.samples)
         results["cells"] = state.cells.record(cells_text)
         results = record(results)
         results["benchmark"]["pair_sources"] = write_pair_sources(self.run_dir, self.sealed)
