@@ -331,6 +331,28 @@ def test_a_unit_takes_the_threads_of_its_num_cpus() -> None:
     assert [threads_of(unit(c)) for c in (0.5, 1, 3, 8)] == [1, 1, 3, 8]
 
 
+def test_a_linear_heads_fit_does_not_depend_on_the_callers_threads() -> None:
+    """global_bt's L-BFGS fit runs single-threaded whatever the process's thread count (a Ray worker's 1, a local
+    run's 2): with two threads its matrix-vector products sum in another order and 200 steps carry that into the
+    weights (about 1e-6 here, 1e-2 in the bundled default's scores)."""
+    import numpy as np
+    import torch
+
+    from perbench.rewards.global_bt import fit_linear_bt
+
+    diff = np.random.default_rng(0).normal(size=(900, 576)).astype(np.float32)
+    before = torch.get_num_threads()
+    try:
+        weights = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            weights.append(fit_linear_bt(diff))
+            assert torch.get_num_threads() == n  # restored
+    finally:
+        torch.set_num_threads(before)
+    assert np.array_equal(weights[0], weights[1])
+
+
 def test_a_units_numbers_do_not_depend_on_the_threads_that_computed_it(
     tiny_pool: Path,  # noqa: F811
     tmp_path: Path,

@@ -38,10 +38,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from perbench.data.records import PreferencePair, Prompt, prompt_key
 from perbench.rewards.base import RMContext
@@ -55,39 +54,13 @@ from perbench.rewards.personal import (
     np32,
 )
 
+if TYPE_CHECKING:
+    import torch
+
+    from perbench.rewards.nets import PalANet, PalBNet
+
 LOGIT_SCALE_MAX = math.log(100.0)
 PROTO_NORM_BOUND = 4.0
-
-
-def _mlp(d: int, hidden: int, out: int) -> torch.nn.Sequential:
-    return torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, out))
-
-
-class PalBNet(torch.nn.Module):
-    """f (response side), g_1..g_K (prompt-side prototypes), and the logit scale."""
-
-    def __init__(self, d: int, K: int, hidden: int, m: int) -> None:
-        super().__init__()
-        self.f = _mlp(d, hidden, m)
-        self.g = torch.nn.ModuleList([_mlp(d, hidden, m) for _ in range(K)])
-        self.logit_scale = torch.nn.Parameter(torch.tensor(math.log(1 / 0.07)))
-
-    def protos(self, zx: torch.Tensor) -> torch.Tensor:
-        return torch.stack([g(zx) for g in self.g], dim=1)  # (N, K, m)
-
-
-class PalANet(torch.nn.Module):
-    """f (the projector of responses and ideal points) and K free prototypes P (K, d) in the feature space."""
-
-    def __init__(self, d: int, K: int, hidden: int, m: int) -> None:
-        super().__init__()
-        self.f = _mlp(d, hidden, m)
-        self.P = torch.nn.Parameter(torch.randn(K, d))
-
-    def ideal_points(self, w: torch.Tensor) -> torch.Tensor:
-        """a_u = f(Σ_k w_uk p_k) for simplex weights w (..., K) -> (..., m)."""
-        out: torch.Tensor = self.f(w @ self.P)
-        return out
 
 
 #: the reference's PAL-A minibatch: its ideal-point bound is a sum over a batch of this many pairs
@@ -136,6 +109,8 @@ class _PALBase(PersonalFeatureRM):
 
     def _adapt_theta(self, margin_of: Any) -> torch.Tensor:
         """Learn only W_u: ``margin_of(w)`` -> (n,) r_w − r_l of the user's shots under weights w."""
+        import torch
+
         theta = torch.zeros(self.K, requires_grad=True)
         adam_steps(
             [theta],
@@ -162,13 +137,19 @@ class PALA(_PALBase):
     def loss(self, fw: torch.Tensor, fl: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
         """The reference's PAL-A loss on pairs (f(z_w), f(z_l)) and each pair's ideal point: the hinge
         max(0, 1 − (d_l − d_w)) averaged over pairs, plus λ × the ideal-point bound on a reference batch."""
+        import torch
+
         margin = self._distance(fl, points) - self._distance(fw, points)
         hinge = torch.relu(1.0 - margin).mean()
         bound = REFERENCE_BATCH * torch.relu(points.norm(dim=-1) - PROTO_NORM_BOUND).mean()
         return hinge + self.bound_weight * bound
 
     def _fit(self, data: PairData, ctx: RMContext) -> None:
+        import torch
+
         d = data.zw.shape[1]
+        from perbench.rewards.nets import PalANet
+
         self.net = net = PalANet(d, self.K, self.hidden, self.m)
         theta = torch.zeros(len(data.users), self.K, requires_grad=True)
 
@@ -181,6 +162,8 @@ class PALA(_PALBase):
         self.W = torch.softmax(theta.detach(), -1)
 
     def _adapt(self, user_id: str, data: PairData) -> torch.Tensor:
+        import torch
+
         assert self.net is not None, "fit first"
         net = self.net
         with torch.no_grad():
@@ -208,6 +191,8 @@ class PALA(_PALBase):
 
     def ideal_point(self, user_id: str) -> np.ndarray:
         """a_u in the preference space (m,)."""
+        import torch
+
         assert self.net is not None
         with torch.no_grad():
             return np32(self.net.ideal_points(torch.from_numpy(self.user_weights(user_id))))
@@ -217,8 +202,12 @@ class PALA(_PALBase):
         return {"W": np32(self.W), **module_state(self.net, "net.")}
 
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        import torch
+
         self.W = torch.from_numpy(state["W"].astype(np.float32))
         d = int(state["net.f.0.weight"].shape[1])
+        from perbench.rewards.nets import PalANet
+
         self.net = PalANet(d, self.K, self.hidden, self.m)
         load_module_state(self.net, state, "net.")
         self.net.eval()
@@ -238,6 +227,8 @@ class PALB(_PALBase):
 
     # ---- the model -------------------------------------------------------------------------------------
     def _r(self, fy: torch.Tensor, point: torch.Tensor) -> torch.Tensor:
+        import torch
+
         assert self.net is not None
         s = self.net.logit_scale.clamp(max=LOGIT_SCALE_MAX).exp()
         return s * torch.nn.functional.cosine_similarity(fy, point, dim=-1)
@@ -247,6 +238,8 @@ class PALB(_PALBase):
 
     def _prompt_z(self, prompts: Sequence[Prompt]) -> torch.Tensor:
         """(N, d) standardised prompt features, each distinct prompt extracted once (memoised)."""
+        import torch
+
         keys = [prompt_key(p) for p in prompts]
         todo = {k: p for k, p in zip(keys, prompts, strict=True) if k not in self._zx}
         if todo:
@@ -259,10 +252,14 @@ class PALB(_PALBase):
 
     # ---- training --------------------------------------------------------------------------------------
     def _fit(self, data: PairData, ctx: RMContext) -> None:
+        import torch
+
         px = self._require_extractor().prompt_features([p.prompt for p in data.pairs], desc=f"{self.name} prompts")
         self.std_x.fit(px)
         self._zx = {}
         zx = self.std_x(torch.from_numpy(px))
+        from perbench.rewards.nets import PalBNet
+
         self.net = net = PalBNet(data.zw.shape[1], self.K, self.hidden, self.m)
         theta = torch.zeros(len(data.users), self.K, requires_grad=True)
 
@@ -280,6 +277,8 @@ class PALB(_PALBase):
         self.W = torch.softmax(theta.detach(), -1)
 
     def _adapt(self, user_id: str, data: PairData) -> torch.Tensor:
+        import torch
+
         assert self.net is not None, "fit first"
         net = self.net
         with torch.no_grad():
@@ -314,9 +313,13 @@ class PALB(_PALBase):
         return {"W": np32(self.W), "mux": self.std_x.mu, "sdx": self.std_x.sd, **module_state(self.net, "net.")}
 
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        import torch
+
         self.W = torch.from_numpy(state["W"].astype(np.float32))
         self.std_x.mu, self.std_x.sd = state["mux"].astype(np.float32), state["sdx"].astype(np.float32)
         self._zx = {}
+        from perbench.rewards.nets import PalBNet
+
         self.net = PalBNet(len(self.std_x.mu), self.K, self.hidden, self.m)
         load_module_state(self.net, state, "net.")
         self.net.eval()

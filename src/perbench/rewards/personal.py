@@ -28,7 +28,7 @@ import numpy as np
 
 from perbench.data.records import PreferencePair
 from perbench.rewards.base import FeatureRM, RMContext, pair_feature_arrays
-from perbench.rewards.global_bt import Standardizer
+from perbench.rewards.global_bt import Standardizer, small_ops
 
 if TYPE_CHECKING:
     import torch
@@ -44,24 +44,6 @@ def seeded(seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
-
-
-@contextlib.contextmanager
-def small_ops() -> Iterator[None]:
-    """Run a block of many tiny tensor ops single-threaded, restoring the thread count afterwards.
-
-    The heads here are small (d ≤ a few thousand, ~1000 pairs): multi-threading buys nothing per op, and on
-    a busy machine every parallel region waits for a descheduled worker (measured on a loaded 2-core box:
-    a PAL fit on 288 pairs of 64-d features took 173 s with 2 threads, 0.65 s with 1).
-    """
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def user_seed(seed: int, user_id: str) -> int:

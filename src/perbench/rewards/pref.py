@@ -35,14 +35,16 @@ information), λ = 1e-3, v = A(z(y1) − z(y2)) ∈ R^J and u the user's current
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from perbench.data.records import PreferencePair, prompt_key
 from perbench.rewards.base import RMContext, pair_feature_arrays
 from perbench.rewards.personal import PairData, PersonalFeatureRM, adam_steps, fit_logistic, np32, user_seed
+
+if TYPE_CHECKING:
+    import torch
 
 
 class PReF(PersonalFeatureRM):
@@ -79,6 +81,8 @@ class PReF(PersonalFeatureRM):
     # ---- training --------------------------------------------------------------------------------------
     def svd_init(self, data: PairData) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (U0 (n_users, J), A0 (J, d)) from the user × pair preference matrix."""
+        import torch
+
         keys: dict[tuple[str, str, str], int] = {}
         col, sign = [], []
         for p in data.pairs:
@@ -105,6 +109,8 @@ class PReF(PersonalFeatureRM):
         return U0, A0
 
     def _fit(self, data: PairData, ctx: RMContext) -> None:
+        import torch
+
         U0, A0 = self.svd_init(data)
         A = A0.clone().requires_grad_(True)
         U = U0.clone().requires_grad_(True)
@@ -132,11 +138,15 @@ class PReF(PersonalFeatureRM):
     @staticmethod
     def curvature(V: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """σ'(uᵀv) = σ(uᵀv)(1 − σ(uᵀv)) per row v of V."""
+        import torch
+
         s = torch.sigmoid(V @ u)
         return s * (1 - s)
 
     def information(self, V: torch.Tensor, u: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
         """The criterion σ'(uᵀv)²·vᵀΣ⁻¹v per row v of V (float64)."""
+        import torch
+
         info: torch.Tensor = self.curvature(V, u) ** 2 * ((V @ torch.linalg.inv(sigma)) * V).sum(-1)
         return info
 
@@ -146,6 +156,8 @@ class PReF(PersonalFeatureRM):
         The user is ``user_id`` (default: the pool's first pair's user). Pairs the user already answered
         in ``adapt`` enter Σ first. Which response is "first" does not matter (the criterion is even in v).
         """
+        import torch
+
         if self.A is None or self.U is None:
             raise RuntimeError(f"{self.name} used before fit")
         if not user_pool or n <= 0:
@@ -180,6 +192,8 @@ class PReF(PersonalFeatureRM):
 
     def _pool_embedding(self, pool: Sequence[PreferencePair]) -> torch.Tensor:
         """(n, J) float64 v = A(z(chosen) − z(rejected)) of each pool pair."""
+        import torch
+
         assert self.A is not None
         fw, fl = pair_feature_arrays(self._require_extractor(), pool, desc=f"{self.name} pool")
         return ((self.std(torch.from_numpy(fw)) - self.std(torch.from_numpy(fl))) @ self.A.T).double()
@@ -188,6 +202,8 @@ class PReF(PersonalFeatureRM):
         """The ``n`` pairs of ``pool`` (the user's labelled pairs) that active elicitation asks, in the order
         asked: a seeded random first pick, then greedy σ'(uᵀv)²·vᵀΣ⁻¹v with u re-estimated after every revealed
         answer (see the module docstring)."""
+        import torch
+
         if self.A is None or self.U is None:
             raise RuntimeError(f"{self.name} used before fit")
         if n < 0:
@@ -224,6 +240,8 @@ class PReF(PersonalFeatureRM):
         return {"A": np32(self.A), "U": np32(self.U)}
 
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        import torch
+
         self.A = torch.from_numpy(state["A"].astype(np.float32))
         self.U = torch.from_numpy(state["U"].astype(np.float32))
         self.shots = {}

@@ -18,10 +18,9 @@ are left unstandardised, an unknown user's z is 0; rewards are finite but carry 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from perbench.rewards.base import RMContext
 from perbench.rewards.personal import (
@@ -33,34 +32,10 @@ from perbench.rewards.personal import (
     np32,
 )
 
-LOGVAR_MIN, LOGVAR_MAX = -6.0, 2.0
+if TYPE_CHECKING:
+    import torch
 
-
-class VPLNet(torch.nn.Module):
-    def __init__(self, d: int, hidden: int, z_dim: int, heads: int = 4) -> None:
-        super().__init__()
-        self.pair = torch.nn.Sequential(
-            torch.nn.Linear(2 * d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden)
-        )
-        self.attn = torch.nn.MultiheadAttention(hidden, heads, batch_first=True)
-        self.norm = torch.nn.LayerNorm(hidden)
-        self.head = torch.nn.Linear(hidden, 2 * z_dim)
-        self.reward = torch.nn.Sequential(
-            torch.nn.Linear(d + z_dim, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, 1)
-        )
-
-    def encode(self, cw: torch.Tensor, cl: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(U, C, d) context pairs, (U, C) bool validity -> μ, log σ² of shape (U, z)."""
-        h = self.pair(torch.cat([cw, cl], -1))
-        a, _ = self.attn(h, h, h, key_padding_mask=~mask, need_weights=False)
-        h = self.norm(h + a)
-        m = mask[..., None].float()
-        pooled = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
-        mu, logvar = self.head(pooled).chunk(2, dim=-1)
-        return mu, logvar.clamp(LOGVAR_MIN, LOGVAR_MAX)
-
-    def r(self, zy: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return self.reward(torch.cat([zy, z], -1))[..., 0]  # type: ignore[no-any-return]
+    from perbench.rewards.nets import VPLNet
 
 
 class VPL(PersonalFeatureRM):
@@ -100,6 +75,8 @@ class VPL(PersonalFeatureRM):
         self, zw: torch.Tensor, zl: torch.Tensor, groups: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pad per-user index lists into (U, C, d) context tensors and a (U, C) mask."""
+        import torch
+
         C = max([1, *(len(g) for g in groups)])
         idx = torch.zeros(len(groups), C, dtype=torch.long)
         mask = torch.zeros(len(groups), C, dtype=torch.bool)
@@ -109,7 +86,11 @@ class VPL(PersonalFeatureRM):
         return zw[idx], zl[idx], mask
 
     def _fit(self, data: PairData, ctx: RMContext) -> None:
+        import torch
+
         d = data.zw.shape[1]
+        from perbench.rewards.nets import VPLNet
+
         self.net = net = VPLNet(d, self.hidden, self.z_dim)
         by_user = data.by_user()
         wt = data.pair_weights()
@@ -141,6 +122,8 @@ class VPL(PersonalFeatureRM):
             self.Z = net.encode(cw, cl, mask)[0]
 
     def _adapt(self, user_id: str, data: PairData) -> torch.Tensor:
+        import torch
+
         assert self.net is not None, "fit first"
         with torch.no_grad():
             cw, cl, mask = self._context(data.zw, data.zl, [torch.arange(len(data.zw))])
@@ -160,8 +143,12 @@ class VPL(PersonalFeatureRM):
         return {"Z": np32(self.Z), **module_state(self.net, "net.")}
 
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        import torch
+
         self.Z = torch.from_numpy(state["Z"].astype(np.float32))
         d = state["net.reward.0.weight"].shape[1] - self.z_dim
+        from perbench.rewards.nets import VPLNet
+
         self.net = VPLNet(d, self.hidden, self.z_dim)
         load_module_state(self.net, state, "net.")
         self.net.eval()
