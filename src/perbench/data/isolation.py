@@ -125,6 +125,7 @@ def record_rows(rows: list[dict[str, Any]], recorded: Mapping[str, str]) -> None
     if not recorded:
         return
     rec = IdRecorder(recorded)
+    seen = rec.seen  # the map of each string met so far (looked up inline: rows hold millions of strings)
     keys_plain: dict[tuple[Any, ...], bool] = {}
     for i, r in enumerate(rows):
         keys = tuple(r)
@@ -136,7 +137,9 @@ def record_rows(rows: list[dict[str, Any]], recorded: Mapping[str, str]) -> None
             continue
         for k, v in r.items():
             if type(v) is str:
-                m = rec.text(v)
+                m = seen.get(v)
+                if m is None:
+                    m = rec.text(v)
                 if m is not v:
                     r[k] = m
             elif not (isinstance(v, int | float) or v is None):

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from perbench.models.generate import Generation, GenRequest
+from perbench.models.generation import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel
 

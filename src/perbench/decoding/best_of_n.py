@@ -34,7 +34,7 @@ from perbench.data.records import prompt_key
 from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
 from perbench.models.chat import prompt_identities, prompt_identity
-from perbench.models.generate import Generation, GenRequest
+from perbench.models.generation import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel, ScoreItem
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from perbench.decoding.base import Decoder
-from perbench.models.generate import Generation, GenRequest, generate_plain
+from perbench.models.generation import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel
 
@@ -22,6 +22,8 @@ class ZeroShot(Decoder):
     def generate(
         self, policy: LoadedLM, requests: Sequence[GenRequest], rm: RewardModel | None, *, max_new_tokens: int
     ) -> list[Generation]:
+        from perbench.models.generate import generate_plain  # torch: imported when something is generated
+
         return generate_plain(
             policy, requests, max_new_tokens, sample=self.sample, temperature=self.temperature, top_p=self.top_p
         )

@@ -43,7 +43,7 @@ from perbench.data.records import ContextView, Message, PreferencePair, Prompt, 
 from perbench.data.user_context import UserView, context_items, require_views
 from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
-from perbench.models.generate import Generation, GenRequest
+from perbench.models.generation import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel
 

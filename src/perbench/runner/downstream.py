@@ -163,7 +163,7 @@ class Downstream:
     ) -> dict[tuple[str, str], str]:
         """Generate each (prompt, user) unit once; user-agnostic decoders generate once per prompt."""
         from perbench.models.chat import prompt_size
-        from perbench.models.generate import GenRequest
+        from perbench.models.generation import GenRequest
 
         cfg = self.s.cfg
         decoder = self._decoder(decoder_spec)

@@ -56,7 +56,7 @@ class PoolUnits:
     # ------------------------------------------------------------------ the pool (one plan unit per decoder)
     def pool(self, decoder: BestOfN, targets: list[tuple[Prompt, str]]) -> Pool:
         """The decoder's pool for the prompts of ``targets`` (sampled once and cached, by prompt and seed)."""
-        from perbench.models.generate import GenRequest
+        from perbench.models.generation import GenRequest
 
         cfg = self.s.cfg
         prompts: dict[str, Prompt] = {}

@@ -234,26 +234,40 @@ class Pooled(PoolUnits):
         T, Sk = qual[truth_name][keep], S[keep]
         users = [pool.cells[c][1] for c in keep]
         prompts = [pool.prompt_id(c) for c in keep]
-        pairs = pair_accuracy(Sk, T, cfg.tie_policy)
         k = min(ONPOLICY_K, pool.size)
-        bok = best_of_k_accuracy(Sk, T, k, cfg.tie_policy) if k >= 2 else None
+
+        def accuracies() -> dict[str, Any]:
+            pairs = pair_accuracy(Sk, T, cfg.tie_policy)
+            bok = best_of_k_accuracy(Sk, T, k, cfg.tie_policy) if k >= 2 else None
+            return {
+                "pairs": pairs.value.tolist(),
+                "counted": int(pairs.count.sum()),
+                "tied": int(pairs.excluded.sum()),
+                "bok": None if bok is None else bok.value.tolist(),
+                "subsets": None if bok is None else float(bok.count.sum()),
+                "subsets_tied": None if bok is None else float(bok.excluded.sum()),
+            }
+
+        acc = memo.json("onpolicy_accuracy", [array_digest(Sk, T), cfg.tie_policy, k], accuracies)
         for i, (u, p) in enumerate(zip(users, prompts, strict=True)):
-            self.s.cells.add(h.label, ONPOLICY_PAIRS, u, p, float(pairs.value[i]))
-            if bok is not None:
-                self.s.cells.add(h.label, f"{ONPOLICY_BOK}@{k}", u, p, float(bok.value[i]))
+            self.s.cells.add(h.label, ONPOLICY_PAIRS, u, p, float(acc["pairs"][i]))
+            if acc["bok"] is not None:
+                self.s.cells.add(h.label, f"{ONPOLICY_BOK}@{k}", u, p, float(acc["bok"][i]))
         wants = {p: w[keep] for p, w in self.wants(pool).items()}
         parts = [array_digest(Sk, T, *(wants[p] for p in sorted(wants))), sorted(wants), users, prompts]
         out: dict[str, Any] = memo.json("pool_diagnosis", parts, lambda: diagnose(Sk, T, wants, users, prompts))
         out.update(
             truth=truth_name,
             onpolicy={
-                "pairs": int(pairs.count.sum()),
-                "pairs_tied_truth": int(pairs.excluded.sum()),
-                "cells_without_pairs": int(np.isnan(pairs.value).sum()),
+                "pairs": acc["counted"],
+                "pairs_tied_truth": acc["tied"],
+                "cells_without_pairs": int(np.isnan(np.asarray(acc["pairs"], np.float64)).sum()),
                 "k": k,
-                "subsets": None if bok is None else float(bok.count.sum()),
-                "subsets_tied_best": None if bok is None else float(bok.excluded.sum()),
-                "cells_without_subsets": None if bok is None else int(np.isnan(bok.value).sum()),
+                "subsets": acc["subsets"],
+                "subsets_tied_best": acc["subsets_tied"],
+                "cells_without_subsets": None
+                if acc["bok"] is None
+                else int(np.isnan(np.asarray(acc["bok"], np.float64)).sum()),
                 "weighting": "each (user, prompt) cell counts alike (its value: the mean over its pairs / subsets)",
             },
         )

@@ -95,7 +95,7 @@ def user_context(bench: Benchmark, k: int, shots: int) -> UserContext:
     ``shots``): it holds user views, never the answer key, and an unseen user's pairs are among the shots every
     RM adapts from."""
     from perbench.decoding.icl import ICL
-    from perbench.models.generate import GenRequest
+    from perbench.models.generation import GenRequest
 
     allowed = bench.context_view(shots)
     first = {u: pairs[:k] for u, pairs in allowed.pairs.items()}

@@ -47,7 +47,7 @@ from perbench.runner.state import seed_for
 from perbench.runner.units import unit_key
 
 if TYPE_CHECKING:
-    from perbench.models.generate import GenRequest
+    from perbench.models.generation import GenRequest
     from perbench.models.loader import LoadedLM
     from perbench.training import RLRun
 
@@ -79,7 +79,7 @@ class Training(Planning):
 
     def _decode(self, fp: str, lm: Callable[[], LoadedLM], items: list[tuple[Prompt, str]]) -> dict[str, Any]:
         """Greedy and ``eval_samples`` sampled generations of one policy: mode -> (prompt key, user) -> texts."""
-        from perbench.models.generate import GenRequest
+        from perbench.models.generation import GenRequest
         from perbench.training import generate_with
 
         phase = self.phase
@@ -111,7 +111,7 @@ class Training(Planning):
         return out
 
     def _kl_requests(self, items: list[tuple[Prompt, str]]) -> list[GenRequest]:
-        from perbench.models.generate import GenRequest
+        from perbench.models.generation import GenRequest
 
         phase = self.phase
         assert phase is not None

@@ -25,7 +25,7 @@ from perbench.cache import CorruptValueError, Store, decode_json, encode_json, p
 from perbench.errors import StoreError
 
 if TYPE_CHECKING:
-    from perbench.models.generate import Generation
+    from perbench.models.generation import Generation
 
 T = TypeVar("T")
 
