@@ -33,7 +33,7 @@ from perbench.cache import Store
 from perbench.data.records import prompt_key
 from perbench.decoding.base import Decoder
 from perbench.decoding.greedy import ZeroShot
-from perbench.models.chat import prompt_identities, prompt_identity
+from perbench.models.chat import prompt_identities
 from perbench.models.generation import Generation, GenRequest
 from perbench.models.loader import LoadedLM
 from perbench.rewards.base import RewardModel, ScoreItem
@@ -131,10 +131,10 @@ class BestOfN(Decoder):
         return self.store
 
     def sample_key(
-        self, policy: LoadedLM, request: GenRequest, j: int, max_new_tokens: int, ids: list[int] | str | None = None
+        self, policy: LoadedLM, request: GenRequest, j: int, max_new_tokens: int, ids: list[int] | str
     ) -> str:
-        """The store key of the ``j``-th sample for ``request``; ``ids``: its :func:`prompt_identity`, when known."""
-        ids = prompt_identity(policy, request.prompt) if ids is None else ids
+        """The store key of the ``j``-th sample for ``request``; ``ids``: its prompt's identity
+        (:func:`~perbench.models.chat.prompt_identities`)."""
         spec = [policy.fingerprint, ids, request.seed, j, self.temperature, self.top_p, max_new_tokens]
         return "bon:" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()
 

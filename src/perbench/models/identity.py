@@ -160,20 +160,19 @@ def tokenizer_identity(spec: str | ModelSpec) -> str | None:
 def _tokenizer_stem(mspec: ModelSpec) -> str | None:
     name = ALIASES.get(mspec.name, mspec.name)
     if name.startswith(TINY_RANDOM) or name == "bundled:smollm2":
-        stem = f"bundled-tokenizer:{bundled_digest()[:16]}"
-    elif name.endswith(".gguf"):
+        return f"bundled-tokenizer:{bundled_digest()[:16]}"
+    if name.endswith(".gguf"):
         return None
-    elif (path := Path(name).expanduser()).is_dir():
+    path = Path(name).expanduser()
+    if path.is_dir():
         h = hashlib.sha256()
         for f in sorted(path.iterdir()):
             if f.is_file() and not f.name.endswith(_NOT_TOKENIZER):
                 h.update(f.name.encode() + b"\0" + file_digest(f).encode() + b"\0")
-        stem = f"{path.resolve()}:{h.hexdigest()[:16]}"
-    elif mspec.revision is not None and re.fullmatch(r"[0-9a-f]{40}", mspec.revision):
-        stem = hub_stem(mspec.name, mspec.revision)
-    else:
-        return None
-    return stem
+        return f"{path.resolve()}:{h.hexdigest()[:16]}"
+    if mspec.revision is not None and re.fullmatch(r"[0-9a-f]{40}", mspec.revision):
+        return hub_stem(mspec.name, mspec.revision)
+    return None
 
 
 def fingerprint_basis(spec: str | ModelSpec) -> str:

@@ -147,9 +147,9 @@ class PALA(_PALBase):
     def _fit(self, data: PairData, ctx: RMContext) -> None:
         import torch
 
-        d = data.zw.shape[1]
         from perbench.rewards.nets import PalANet
 
+        d = data.zw.shape[1]
         self.net = net = PalANet(d, self.K, self.hidden, self.m)
         theta = torch.zeros(len(data.users), self.K, requires_grad=True)
 
@@ -204,10 +204,10 @@ class PALA(_PALBase):
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
         import torch
 
-        self.W = torch.from_numpy(state["W"].astype(np.float32))
-        d = int(state["net.f.0.weight"].shape[1])
         from perbench.rewards.nets import PalANet
 
+        self.W = torch.from_numpy(state["W"].astype(np.float32))
+        d = int(state["net.f.0.weight"].shape[1])
         self.net = PalANet(d, self.K, self.hidden, self.m)
         load_module_state(self.net, state, "net.")
         self.net.eval()
@@ -254,12 +254,12 @@ class PALB(_PALBase):
     def _fit(self, data: PairData, ctx: RMContext) -> None:
         import torch
 
+        from perbench.rewards.nets import PalBNet
+
         px = self._require_extractor().prompt_features([p.prompt for p in data.pairs], desc=f"{self.name} prompts")
         self.std_x.fit(px)
         self._zx = {}
         zx = self.std_x(torch.from_numpy(px))
-        from perbench.rewards.nets import PalBNet
-
         self.net = net = PalBNet(data.zw.shape[1], self.K, self.hidden, self.m)
         theta = torch.zeros(len(data.users), self.K, requires_grad=True)
 
@@ -315,11 +315,11 @@ class PALB(_PALBase):
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
         import torch
 
+        from perbench.rewards.nets import PalBNet
+
         self.W = torch.from_numpy(state["W"].astype(np.float32))
         self.std_x.mu, self.std_x.sd = state["mux"].astype(np.float32), state["sdx"].astype(np.float32)
         self._zx = {}
-        from perbench.rewards.nets import PalBNet
-
         self.net = PalBNet(len(self.std_x.mu), self.K, self.hidden, self.m)
         load_module_state(self.net, state, "net.")
         self.net.eval()

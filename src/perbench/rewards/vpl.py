@@ -88,9 +88,9 @@ class VPL(PersonalFeatureRM):
     def _fit(self, data: PairData, ctx: RMContext) -> None:
         import torch
 
-        d = data.zw.shape[1]
         from perbench.rewards.nets import VPLNet
 
+        d = data.zw.shape[1]
         self.net = net = VPLNet(d, self.hidden, self.z_dim)
         by_user = data.by_user()
         wt = data.pair_weights()
@@ -145,10 +145,10 @@ class VPL(PersonalFeatureRM):
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
         import torch
 
-        self.Z = torch.from_numpy(state["Z"].astype(np.float32))
-        d = state["net.reward.0.weight"].shape[1] - self.z_dim
         from perbench.rewards.nets import VPLNet
 
+        self.Z = torch.from_numpy(state["Z"].astype(np.float32))
+        d = state["net.reward.0.weight"].shape[1] - self.z_dim
         self.net = VPLNet(d, self.hidden, self.z_dim)
         load_module_state(self.net, state, "net.")
         self.net.eval()
