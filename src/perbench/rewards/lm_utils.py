@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -220,10 +221,15 @@ def add_lora(lm: LoadedLM, r: int, alpha: int, target_modules: Sequence[str] | s
 
     base = model_copy(lm)
     if getattr(base, "supports_gradient_checkpointing", False):
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(base, "activation_checkpointing_enable"):  # transformers ≥ 5.25; the old name warns there
+            base.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     tm: Any = list(target_modules) if isinstance(target_modules, (list, tuple)) else target_modules
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=tm, bias="none")
-    model = get_peft_model(base, cfg)
+    with warnings.catch_warnings():  # peft reads the deprecated ``is_gradient_checkpointing`` property
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = get_peft_model(base, cfg)
     no_hub_kernels(model, lm.policy)
     model.train()
     return model

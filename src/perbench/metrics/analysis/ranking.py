@@ -51,6 +51,31 @@ __all__ = ["BASELINE", "EQUIVALENT", "NO_BETTER", "SEPARABLE", "TOO_LITTLE", "UN
            "simultaneous", "simultaneous_lower", "thin_data", "tie_order", "tost_level"]  # fmt: skip
 
 
+def _replicate_se(
+    points: Sequence[float], reps: Sequence[FloatArray]
+) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
+    """The points, the (B, J) replicate matrix, each difference's replicate sd se*_j (0 where undefined) and
+    whether it varies (float noise of a constant is not variation)."""
+    pts = np.asarray(points, dtype=np.float64)
+    mat = np.stack([np.asarray(r, dtype=np.float64) for r in reps], axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.nanstd(mat, axis=0, ddof=1) if mat.shape[0] > 1 else np.zeros(len(pts))
+    se = np.where(np.isfinite(se), se, 0.0)
+    return pts, mat, se, se > 1e-12 * np.maximum(1.0, np.abs(pts))
+
+
+def _max_t_quantile(z: FloatArray, level: float) -> float | None:
+    """The ``level`` quantile over replicates of max_j z_j (replicates with no finite z left out); None when no
+    difference varies or no replicate is finite."""
+    if z.shape[1] == 0:
+        return None
+    finite = np.isfinite(z).any(axis=1)
+    if not finite.any():
+        return None
+    t = np.nanmax(np.where(np.isfinite(z[finite]), z[finite], np.nan), axis=1)
+    return float(np.quantile(t, level))
+
+
 def simultaneous(
     points: Sequence[float], reps: Sequence[FloatArray], level: float
 ) -> tuple[float | None, list[tuple[float, float]]]:
@@ -61,19 +86,8 @@ def simultaneous(
     """
     if not points:
         return None, []
-    pts = np.asarray(points, dtype=np.float64)
-    mat = np.stack([np.asarray(r, dtype=np.float64) for r in reps], axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        se = np.nanstd(mat, axis=0, ddof=1) if mat.shape[0] > 1 else np.zeros(len(pts))
-    se = np.where(np.isfinite(se), se, 0.0)
-    vary = se > 1e-12 * np.maximum(1.0, np.abs(pts))  # float noise of a constant is not variation
-    crit: float | None = None
-    if vary.any():
-        z = np.abs(mat[:, vary] - pts[vary]) / se[vary]
-        finite = np.isfinite(z).any(axis=1)
-        if finite.any():
-            t = np.nanmax(np.where(np.isfinite(z[finite]), z[finite], np.nan), axis=1)
-            crit = float(np.quantile(t, level))
+    pts, mat, se, vary = _replicate_se(points, reps)
+    crit = _max_t_quantile(np.abs(mat[:, vary] - pts[vary]) / se[vary], level)
     half = np.where(vary, se * (crit if crit is not None else 0.0), 0.0)
     return crit, [(float(p - h), float(p + h)) for p, h in zip(pts, half, strict=True)]
 
@@ -90,19 +104,8 @@ def simultaneous_lower(
     the variance. A difference whose replicates never vary gets its point as bound; c is None when none varies."""
     if not points:
         return None, []
-    pts = np.asarray(points, dtype=np.float64)
-    mat = np.stack([np.asarray(r, dtype=np.float64) for r in reps], axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        se = np.nanstd(mat, axis=0, ddof=1) if mat.shape[0] > 1 else np.zeros(len(pts))
-    se = np.where(np.isfinite(se), se, 0.0)
-    vary = se > 1e-12 * np.maximum(1.0, np.abs(pts))
-    crit: float | None = None
-    if vary.any():
-        z = (mat[:, vary] - pts[vary]) / se[vary]
-        finite = np.isfinite(z).any(axis=1)
-        if finite.any():
-            t = np.nanmax(np.where(np.isfinite(z[finite]), z[finite], np.nan), axis=1)
-            crit = float(np.quantile(t, level))
+    pts, mat, se, vary = _replicate_se(points, reps)
+    crit = _max_t_quantile((mat[:, vary] - pts[vary]) / se[vary], level)
     fac = np.ones(len(pts)) if scale is None else np.asarray(scale, dtype=np.float64)
     half = np.where(vary, fac * se * (crit if crit is not None else 0.0), 0.0)
     return crit, [float(p - h) for p, h in zip(pts, half, strict=True)]
