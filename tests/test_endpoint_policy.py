@@ -287,3 +287,52 @@ def test_refusals_are_one_located_line(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("perbench: error: ") and f"{server.url}/chat/completions: HTTP 400" in err
     assert 1 <= server.posts <= 2  # the zero-shot batch's requests in flight; nothing after the refusal
+
+
+def test_policies_mix_in_process_and_served(
+    server: FakeServer,
+    tiny_pool: Path,  # noqa: F811
+    tmp_path: Path,
+    own_cache: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``policies:`` takes endpoints like ``policy:``: each policy decodes (labels ``@NAME``), a served one has its
+    policy accuracy reported not applicable (never a number), and a rerun asks the server nothing."""
+    from perbench.config import RunConfig
+    from perbench.config.hashing import result_hash
+
+    data = run_config(tiny_pool, tmp_path, "tiny-random", policies=["tiny-random", endpoint(server)])
+    assert cli_run(tmp_path / "mixed.yaml", data) == 0
+    asked = server.posts
+    assert asked > 0
+    res = json.loads(next(tmp_path.glob("*/results.json")).read_text())
+    labels = set(res["downstream"])
+    assert {"zero_shot@tiny-random", f"zero_shot@{MODEL}"} <= labels
+    assert any(x.endswith(f"@{MODEL}") and x.startswith("best_of_n") for x in labels)
+    by_policy = res["upstream"]["global_bt"]["policy_accuracy_by_policy"]
+    assert set(by_policy) == {MODEL} and "inference endpoint" in by_policy[MODEL]["not_applicable"]
+    assert "not_applicable" not in res["upstream"]["global_bt"]["policy_accuracy"]  # the main policy's, in process
+    served = [m for m in res["provenance"]["models"]["downstream_policies"] if m.get("served_model") == MODEL]
+    assert len(served) == 1 and served[0]["endpoint"] == server.url
+    samples = [json.loads(x) for x in next(tmp_path.glob("*/samples.jsonl")).read_text().splitlines()]
+    assert {r.get("policy") for r in samples if r.get("kind") == "generation"} == {"tiny-random", MODEL}
+
+    server.posts = 0
+    assert cli_run(tmp_path / "mixed.yaml", data) == 0
+    assert server.posts == 0
+
+    # how requests are made is not what a result depends on: the same hash with another concurrency
+    other = {**data, "policies": ["tiny-random", endpoint(server, max_concurrency=2, retries=0)]}
+    assert result_hash(RunConfig.from_dict(data).to_dict()) == result_hash(RunConfig.from_dict(other).to_dict())
+
+    # a decoder that reads logits is refused, naming the served entry of ``policies``
+    bad = {**data, "decoders": ["zero_shot", {"name": "args", "k": 2}]}
+    assert cli_run(tmp_path / "bad.yaml", bad) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "decoders[1]" in err and f"{MODEL!r} (policies[1])" in err
+    typo = {**data, "policies": ["tiny-random", endpoint(server, retrys=1)]}
+    assert cli_run(tmp_path / "typo.yaml", typo) == 2
+    assert "policies[1].retrys: unknown key" in capsys.readouterr().err
+    same = {**data, "policies": ["tiny-random", endpoint(server, model="tiny-random")]}
+    assert cli_run(tmp_path / "same.yaml", same) == 2
+    assert "policies[1]: 'tiny-random' is already policies[0]" in capsys.readouterr().err

@@ -41,6 +41,12 @@ HASHED_WHEN_SET = (
 )
 
 
+def _served(value: Any) -> Any:
+    """A model served by an endpoint as hashed: its URL and model, not how requests are made (concurrency,
+    retries, key); any other model spec as it is."""
+    return {f: value[f] for f in ("endpoint", "model")} if isinstance(value, Mapping) else value
+
+
 def result_hash(config: Mapping[str, Any]) -> str:
     """The 12-hex-digit hash of a config's plain data (``RunConfig.to_dict()``) over what shapes its results."""
     d = dict(config)
@@ -49,7 +55,9 @@ def result_hash(config: Mapping[str, Any]) -> str:
     for k in HASHED_WHEN_SET:
         if d.get(k) is None:
             d.pop(k, None)
-    for k in ("policy", "judge"):  # a served model: how requests are made (concurrency, retries, key) is not hashed
-        if isinstance(d.get(k), Mapping):
-            d[k] = {f: d[k][f] for f in ("endpoint", "model")}
+    for k in ("policy", "judge"):
+        if k in d:
+            d[k] = _served(d[k])
+    if isinstance(d.get("policies"), list):
+        d["policies"] = [_served(v) for v in d["policies"]]
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]

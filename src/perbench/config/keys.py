@@ -73,7 +73,9 @@ def validate(cls: type[Any], data: Mapping[Any, Any], src: Where) -> dict[str, A
                 kind = {"decoders": "decoder", "upstream_benchmarks": "benchmark"}.get(key, "method")
                 values[key] = [check_component(v, where.at(i, value), kind) for i, v in enumerate(value)]
             else:
-                if key in MODEL_KEYS:  # a mapping is a model served by an inference endpoint
+                if key == "policies" and isinstance(value, list | tuple):  # each entry as ``policy`` is read
+                    value = [parse_model(v, where.at(i, value)) for i, v in enumerate(value)]
+                elif key in MODEL_KEYS:  # a mapping is a model served by an inference endpoint
                     value = parse_model(value, where)
                 check_value(value, hints[key], where)
                 values[key] = list(value) if isinstance(value, tuple) else value
@@ -122,6 +124,12 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
             raise at("verdict_metric").error(
                 f"{metric!r} is the answers' length, which the verdict reports beside the pick but never ranks on; "
                 "choose a quality (e.g. best_of_n:rubric_satisfaction)"
+            )
+    names = [str(p) for p in v["policies"] or []]  # a policy's labels end in @NAME (a served one: its model)
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise src.at("policies", data).at(i, data["policies"]).error(
+                f"{name!r} is already policies[{names.index(name)}]: each policy decodes under its own name (@NAME)"
             )
     seeds = v["seeds"]
     if seeds is not None:

@@ -80,9 +80,10 @@ class RunConfig:
     #: judge LM for rubric aspects that no checker covers (``User.answer_key``), a model spec or an endpoint like
     #: ``policy``'s; None: no judge
     judge: Annotated[str, MODEL] | Annotated[Endpoint, SERVED] | None = None
-    #: policies to decode with (decoders × reward models × policies); None: just ``policy``. Upstream policy
-    #: accuracy always uses ``policy``.
-    policies: list[Annotated[str, MODEL]] | None = None
+    #: policies to decode with (decoders × reward models × policies); None: just ``policy``. Each entry is a model
+    #: spec or an endpoint like ``policy``'s (a served one runs only the decoders that need no logits, and has no
+    #: policy accuracy). Upstream policy accuracy is also computed under each in-process policy.
+    policies: list[Annotated[str, MODEL] | Annotated[Endpoint, SERVED]] | None = None
     seed: Annotated[int, SEED] = 0
     #: run the whole config once per seed and report mean ± sd across seeds (None: just ``seed``)
     seeds: list[Annotated[int, SEED]] | None = None

@@ -30,23 +30,27 @@ def check_model_names(cfg: RunConfig) -> None:
 
 
 def check_served(cfg: RunConfig) -> None:
-    """A policy served by an inference endpoint gives generated text only: every decoder of the config must need no
-    logits of it (``Decoder.needs_logits``) and there is no RL phase (it trains the policy's weights); refused
-    before any work, at the decoder's own line."""
+    """A policy served by an inference endpoint (``policy`` or an entry of ``policies``) gives generated text only:
+    every decoder of the config must need no logits of it (``Decoder.needs_logits``) and there is no RL phase (it
+    trains the policy's weights); refused before any work, at the decoder's own line."""
     from perbench import registry
 
-    if not isinstance(cfg.policy, Endpoint):
+    served = [("policy", cfg.policy)] if isinstance(cfg.policy, Endpoint) else []
+    served += [(f"policies[{i}]", p) for i, p in enumerate(cfg.policies or []) if isinstance(p, Endpoint)]
+    if not served:
         return
-    served = [n for n in registry.decoders.names() if not getattr(registry.decoders.get(n), "needs_logits", True)]
+    key, first = served[0]
+    named = f"{first.model!r}" + ("" if key == "policy" else f" ({key})")
+    usable = [n for n in registry.decoders.names() if not getattr(registry.decoders.get(n), "needs_logits", True)]
     for i, d in enumerate(cfg.decoders):
         if getattr(registry.decoders.get(d.name), "needs_logits", True):
             raise cfg.locate("decoders", i).error(
                 f"decoder {d.name!r} reads the policy's next-token logits, which the inference endpoint serving "
-                f"{cfg.policy.model!r} does not give: it needs a policy in process (policy: MODEL). On an endpoint: "
-                f"{', '.join(served)}"
+                f"{named} does not give: it needs a policy in process (a model spec). On an endpoint: "
+                f"{', '.join(usable)}"
             )
     if cfg.rl is not None:
         raise cfg.locate("rl").error(
-            f"RL trains the policy's weights, and {cfg.policy.model!r} is served by an inference endpoint: it needs "
-            "a policy in process (policy: MODEL)"
+            f"RL trains the policy's weights, and {named} is served by an inference endpoint: it needs a policy in "
+            "process (a model spec)"
         )

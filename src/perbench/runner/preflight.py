@@ -84,7 +84,8 @@ def model_specs(cfg: RunConfig) -> dict[str, str]:
     if isinstance(cfg.policy, str):
         specs["policy"] = cfg.policy
     for i, p in enumerate(cfg.policies or []):
-        specs.setdefault(f"policies[{i}]", p)
+        if isinstance(p, str):
+            specs.setdefault(f"policies[{i}]", p)
     return specs
 
 

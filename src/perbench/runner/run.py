@@ -106,13 +106,14 @@ class Runner:
             load_s = time.perf_counter() - t0
             self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config, the data and the cluster are good
             # nothing is written through a link inside the run directory; a second run of this config waits
-            with writing_inside(self.run_dir), run_lock(self.run_dir):
-                return self._run(bench, extras, t0, load_s, executor)
+            # the stores are closed when the run ends: its units.sqlite is left whole, with no -wal / -shm beside it
+            with writing_inside(self.run_dir), run_lock(self.run_dir), Stores.of_run(self.run_dir) as stores:
+                return self._run(bench, extras, t0, load_s, executor, stores)
         finally:
             executor.close()
 
     def _run(
-        self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float, executor: Any
+        self, bench: Benchmark, extras: dict[str, Benchmark], t0: float, load_s: float, executor: Any, stores: Stores
     ) -> RunResult:
         import yaml
 
@@ -122,7 +123,7 @@ class Runner:
         # a driver whose units compute elsewhere (Ray) plans under the units' device and dtype, and loads no model
         # weights for them
         remote = getattr(executor, "remote", False)
-        state = RunState(cfg, self.run_dir, bench, Stores.of_run(self.run_dir), extras, computes_units=not remote)
+        state = RunState(cfg, self.run_dir, bench, stores, extras, computes_units=not remote)
         state.timing["benchmark"] = load_s
         log(
             f"benchmark {bench.name}: {bench.summary()['pairs']} pairs, {len(bench.seen_users)} seen / "

@@ -165,6 +165,19 @@ class Stores:
         units = Units(MEMORY, store=ReadThrough("units", handed))
         return cls(units, ReadThrough("features", handed), ReadThrough("samples", handed))
 
+    def close(self) -> None:
+        """Close every store's SQLite connection (the run's, the shared unit cache's, the feature and sample
+        caches'): SQLite folds its write-ahead log back into the file and removes it."""
+        for store in (*self.by_name().values(), self.units.shared):
+            if store is not None:
+                store.close()
+
+    def __enter__(self) -> Stores:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def work(self) -> Counter[str]:
         """What this process has computed so far: units per phase (``Units.computed``), and the values written to
         the feature and sample stores (φ, token features, log-probs, pool samples), by store."""

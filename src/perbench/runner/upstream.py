@@ -434,14 +434,16 @@ class Upstream:
 
     def policy_accuracy_under(self, spec: str, handles: list[MethodHandle]) -> None:
         """Policy accuracy of every RM under another policy of ``policies`` (``self.s.policy``), stored in
-        ``self.s.pa_by_policy[method][policy][group]``."""
-        saved = self.s.policy_extractor
-        self.s.policy_extractor = self.s.features_of(self.s.policy)
+        ``self.s.pa_by_policy[method][policy][group]``; a policy served by an inference endpoint (no log-probs of
+        given responses) gets ``{"not_applicable": why}`` in place of its groups."""
+        saved, why = self.s.policy_extractor, self.s.policy.no_logprobs
+        self.s.policy_extractor = saved if why else self.s.features_of(self.s.policy)
         for h in handles:
-            if self.s.unfittable(h) or self.pa_problem(h) is not None:
-                continue
-            for g, pairs in self.s.test_groups(self.s.not_applicable(h)).items():
-                if pairs:
-                    got = self._policy_accuracy(h, pairs, g)
-                    self.s.pa_by_policy.setdefault(h.label, {}).setdefault(spec, {})[g] = got
+            if why:
+                self.s.pa_by_policy.setdefault(h.label, {})[spec] = {"not_applicable": why}
+            elif not self.s.unfittable(h) and self.pa_problem(h) is None:
+                for g, pairs in self.s.test_groups(self.s.not_applicable(h)).items():
+                    if pairs:
+                        got = self._policy_accuracy(h, pairs, g)
+                        self.s.pa_by_policy.setdefault(h.label, {}).setdefault(spec, {})[g] = got
         self.s.policy_extractor = saved

@@ -133,9 +133,11 @@ class Work:
         main: list[str | Endpoint] = [cfg.policy]
         policies: list[str | Endpoint] = [*(cfg.policies or main)]
         for policy in policies:
-            policy_fp = self.policy_model(policy).fingerprint
+            policy_lm = self.policy_model(policy)
+            policy_fp = policy_lm.fingerprint
             common = [policy_fp, cfg.seed, cfg.max_new_tokens, bench, quality]
-            if policy != cfg.policy:  # policy accuracy under another policy of ``policies`` (its scores: upstream)
+            # policy accuracy under another policy of ``policies`` (its scores: upstream); a served one has none
+            if policy != cfg.policy and not policy_lm.no_logprobs:
                 for h in self.handles:
                     if h.label in ups and self.up.pa_problem(h) is None:
                         content = [h.key(h.shots), s.pa_headline(h), cfg.pa_rgd, cfg.max_length, policy_fp, bench]
@@ -306,8 +308,10 @@ class Work:
         """A unit that reads a policy of ``policies`` (the main one unless ``unit.policy`` names another)."""
         main = self.s.policy
         main_spec = self.s.cfg.policy
-        named = main_spec if unit.policy in (None, str(main_spec)) else unit.policy
-        self.s.policy = self.policy_model(named or main_spec)
+        # the unit names its policy by ``str(spec)`` (a served one by its model's name): back to the config's spec
+        specs = [main_spec, *(self.s.cfg.policies or [])]
+        named = next((p for p in specs if unit.policy is not None and str(p) == unit.policy), main_spec)
+        self.s.policy = self.policy_model(named)
         try:
             if unit.kind == "upstream":
                 self.up.policy_accuracy_under(str(unit.policy), [handles[unit.name]])
