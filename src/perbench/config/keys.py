@@ -128,8 +128,12 @@ def _cross_checks(v: dict[str, Any], data: Mapping[Any, Any], src: Where) -> Non
     names = [str(p) for p in v["policies"] or []]  # a policy's labels end in @NAME (a served one: its model)
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise src.at("policies", data).at(i, data["policies"]).error(
-                f"{name!r} is already policies[{names.index(name)}]: each policy decodes under its own name (@NAME)"
+            raise (
+                src.at("policies", data)
+                .at(i, data["policies"])
+                .error(
+                    f"{name!r} is already policies[{names.index(name)}]: each policy decodes under its own name (@NAME)"
+                )
             )
     seeds = v["seeds"]
     if seeds is not None:
