@@ -41,6 +41,7 @@ from perbench.metrics.analysis.best_set import (
     critical_values,
     decide,
     gate_critical_value,
+    one_sided_critical_value,
     stability,
 )
 from perbench.metrics.analysis.estimates import Estimates
@@ -64,18 +65,6 @@ def _replicate_se(
     return pts, mat, se, se > 1e-12 * np.maximum(1.0, np.abs(pts))
 
 
-def _max_t_quantile(z: FloatArray, level: float) -> float | None:
-    """The ``level`` quantile over replicates of max_j z_j (replicates with no finite z left out); None when no
-    difference varies or no replicate is finite."""
-    if z.shape[1] == 0:
-        return None
-    finite = np.isfinite(z).any(axis=1)
-    if not finite.any():
-        return None
-    t = np.nanmax(np.where(np.isfinite(z[finite]), z[finite], np.nan), axis=1)
-    return float(np.quantile(t, level))
-
-
 def simultaneous(
     points: Sequence[float], reps: Sequence[FloatArray], level: float
 ) -> tuple[float | None, list[tuple[float, float]]]:
@@ -87,7 +76,7 @@ def simultaneous(
     if not points:
         return None, []
     pts, mat, se, vary = _replicate_se(points, reps)
-    crit = _max_t_quantile(np.abs(mat[:, vary] - pts[vary]) / se[vary], level)
+    crit = one_sided_critical_value(np.abs(mat[:, vary] - pts[vary]) / se[vary], level)
     half = np.where(vary, se * (crit if crit is not None else 0.0), 0.0)
     return crit, [(float(p - h), float(p + h)) for p, h in zip(pts, half, strict=True)]
 
@@ -105,7 +94,7 @@ def simultaneous_lower(
     if not points:
         return None, []
     pts, mat, se, vary = _replicate_se(points, reps)
-    crit = _max_t_quantile((mat[:, vary] - pts[vary]) / se[vary], level)
+    crit = one_sided_critical_value((mat[:, vary] - pts[vary]) / se[vary], level)
     fac = np.ones(len(pts)) if scale is None else np.asarray(scale, dtype=np.float64)
     half = np.where(vary, fac * se * (crit if crit is not None else 0.0), 0.0)
     return crit, [float(p - h) for p, h in zip(pts, half, strict=True)]
