@@ -7,8 +7,12 @@
 # Steps, in order, each under a timeout that leaves the later ones their time: the environment; the plain-library
 # anchors (transformers `generate` at batch 64/256/1,024 and a bf16 forward at batch 16/256, SmolLM2-135M-shaped
 # random weights); bench/suite.py's guided and rm_scoring pieces; `perbench run` of the default config from an empty
-# cache and its rerun; random-weight Llama-3.2-1B- and 3.1-8B-shaped throughput; `perbench run scale` from an empty
-# cache. A step that fails or runs out of time is recorded as such on the page, never estimated.
+# cache and its rerun; `perbench run scale` from an empty cache (it leaves the next step 120 s); `perbench run
+# decoders` from an empty cache (every decoder, GenARM's LoRA fit included, offline); random-weight Llama-3.2-1B- and
+# 3.1-8B-shaped throughput. A step that fails or runs out of time is recorded as such on the page, never estimated.
+#   STEPS=environment,decoders,shapes bash bench/gpu.sh   only these steps (a second call for what the first did not
+#                                   reach); then merge the two runs' figures into one page:
+#   python bench/gpu_bench.py render --figures SECOND/figures.json --merge FIRST/figures.json
 # Runs from a wheel install with no network and no .venv (PYTHONPATH installs, ../shared/gpu/bundle.sh): PY defaults
 # to .venv/bin/python when there is one, else python3; perbench runs as `$PY -m perbench`. The output folder DEST is
 # $OUT when set (a device machine's returned folder), else $OUT_DIR, else runs/gpu-bench. Exits 3 without CUDA.
@@ -32,10 +36,18 @@ rm -f "$FIG"
 START=$(date +%s)
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 
+STEPS=",${STEPS:-environment,anchors,suite,default,scale,decoders,shapes},"
+want() {  # pool_more (the large edition's extra base responses, when the wheel lacks them) goes with scale
+  local name=$1
+  [ "$name" = pool_more ] && name=scale
+  [[ "$STEPS" == *",$name,"* ]]
+}
+
 # step NAME LIMIT_S CMD...: runs CMD under min(LIMIT_S, the time left); a failure or timeout is recorded on the page
 step() {
   local name=$1 limit=$2 t rc
   shift 2
+  want "$name" || return 0
   t=$(left)
   [ "$SMOKE" = 0 ] && [ "$limit" -lt "$t" ] && t=$limit
   if [ "$t" -le 5 ]; then
@@ -62,31 +74,41 @@ if [ "$SMOKE" = 1 ]; then
   SCALE_SET=("${TINY[@]}" --set "methods=[global_bt, {name: pdpo, steps: 1}]" --set "guide_with=[global_bt]"
              --set "systems={train_fraction: [0.5, 1.0]}"
              --set "decoders=[zero_shot, {name: best_of_n, n: 2, pool: 4}, {name: args, k: 2, w: 1.0}]")
+  DECODERS_SET=("${TINY[@]}" --set "methods=[global_bt, {name: genarm, steps: 1}]"
+                --set "decoders=[zero_shot, {name: args, k: 2}, genarm, {name: best_of_n, n: 2, pool: 4}, icl_rag]")
 else
   DEV=(--device cuda)
   SUITE=(--device cuda --dtype bfloat16 --only guided,rm_scoring)
   DEFAULT_SET=()
   SCALE_SET=()
+  DECODERS_SET=()
 fi
 
 step environment 60 "$PY" bench/gpu_bench.py environment --figures "$FIG"
 step anchors 90 "$PY" bench/gpu_bench.py anchors --figures "$FIG" "${DEV[@]}"
 step suite 120 "$PY" bench/suite.py "${SUITE[@]}" --out "$DEST/suite.md" --figures "$DEST/suite.json"
-[ -f "$DEST/suite.json" ] && "$PY" bench/gpu_bench.py suite "$DEST/suite.json" --figures "$FIG"
+if [ -f "$DEST/suite.json" ]; then "$PY" bench/gpu_bench.py suite "$DEST/suite.json" --figures "$FIG"; fi
 # the default run from an empty cache, then its rerun with every unit cached
 export PERBENCH_CACHE="$DEST/cache-default"
 rm -rf "$PERBENCH_CACHE" "$DEST/runs"
 step default 150 "$PY" bench/gpu_bench.py run default --rerun --figures "$FIG" --out-dir "$DEST/runs" "${DEFAULT_SET[@]}"
-step shapes 60 "$PY" bench/gpu_bench.py shapes --figures "$FIG" "${DEV[@]}"
 # scale reads the large rubric edition: its extra prompts' base responses ship as pool_more.jsonl; a wheel built
 # before they were written gets them here (the bundled policy, about a minute on a GPU)
 MORE=$("$PY" -c 'from perbench.data.rubrics.pool_large import MORE_POOL_PATH as p; print(p)')
-if [ "$SMOKE" = 0 ] && [ ! -f "$MORE" ]; then
+if want scale && [ "$SMOKE" = 0 ] && [ ! -f "$MORE" ]; then
   step pool_more 120 "$PY" -m perbench build rubrics --size large --out "$MORE"
 fi
 export PERBENCH_CACHE="$DEST/cache-scale"
 rm -rf "$PERBENCH_CACHE"
-step scale "$BUDGET_S" "$PY" bench/gpu_bench.py run scale --figures "$FIG" --out-dir "$DEST/runs" "${SCALE_SET[@]}"
+reserve=0
+want decoders && reserve=120  # what scale leaves the decoders run
+step scale $(( $(left) - reserve )) "$PY" bench/gpu_bench.py run scale --figures "$FIG" --out-dir "$DEST/runs" \
+  "${SCALE_SET[@]}"
+export PERBENCH_CACHE="$DEST/cache-decoders"
+rm -rf "$PERBENCH_CACHE"
+step decoders "$BUDGET_S" "$PY" bench/gpu_bench.py run decoders --figures "$FIG" --out-dir "$DEST/runs" \
+  "${DECODERS_SET[@]}"
+step shapes 60 "$PY" bench/gpu_bench.py shapes --figures "$FIG" "${DEV[@]}"
 
 "$PY" bench/gpu_bench.py render --figures "$FIG" --out "$DEST/benchmarks-gpu.md"
 if [ "$SMOKE" = 0 ]; then

@@ -194,6 +194,18 @@ BEFORE: dict[str, Any] = {
         "20.5, upstream 25.5, zero-shot 17.2, pool 19.8, analysis 9.2 (then the report)",
     },
     "llama-3.2-1b": {"generate": {"1024": 19446}, "forward": {"16": 162_000, "256": 207_000}},
+    "decoders": "a traceback offline: GenARM's LoRA fit kernelized the model from the hub",
+}
+#: the figures key each step of ``bench/gpu.sh`` writes (a step that wrote its figures in a later run of the script
+#: is no longer unfinished once the runs' figures are merged)
+STEP_KEYS = {
+    "environment": "environment",
+    "anchors": "anchors",
+    "suite": "suite",
+    "default": "run:default",
+    "scale": "run:scale",
+    "decoders": "run:decoders",
+    "shapes": "shapes",
 }
 NOT_YET = "not yet measured"
 
@@ -207,14 +219,19 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 
 def _run_rows(
-    key: str, record: dict[str, Any] | None, before: dict[str, Any] | None, labels: tuple[str, ...] = ("first", "rerun")
+    key: str,
+    record: dict[str, Any] | None,
+    before: dict[str, Any] | str | None,
+    labels: tuple[str, ...] = ("first", "rerun"),
 ) -> list[str]:
     rows = []
     for label in labels:
         r = (record or {}).get(label) or {}
         phases = ", ".join(f"{k} {v}" for k, v in (r.get("timing_s") or {}).items()) or NOT_YET
         was = "n/a"
-        if before:
+        if isinstance(before, str):
+            was = before
+        elif before:
             was = (
                 f"{before['wall_s']} s; {before['phases']}; {before['peak_gpu_gb']} GB"
                 if label == "first"
@@ -227,12 +244,37 @@ def _run_rows(
     return rows
 
 
+def merged(paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The figures of several runs of ``bench/gpu.sh`` (earliest first): a later run's figure replaces an earlier
+    one's, and a step that finished in any run is not listed as unfinished. Also each run's environment."""
+    out: dict[str, Any] = {}
+    unfinished: dict[str, str] = {}
+    envs = []
+    for path in paths:
+        figs = _load(path)
+        if figs.get("environment"):
+            envs.append(figs["environment"])
+        unfinished.update(figs.get("unfinished") or {})
+        for key, value in figs.items():
+            if key != "unfinished":
+                out[key] = value
+    done = {step for step, key in STEP_KEYS.items() if key in out}
+    out["unfinished"] = {k: v for k, v in unfinished.items() if k not in done}
+    return out, envs
+
+
 def render(args: argparse.Namespace) -> None:
-    """The figures as a page beside the figures measured before (:data:`BEFORE`); a figure this run did not produce
-    says "not yet measured", never an estimate."""
-    figs = _load(args.figures)
-    env = figs.get("environment") or {}
-    where = env.get("gpu") or "no GPU yet"
+    """The figures as a page beside the figures measured before (:data:`BEFORE`); a figure these runs did not produce
+    says "not yet measured", never an estimate. ``--merge``: earlier runs' figures files, under this one's."""
+    figs, envs = merged([*args.merge, args.figures])
+    where = (
+        "; ".join(
+            f"{e.get('gpu') or 'no GPU yet'}, {e.get('date', 'no date')} (torch {e.get('torch', '-')}, transformers "
+            f"{e.get('transformers', '-')})"
+            for e in envs
+        )
+        or "no GPU yet"
+    )
     lines = [
         "# perbench on a GPU",
         "",
@@ -240,8 +282,7 @@ def render(args: argparse.Namespace) -> None:
         'those measured once before on an offline H200 ("before": bf16, torch 2.11, transformers 5.25). A figure',
         'the run did not produce says "not yet measured": it is never replaced by an estimate.',
         "",
-        f"This run: {where}; {env.get('date', 'no date')}; torch {env.get('torch', '-')}, transformers "
-        f"{env.get('transformers', '-')}.",
+        f"{'These runs' if len(envs) > 1 else 'This run'}: {where}.",
         "",
         "## Plain-library anchors (SmolLM2-135M-shaped random weights, same GPU, same run)",
         "",
@@ -282,6 +323,7 @@ def render(args: argparse.Namespace) -> None:
     ]
     lines += _run_rows("default", figs.get("run:default"), BEFORE["default"])
     lines += _run_rows("scale", figs.get("run:scale"), None, ("first",))
+    lines += _run_rows("decoders", figs.get("run:decoders"), BEFORE["decoders"], ("first",))
     lines += [
         "",
         "`scale` is designed to finish within 8 minutes on one H200 from an empty cache. That is an estimate from its",
@@ -344,6 +386,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--rerun", action="store_true")
     ap.add_argument("--why", default="")
+    ap.add_argument("--merge", type=Path, action="append", default=[], help="render: an earlier run's figures file")
     args = ap.parse_args()
     if args.step == "unfinished":
         figs = _load(args.figures).get("unfinished") or {}
