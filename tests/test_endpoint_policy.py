@@ -321,6 +321,16 @@ def test_policies_mix_in_process_and_served(
     assert cli_run(tmp_path / "mixed.yaml", data) == 0
     assert server.posts == 0
 
+    # the main policy served, another in process: policy accuracy is measured under the in-process one
+    flipped = {**data, "policy": endpoint(server), "policies": [endpoint(server), "tiny-random"], "run_name": "flip"}
+    assert cli_run(tmp_path / "flipped.yaml", flipped) == 0
+    res = json.loads((tmp_path / "flip" / "results.json").read_text())
+    up = res["upstream"]["global_bt"]
+    assert "inference endpoint" in up["policy_accuracy"]["not_applicable"]
+    assert set(up["policy_accuracy_by_policy"]) == {"tiny-random"}
+    # (no decoder weighs the reward here, so the headline is n/a by its own rule; the curve over w is measured)
+    assert all(g["curve"]["pairs"] > 0 for g in up["policy_accuracy_by_policy"]["tiny-random"].values())
+
     # how requests are made is not what a result depends on: the same hash with another concurrency
     other = {**data, "policies": ["tiny-random", endpoint(server, max_concurrency=2, retries=0)]}
     assert result_hash(RunConfig.from_dict(data).to_dict()) == result_hash(RunConfig.from_dict(other).to_dict())

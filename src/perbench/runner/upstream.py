@@ -294,13 +294,14 @@ class Upstream:
         rgd = [pw.k] if self.s.cfg.pa_rgd else []
         return h.key(h.shots, "pa4", pw.w, *rgd, group, pair_ids(pairs), self.s.policy.fingerprint)
 
-    def pa_problem(self, h: MethodHandle) -> str | None:
-        """Why ``h`` has no policy accuracy at all (None: it has the headline; the per-prefix variants may still
-        be not applicable, see :meth:`_policy_accuracy`)."""
+    def pa_problem(self, h: MethodHandle, policy: Any = None) -> str | None:
+        """Why ``h`` has no policy accuracy at all under ``policy`` (default: the one being evaluated; None: it has
+        the headline; the per-prefix variants may still be not applicable, see :meth:`_policy_accuracy`)."""
         from perbench.rewards.base import PairwiseJudge
 
-        if self.s.policy is None or self.s.policy.no_logprobs:
-            return self.s.policy.no_logprobs if self.s.policy is not None else "no policy in this run"
+        policy = policy if policy is not None else self.s.policy
+        if policy is None or policy.no_logprobs:
+            return policy.no_logprobs if policy is not None else "no policy in this run"
         if issubclass(h.cls, PairwiseJudge):
             return "a pairwise judge gives no reward r_u(x, y) for a single response"
         return None

@@ -136,10 +136,9 @@ class Work:
             policy_lm = self.policy_model(policy)
             policy_fp = policy_lm.fingerprint
             common = [policy_fp, cfg.seed, cfg.max_new_tokens, bench, quality]
-            # policy accuracy under another policy of ``policies`` (its scores: upstream); a served one has none
-            if policy != cfg.policy and not policy_lm.no_logprobs:
+            if policy != cfg.policy:  # policy accuracy under another policy of ``policies`` (its scores: upstream)
                 for h in self.handles:
-                    if h.label in ups and self.up.pa_problem(h) is None:
+                    if h.label in ups and self.up.pa_problem(h, policy_lm) is None:
                         content = [h.key(h.shots), s.pa_headline(h), cfg.pa_rgd, cfg.max_length, policy_fp, bench]
                         units.append(unit("upstream", h.label, content, [ups[h.label]], policy))
             zero = self.down.zero_shot(systems)
