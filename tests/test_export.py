@@ -38,6 +38,7 @@ def test_export_round_trip_scores_every_test_pair_as_the_run_did(run_dir: Path, 
 
     out = tmp_path / "rm"
     assert main(["export", str(run_dir), "--system", label, "--out", str(out)]) == 0
+    assert not list(run_dir.glob("units.sqlite-*"))  # the run's stores closed when the export ended
     manifest = json.loads((out / "perbench_rm.json").read_text())
     assert manifest["label"] == label and (out / "state.safetensors").is_file()
     text = json.dumps(manifest) + (out / "users.json").read_text() + (out / "shots.jsonl").read_text()

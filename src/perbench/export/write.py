@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perbench.errors import ConfigError
 from perbench.export.format import (
@@ -31,20 +31,29 @@ from perbench.export.format import (
 )
 from perbench.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, refuse_links
 
+if TYPE_CHECKING:
+    from perbench.export.source import RunSource
+
 
 def export_system(run_dir: str | Path, label: str, out: str | Path) -> Path:
     """Write system ``label`` of the run in ``run_dir`` to the folder ``out`` (created; an existing export there is
     replaced, any other non-empty folder refused). Returns ``out``."""
+    from perbench.export.source import RunSource
+
+    src = RunSource.open(Path(run_dir), label)
+    with src.stores:  # closed when the export ends: no -wal / -shm left beside the run's units.sqlite
+        return _write(src, label, out)
+
+
+def _write(src: RunSource, label: str, out: str | Path) -> Path:
     import numpy as np
     import safetensors.numpy
 
     from perbench.data.user_context import user_views
-    from perbench.export.source import RunSource
     from perbench.rewards.base import RMContext
     from perbench.rewards.personal import PersonalFeatureRM
     from perbench.runner.methods import MethodHandle
 
-    src = RunSource.open(Path(run_dir), label)
     sd, bench, run = src.system, src.bench, src.run
     out_dir = Path(out)
     _check_target(out_dir)
