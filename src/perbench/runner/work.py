@@ -309,7 +309,7 @@ class Work:
         main_spec = self.s.cfg.policy
         # the unit names its policy by ``str(spec)`` (a served one by its model's name): back to the config's spec
         specs = [main_spec, *(self.s.cfg.policies or [])]
-        named = next((p for p in specs if unit.policy is not None and str(p) == unit.policy), main_spec)
+        named = next((p for p in specs if str(p) == unit.policy), main_spec)  # None (no name): the main one
         self.s.policy = self.policy_model(named)
         try:
             if unit.kind == "upstream":
